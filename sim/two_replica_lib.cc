@@ -1,0 +1,127 @@
+#include "sim/two_replica_lib.h"
+
+#include <fmt/format.h>
+
+#include "src/data.h"
+#include "src/flags.h"
+#include "src/io.h"
+#include "src/loss.h"
+#include "src/optim.h"
+
+namespace ddplab {
+namespace {
+
+// class MLP in the notebook: manual_seed(seed), then hidden_layer and output_layer.
+MLP make_mlp(const TwoReplicaConfig& cfg) {
+  manual_seed(cfg.seed);
+  return MLP({cfg.in_features, cfg.hidden, cfg.out_features}, /*relu=*/false,
+             {"hidden_layer", "output_layer"});
+}
+
+float train_step(MLP& model, SGD& opt, const Matrix& x, const Matrix& y) {
+  const Matrix out = model.forward(x);
+  LossResult l = mse_loss(out, y);
+  opt.zero_grad(/*set_to_none=*/true);
+  model.backward(l.grad);
+  opt.step();
+  return l.loss;
+}
+
+}  // namespace
+
+void validate(const TwoReplicaConfig& cfg) {
+  if (cfg.replicas * cfg.batch_size > cfg.samples) {
+    throw UsageError(fmt::format(
+        "--replicas * --batch-size must be <= --samples (each replica takes one whole batch): "
+        "{} * {} > {}",
+        cfg.replicas, cfg.batch_size, cfg.samples));
+  }
+}
+
+std::vector<std::string> notebook_param_names() { return {"W1", "b1", "W2", "b2"}; }
+
+TwoReplicaResult run_two_replica(const TwoReplicaConfig& cfg) {
+  validate(cfg);
+  TwoReplicaResult r;
+  const Dataset dataset = random_tensor_dataset(cfg.samples, cfg.in_features, cfg.out_features, cfg.seed);
+  DataLoader loader(dataset.size(), cfg.batch_size, /*shuffle=*/false);
+  const SGDOptions sgd{cfg.lr};
+
+  // 2. One epoch on a single device.
+  MLP model = make_mlp(cfg);
+  r.initial.push_back(model);
+  SGD opt(model.parameters(), sgd);
+  for (const auto& batch : loader.iter()) {
+    r.train_loss += train_step(model, opt, dataset.gather_x(batch), dataset.gather_y(batch));
+  }
+
+  // 3.1 Replica k takes the k-th batch of a fresh pass over the loader.
+  const auto batches = loader.iter();
+  std::vector<Matrix> xs, ys;
+  for (int64_t k = 0; k < cfg.replicas; ++k) {
+    xs.push_back(dataset.gather_x(batches[static_cast<size_t>(k)]));
+    ys.push_back(dataset.gather_y(batches[static_cast<size_t>(k)]));
+    r.x_shapes.push_back({xs.back().rows(), xs.back().cols()});
+    r.y_shapes.push_back({ys.back().rows(), ys.back().cols()});
+  }
+
+  // 3.2-3.3 A model copy per device; local forward and backward.
+  for (int64_t k = 0; k < cfg.replicas; ++k) {
+    r.replicas.push_back(make_mlp(cfg));
+    MLP& m = r.replicas.back();
+    m.zero_grad(true);
+    m.backward(mse_loss(m.forward(xs[static_cast<size_t>(k)]), ys[static_cast<size_t>(k)]).grad);
+  }
+
+  // 3.4 All-reduce by hand: W.grad = (W_0.grad + W_1.grad + ...) / R, additions left to right.
+  const size_t num_params = r.replicas[0].parameters().size();
+  for (size_t p = 0; p < num_params; ++p) {
+    Matrix sum = r.replicas[0].parameters()[p]->grad;
+    for (int64_t k = 1; k < cfg.replicas; ++k) sum += r.replicas[static_cast<size_t>(k)].parameters()[p]->grad;
+    sum /= static_cast<float>(cfg.replicas);
+    for (MLP& m : r.replicas) m.parameters()[p]->grad = sum;
+  }
+
+  // 3.5 Each replica steps its own optimizer.
+  for (MLP& m : r.replicas) SGD(m.parameters(), sgd).step();
+
+  // One device, one step on all R batches at once: the same mathematics as the averaged replicas.
+  r.one_device.push_back(make_mlp(cfg));
+  MLP& one = r.one_device.back();
+  SGD one_opt(one.parameters(), sgd);
+  Matrix x_all(cfg.replicas * cfg.batch_size, cfg.in_features);
+  Matrix y_all(cfg.replicas * cfg.batch_size, cfg.out_features);
+  for (int64_t k = 0; k < cfg.replicas; ++k) {
+    x_all.middleRows(k * cfg.batch_size, cfg.batch_size) = xs[static_cast<size_t>(k)];
+    y_all.middleRows(k * cfg.batch_size, cfg.batch_size) = ys[static_cast<size_t>(k)];
+  }
+  train_step(one, one_opt, x_all, y_all);
+  return r;
+}
+
+namespace {
+
+std::string json_model(const MLP& m) {
+  const auto names = notebook_param_names();
+  const auto params = m.parameters();
+  std::string out = "{";
+  for (size_t i = 0; i < params.size(); ++i) {
+    out += fmt::format("{}\"{}\": {}", i ? ", " : "", names[i], json_tensor(*params[i]));
+  }
+  return out + "}";
+}
+
+}  // namespace
+
+std::string dump_json(const TwoReplicaResult& r) {
+  std::string out = "{\n  \"train_loss\": " + json_float(r.train_loss) + ",\n";
+  out += "  \"initial\": " + json_model(r.initial[0]) + ",\n";
+  out += "  \"replicas\": [\n";
+  for (size_t k = 0; k < r.replicas.size(); ++k) {
+    out += "    " + json_model(r.replicas[k]) + (k + 1 < r.replicas.size() ? ",\n" : "\n");
+  }
+  out += "  ],\n  \"one_device\": " + json_model(r.one_device[0]) + "\n}\n";
+  return out;
+}
+
+}  // namespace ddplab

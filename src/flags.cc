@@ -1,0 +1,118 @@
+#include "src/flags.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+namespace ddplab {
+
+Flags::Flags(int argc, char** argv, const std::set<std::string>& known) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_ = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      positional_.push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else {
+      if (!known.count(name)) throw UsageError(fmt::format("unknown flag --{} (see --help)", name));
+      if (i + 1 >= argc) throw UsageError(fmt::format("--{} needs a value", name));
+      value = argv[++i];
+    }
+    if (!known.count(name)) throw UsageError(fmt::format("unknown flag --{} (see --help)", name));
+    if (values_.count(name)) throw UsageError(fmt::format("--{} given twice", name));
+    values_[name] = value;
+  }
+}
+
+int64_t parse_int(const std::string& what, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE) {
+    throw UsageError(fmt::format("{} must be an integer (got '{}')", what, text));
+  }
+  return v;
+}
+
+int64_t Flags::get_int(const std::string& name, int64_t def, int64_t min, int64_t max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  const int64_t v = parse_int("--" + name, it->second);
+  if (v < min || v > max) {
+    throw UsageError(fmt::format("--{} must be in [{}, {}] (got {})", name, min, max, v));
+  }
+  return v;
+}
+
+double Flags::get_double(const std::string& name, double def, double min, double max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) {
+    throw UsageError(fmt::format("--{} must be a finite number (got '{}')", name, it->second));
+  }
+  if (v < min || v > max) {
+    throw UsageError(fmt::format("--{} must be in [{}, {}] (got {})", name, min, max, it->second));
+  }
+  return v;
+}
+
+bool Flags::get_bool(const std::string& name, bool def) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  if (it->second == "true" || it->second == "1") return true;
+  if (it->second == "false" || it->second == "0") return false;
+  throw UsageError(fmt::format("--{} must be true or false (got '{}')", name, it->second));
+}
+
+std::string Flags::get_string(const std::string& name, const std::string& def) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  if (it->second.empty()) throw UsageError(fmt::format("--{} must not be empty", name));
+  return it->second;
+}
+
+std::string Flags::get_choice(const std::string& name, const std::string& def,
+                              const std::vector<std::string>& choices) const {
+  const std::string v = get_string(name, def);
+  for (const std::string& c : choices) {
+    if (v == c) return v;
+  }
+  throw UsageError(fmt::format("--{} must be one of {} (got '{}')", name, fmt::join(choices, "|"), v));
+}
+
+std::vector<int64_t> Flags::get_int_list(const std::string& name, const std::vector<int64_t>& def,
+                                         int64_t min, int64_t max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  std::vector<int64_t> out;
+  size_t start = 0;
+  const std::string& s = it->second;
+  while (true) {
+    const size_t comma = s.find(',', start);
+    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const int64_t v = parse_int("--" + name + " entries", item);
+    if (v < min || v > max) {
+      throw UsageError(fmt::format("--{} entries must be in [{}, {}] (got {})", name, min, max, v));
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace ddplab

@@ -1,0 +1,46 @@
+// A small command-line parser with the project's bad-input rule: every problem becomes one UsageError
+// line naming the flag and its limit; programs print it and exit with status 2.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddplab {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Flags {
+ public:
+  // Accepts "--name value" and "--name=value"; anything else not starting with "--" is positional.
+  // `known` lists every flag the program takes: any other flag is an error.
+  Flags(int argc, char** argv, const std::set<std::string>& known);
+
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  bool help() const { return help_; }
+  const std::vector<std::string>& positional() const { return positional_; }
+
+  int64_t get_int(const std::string& name, int64_t def, int64_t min, int64_t max) const;
+  double get_double(const std::string& name, double def, double min, double max) const;
+  bool get_bool(const std::string& name, bool def) const;  // true|false|1|0
+  std::string get_string(const std::string& name, const std::string& def) const;
+  std::string get_choice(const std::string& name, const std::string& def,
+                         const std::vector<std::string>& choices) const;
+  std::vector<int64_t> get_int_list(const std::string& name, const std::vector<int64_t>& def,
+                                    int64_t min, int64_t max) const;  // "6,4,2"
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+  bool help_ = false;
+};
+
+// Parses a whole decimal integer or throws UsageError("<what> must be an integer (got 'x')").
+int64_t parse_int(const std::string& what, const std::string& text);
+
+}  // namespace ddplab

@@ -1,0 +1,24 @@
+// Writing output files so that a reader never sees half a file, and small JSON helpers for dumps.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "src/tensor.h"
+
+namespace ddplab {
+
+// Writes `content` to `path` through a temporary file in the same directory, fsync, then rename.
+// Returns "" on success, else a one-line reason (the temporary file is removed).
+std::string write_file_atomic(const std::string& path, const std::string& content);
+
+// True when `path` could be created: its directory exists and is writable. Checked before any work
+// starts, so a bad --dump-params path fails fast.
+std::string check_writable(const std::string& path);
+
+// A float32 with 9 significant digits (round-trips exactly), as JSON.
+std::string json_float(float v);
+// A parameter as nested JSON lists: [[...], ...] for a weight [out][in], [...] for a bias.
+std::string json_tensor(const Parameter& p);
+
+}  // namespace ddplab

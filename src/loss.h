@@ -1,0 +1,22 @@
+// Losses with explicit gradients: nn.MSELoss() and nn.CrossEntropyLoss() (reduction='mean').
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "src/tensor.h"
+
+namespace ddplab {
+
+struct LossResult {
+  float loss;
+  Matrix grad;  // d loss / d input, same shape as the input
+};
+
+// mean((input - target)^2); grad = (input - target) * float(2 / numel), as mse_loss_backward computes it.
+LossResult mse_loss(const Matrix& input, const Matrix& target);
+
+// -mean_i log_softmax(input)[i, target[i]]; grad = (softmax - one_hot(target)) / batch.
+LossResult cross_entropy(const Matrix& input, const std::vector<int64_t>& target);
+
+}  // namespace ddplab

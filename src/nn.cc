@@ -1,0 +1,117 @@
+#include "src/nn.h"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace ddplab {
+
+std::string torch_size(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "torch.Size([";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "])";
+  return os.str();
+}
+
+Linear::Linear(int64_t in, int64_t out, const std::string& prefix, Generator& gen)
+    : in_features(in), out_features(out) {
+  weight.name = prefix + ".weight";
+  weight.shape = {out, in};
+  weight.value.resize(out, in);
+  bias.name = prefix + ".bias";
+  bias.shape = {out};
+  bias.value.resize(out, 1);
+  // kaiming_uniform_(a=sqrt(5)) in Python doubles: a**2 is 5.000000000000001, not 5.
+  const double a = std::sqrt(5.0);
+  const double gain = std::sqrt(2.0 / (1.0 + a * a));
+  const double std = gain / std::sqrt(static_cast<double>(in));
+  const double bound = std::sqrt(3.0) * std;
+  gen.uniform_(weight.data(), weight.numel(), -bound, bound);
+  const double bias_bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;
+  gen.uniform_(bias.data(), bias.numel(), -bias_bound, bias_bound);
+}
+
+Matrix Linear::forward(const Matrix& x) {
+  input_ = x;
+  Matrix y = x * weight.value.transpose();
+  y.rowwise() += bias.value.col(0).transpose();
+  return y;
+}
+
+Matrix Linear::backward(const Matrix& grad_out) {
+  weight.accumulate_grad(grad_out.transpose() * input_);          // [out, in]
+  bias.accumulate_grad(grad_out.colwise().sum().transpose());     // [out, 1]
+  return grad_out * weight.value;                                 // [batch, in]
+}
+
+MLP::MLP(const std::vector<int64_t>& sizes, bool relu_between,
+         const std::vector<std::string>& layer_names, Generator& gen)
+    : relu(relu_between) {
+  if (sizes.size() < 2 || layer_names.size() != sizes.size() - 1) {
+    throw std::invalid_argument("MLP needs n >= 2 sizes and n - 1 layer names");
+  }
+  linears.reserve(sizes.size() - 1);
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    linears.emplace_back(sizes[i], sizes[i + 1], layer_names[i], gen);
+  }
+}
+
+std::vector<std::string> MLP::sequential_names(size_t num_linear, bool relu,
+                                               const std::string& prefix) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < num_linear; ++i) {
+    names.push_back(prefix + "." + std::to_string(relu ? 2 * i : i));
+  }
+  return names;
+}
+
+Matrix MLP::forward(const Matrix& x) {
+  relu_masks_.clear();
+  Matrix h = x;
+  for (size_t i = 0; i < linears.size(); ++i) {
+    h = linears[i].forward(h);
+    if (relu && i + 1 < linears.size()) {
+      relu_masks_.push_back(h);  // pre-activation
+      h = h.cwiseMax(0.0f);
+    }
+  }
+  return h;
+}
+
+void MLP::backward(const Matrix& grad_out) {
+  Matrix g = grad_out;
+  for (size_t i = linears.size(); i-- > 0;) {
+    if (relu && i + 1 < linears.size()) {
+      // threshold_backward: gradient where the pre-activation was > 0, exactly 0 elsewhere.
+      g = (relu_masks_[i].array() > 0.0f).select(g, 0.0f);
+    }
+    g = linears[i].backward(g);
+  }
+}
+
+void MLP::zero_grad(bool set_to_none) {
+  for (Parameter* p : parameters()) {
+    p->zero_grad(set_to_none);
+  }
+}
+
+std::vector<Parameter*> MLP::parameters() {
+  std::vector<Parameter*> ps;
+  for (Linear& l : linears) {
+    ps.push_back(&l.weight);
+    ps.push_back(&l.bias);
+  }
+  return ps;
+}
+
+std::vector<const Parameter*> MLP::parameters() const {
+  std::vector<const Parameter*> ps;
+  for (const Linear& l : linears) {
+    ps.push_back(&l.weight);
+    ps.push_back(&l.bias);
+  }
+  return ps;
+}
+
+}  // namespace ddplab

@@ -1,0 +1,57 @@
+// nn.Linear, nn.ReLU and a Sequential MLP with explicit forward and backward passes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "src/tensor.h"
+#include "src/torch_rng.h"
+
+namespace ddplab {
+
+// nn.Linear(in_features, out_features): y = x W^T + b, W is [out, in].
+class Linear {
+ public:
+  // Draws exactly what reset_parameters draws, in its order: kaiming_uniform_(W, a=sqrt(5)) then
+  // uniform_(b, -1/sqrt(in), 1/sqrt(in)).
+  Linear(int64_t in_features, int64_t out_features, const std::string& prefix,
+         Generator& gen = default_generator());
+
+  Matrix forward(const Matrix& x);  // remembers x for backward
+  Matrix backward(const Matrix& grad_out);  // accumulates weight/bias grads, returns grad wrt x
+
+  int64_t in_features, out_features;
+  Parameter weight, bias;
+
+ private:
+  Matrix input_;
+};
+
+// A stack of Linear layers, optionally with ReLU between them (not after the last).
+// Parameter names follow the caller's module names, e.g. {"hidden_layer", "output_layer"} (notebook 000)
+// or nn.Sequential's {"layers.0", "layers.2"}.
+class MLP {
+ public:
+  MLP(const std::vector<int64_t>& sizes, bool relu, const std::vector<std::string>& layer_names,
+      Generator& gen = default_generator());
+
+  // nn.Sequential names: "layers.0", "layers.2" with ReLU between, "layers.0", "layers.1" without.
+  static std::vector<std::string> sequential_names(size_t num_linear, bool relu,
+                                                   const std::string& prefix = "layers");
+
+  Matrix forward(const Matrix& x);
+  void backward(const Matrix& grad_out);  // fills .grad of every parameter
+  void zero_grad(bool set_to_none = true);
+
+  // model.parameters() order: W0, b0, W1, b1, ...
+  std::vector<Parameter*> parameters();
+  std::vector<const Parameter*> parameters() const;
+
+  std::vector<Linear> linears;
+  bool relu;
+
+ private:
+  std::vector<Matrix> relu_masks_;  // pre-activations of the ReLUs, for backward
+};
+
+}  // namespace ddplab
