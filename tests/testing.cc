@@ -1,0 +1,103 @@
+#include "tests/testing.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "src/compare.h"
+
+namespace ddplab::testing {
+
+json load_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open golden file " + path);
+  return json::parse(in);
+}
+
+static void flatten(const json& j, std::vector<float>& out) {
+  if (j.is_array()) {
+    for (const json& e : j) flatten(e, out);
+  } else {
+    out.push_back(static_cast<float>(j.get<double>()));
+  }
+}
+
+std::vector<float> floats(const json& j) {
+  std::vector<float> out;
+  flatten(j, out);
+  return out;
+}
+
+std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
+
+static std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string temp_dir() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string tmpl = std::string(base ? base : "/tmp") + "/ddplab.XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
+CommandResult run_command(const std::vector<std::string>& argv) {
+  const std::string dir = temp_dir();
+  const std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    if (!freopen(out_path.c_str(), "w", stdout) || !freopen(err_path.c_str(), "w", stderr)) _exit(127);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CommandResult r;
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
+}
+
+bool torch_available() {
+  static const bool ok = [] {
+    if (access("/usr/bin/python3", X_OK) != 0) return false;
+    return run_command({"/usr/bin/python3", "-c", "import torch"}).status == 0;
+  }();
+  return ok;
+}
+
+Match match(const std::string& label, const std::vector<float>& got, const std::vector<float>& want,
+            double rtol, double atol) {
+  Match m;
+  if (got.size() != want.size()) {
+    std::printf("%s: size %zu, expected %zu\n", label.c_str(), got.size(), want.size());
+    m.allclose = false;
+    m.total = static_cast<int64_t>(want.size());
+    return m;
+  }
+  const CmpResult r = cmp(label, got.data(), want.data(), static_cast<int64_t>(got.size()), rtol, atol);
+  m.total = r.numel;
+  m.equal = r.numel - r.num_different;
+  m.maxdiff = r.maxdiff;
+  m.allclose = r.approximate;
+  std::printf("%-40s %lld/%lld bitwise equal, allclose %s, maxdiff %s\n", label.c_str(),
+              static_cast<long long>(m.equal), static_cast<long long>(m.total), m.allclose ? "yes" : "NO",
+              python_float_repr(m.maxdiff).c_str());
+  return m;
+}
+
+}  // namespace ddplab::testing

@@ -1,0 +1,42 @@
+// Helpers shared by the tests: golden files, float lists, child processes, and llm.c-style reports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ddplab::testing {
+
+using nlohmann::json;
+
+// Reads a JSON file relative to the runfiles root (the workspace directory bazel test starts in).
+json load_json(const std::string& path);
+std::vector<float> floats(const json& j);  // flattens nested lists of numbers into float32
+std::vector<int64_t> ints(const json& j);
+
+struct CommandResult {
+  int status = -1;  // exit status, or -1 when killed by a signal
+  std::string out, err;
+};
+// Runs argv[0] with arguments, no shell; captures stdout and stderr.
+CommandResult run_command(const std::vector<std::string>& argv);
+
+// True when /usr/bin/python3 can import torch (the live PyTorch checks need it).
+bool torch_available();
+
+// A fresh empty directory under TEST_TMPDIR.
+std::string temp_dir();
+
+// Counts how many floats are bitwise equal, and the largest absolute difference; prints a line like
+// "randn seed=1 n=17: 17/17 bitwise equal, maxdiff 0" so a test log shows what matched and by how much.
+struct Match {
+  int64_t equal = 0, total = 0;
+  double maxdiff = 0.0;
+  bool allclose = true;  // torch.allclose(a, b) with b the reference
+};
+Match match(const std::string& label, const std::vector<float>& got, const std::vector<float>& want,
+            double rtol = 1e-5, double atol = 1e-8);
+
+}  // namespace ddplab::testing
