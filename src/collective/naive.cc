@@ -1,0 +1,18 @@
+// Naive all-reduce: rank 0 sums everyone's data in rank order, then every rank copies the result.
+//   result[i] = ((x0[i] + x1[i]) + x2[i]) + ... + x{N-1}[i]
+// This is notebook 000's (W1_0.grad + W1_1.grad) written for N ranks.
+#include <algorithm>
+
+#include "src/collective/allreduce.h"
+
+namespace ddplab::collective {
+
+void naive_allreduce(const std::vector<float*>& bufs, size_t n) {
+  float* acc = bufs[0];
+  for (size_t r = 1; r < bufs.size(); ++r) {
+    for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + bufs[r][i];
+  }
+  for (size_t r = 1; r < bufs.size(); ++r) std::copy(acc, acc + n, bufs[r]);
+}
+
+}  // namespace ddplab::collective

@@ -1,0 +1,63 @@
+#include "src/collective/ring.h"
+
+#include <algorithm>
+
+#include "src/collective/allreduce.h"
+
+namespace ddplab::collective {
+namespace {
+
+size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+RingLayout gloo_ring_layout(size_t n_elems, size_t world_size, size_t elem_size) {
+  constexpr size_t kMaxSegmentBytes = 1 << 20;
+  const size_t bytes = n_elems * elem_size;
+  RingLayout L;
+  L.num_segments = round_up(std::max(ceil_div(bytes, kMaxSegmentBytes), 2 * world_size), world_size);
+  const size_t segment_bytes = round_up(ceil_div(bytes, L.num_segments), elem_size);
+  L.segment_elems = segment_bytes / elem_size;
+  L.segments_per_rank = L.num_segments / world_size;
+  for (size_t k = 0; k < world_size; ++k) {
+    const size_t chunk_elems = L.segments_per_rank * L.segment_elems;
+    L.chunk_begin.push_back(std::min(n_elems, k * chunk_elems));
+    L.chunk_end.push_back(std::min(n_elems, (k + 1) * chunk_elems));
+  }
+  return L;
+}
+
+void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n,
+                             const std::function<void(const RingMessage&)>& observe) {
+  const size_t N = bufs.size();
+  if (N == 1) return;
+  const RingLayout L = gloo_ring_layout(n, N);
+  std::vector<std::vector<float>> inflight(N);  // what each rank sends in the current step
+  for (size_t phase = 0; phase < 2; ++phase) {
+    const bool reduce_scatter = phase == 0;
+    for (size_t s = 0; s + 1 < N; ++s) {
+      // All ranks send at once: snapshot every outgoing chunk before anyone applies what it received.
+      for (size_t r = 0; r < N; ++r) {
+        const size_t chunk = reduce_scatter ? (r + 1 + s) % N : (r + s) % N;
+        inflight[r].assign(bufs[r] + L.chunk_begin[chunk], bufs[r] + L.chunk_end[chunk]);
+      }
+      for (size_t r = 0; r < N; ++r) {
+        const size_t chunk = reduce_scatter ? (r + 1 + s) % N : (r + s) % N;
+        const size_t to = (r + N - 1) % N;
+        float* dst = bufs[to] + L.chunk_begin[chunk];
+        const std::vector<float>& msg = inflight[r];
+        if (reduce_scatter) {
+          for (size_t i = 0; i < msg.size(); ++i) dst[i] = dst[i] + msg[i];  // own + received
+        } else {
+          std::copy(msg.begin(), msg.end(), dst);
+        }
+        if (observe) observe({reduce_scatter, s, r, to, chunk});
+      }
+    }
+  }
+}
+
+void ring_allreduce(const std::vector<float*>& bufs, size_t n) { ring_allreduce_observed(bufs, n, nullptr); }
+
+}  // namespace ddplab::collective
