@@ -15,7 +15,7 @@ void add_(Matrix& a, const Matrix& b, float alpha) {
 }  // namespace
 
 SGD::SGD(std::vector<Parameter*> params, SGDOptions options)
-    : params_(std::move(params)),
+    : Optimizer(std::move(params)),
       options_(options),
       momentum_buffer_(params_.size()),
       has_buffer_(params_.size(), false) {}
@@ -46,9 +46,44 @@ void SGD::step() {
   }
 }
 
-void SGD::zero_grad(bool set_to_none) {
-  for (Parameter* p : params_) {
-    p->zero_grad(set_to_none);
+Adam::Adam(std::vector<Parameter*> params, AdamOptions options)
+    : Optimizer(std::move(params)),
+      options_(options),
+      exp_avg_(params_.size()),
+      exp_avg_sq_(params_.size()),
+      steps_(params_.size(), 0) {}
+
+void Adam::step() {
+  const AdamOptions& o = options_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = *params_[i];
+    if (!p.has_grad) continue;
+    if (steps_[i] == 0) {
+      exp_avg_[i] = Matrix::Zero(p.value.rows(), p.value.cols());
+      exp_avg_sq_[i] = Matrix::Zero(p.value.rows(), p.value.cols());
+    }
+    const auto step = static_cast<double>(++steps_[i]);
+    Matrix grad = p.grad;
+    if (o.weight_decay != 0.0) add_(grad, p.value, static_cast<float>(o.weight_decay));
+    const float beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
+    const float one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+    const float one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+    const double bias_correction1 = 1.0 - std::pow(o.beta1, step);
+    const double bias_correction2 = 1.0 - std::pow(o.beta2, step);
+    const float neg_step_size = static_cast<float>(-(o.lr / bias_correction1));
+    const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+    const float eps = static_cast<float>(o.eps);
+    float* m = exp_avg_[i].data();
+    float* v = exp_avg_sq_[i].data();
+    float* w = p.data();
+    const float* g = grad.data();
+    for (Eigen::Index k = 0; k < p.numel(); ++k) {
+      m[k] = std::fma(g[k], one_minus_beta1, m[k] * beta1);        // mul_(beta1).add_(g, alpha=1-beta1)
+      // mul_(beta2), then addcmul_(g, g, value=1-beta2) = v + (value * g) * g, the last multiply fused
+      v[k] = std::fma(one_minus_beta2 * g[k], g[k], v[k] * beta2);
+      const float denom = std::sqrt(v[k]) / bias_correction2_sqrt + eps;
+      w[k] = w[k] + neg_step_size * m[k] / denom;                   // addcdiv_(m, denom, value=-step_size)
+    }
   }
 }
 

@@ -129,6 +129,25 @@ def sgd():
     write('sgd.json', {'cases': cases})
 
 
+def adam():
+    """Adam on fixed parameters and gradients: the update itself must be bitwise."""
+    cases = []
+    for opts in [dict(lr=0.02), dict(lr=0.001), dict(lr=0.1, betas=(0.8, 0.99), eps=1e-6),
+                 dict(lr=0.01, weight_decay=0.01)]:
+        torch.manual_seed(8)
+        p = torch.nn.Parameter(torch.randn(41))
+        p0 = f32(p)
+        grads = [torch.randn(41) * 0.1 for _ in range(4)]
+        opt = torch.optim.Adam([p], **opts)
+        after = []
+        for g in grads:
+            p.grad = g.clone()
+            opt.step()
+            after.append(f32(p))
+        cases.append({'options': opts, 'param': p0, 'grads': [f32(g) for g in grads], 'after_each_step': after})
+    write('adam.json', {'cases': cases})
+
+
 def samplers():
     cases = []
     for n in [5, 10, 64, 101]:
@@ -208,6 +227,7 @@ if __name__ == '__main__':
     linear_init()
     mlp_grads()
     sgd()
+    adam()
     samplers()
     compare()
     two_replica()
