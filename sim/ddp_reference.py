@@ -1,0 +1,286 @@
+#!/usr/bin/python3
+"""The PyTorch oracle for //sim:ddp_sim: REAL torch DistributedDataParallel on CPU over gloo.
+
+One process per rank (torch.multiprocessing.spawn), rendezvous through a fresh file (init_method=file://),
+one thread per process. Same flags as `ddp_sim`; with --dump-params FILE the parent writes one JSON:
+
+    {"world_size": N, "args": [flags as given, without --dump-params],
+     "replicas": [{state_dict name: [[out][in]] or [out]}, ... one per rank],
+     "sampler_indices": [[[rank0 epoch0 indices], [rank1 epoch0 indices], ...], ... one list per epoch],
+     "losses": [[rank0 loss per batch...], ...]}
+
+Floats are float32 values printed with 9 significant digits (they read back to the exact float32).
+
+    /usr/bin/python3 sim/ddp_reference.py --world-size 3 --epochs 2 --dump-params out.json
+
+Must be run with Debian's python3-torch (1.13); `python3` on PATH may not have torch.
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+# Wall-clock limit for the whole run (all ranks); a rank that fails or hangs makes the script exit 1.
+TIMEOUT_S = float(os.environ.get('DDP_REFERENCE_TIMEOUT', '600'))
+
+TOY_X = [[-1.2, 3.1], [-0.9, 2.9], [-0.5, 2.6], [2.3, -1.1], [2.7, -1.5]]
+TOY_LABELS = [0, 0, 0, 1, 1]
+
+
+def bool_flag(s):
+    if s not in ('true', 'false'):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+    return s == 'true'
+
+
+def layers_flag(s):
+    try:
+        sizes = [int(v) for v in s.split(',')]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}")
+    if len(sizes) < 2 or any(v < 1 for v in sizes):
+        raise argparse.ArgumentTypeError(f"need >= 2 positive sizes, got {s!r}")
+    return sizes
+
+
+def parser():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0], allow_abbrev=False)
+    ap.add_argument('--world-size', type=int, default=2)
+    ap.add_argument('--layers', type=layers_flag, default=[6, 4, 2])
+    ap.add_argument('--activation', choices=['none', 'relu'], default='none')
+    ap.add_argument('--loss', choices=['mse', 'ce'], default='mse')
+    ap.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd')
+    ap.add_argument('--lr', type=float, default=0.01)
+    ap.add_argument('--momentum', type=float, default=0.0)  # SGD only; ignored by Adam
+    ap.add_argument('--dataset', choices=['random', 'toy'], default='random')
+    ap.add_argument('--samples', type=int, default=64)
+    ap.add_argument('--seed', type=int, default=12345)
+    ap.add_argument('--shuffle', type=bool_flag, default=True)
+    ap.add_argument('--sampler-seed', type=int, default=0)
+    ap.add_argument('--drop-last', type=bool_flag, default=False)
+    ap.add_argument('--loader-drop-last', type=bool_flag, default=False)
+    ap.add_argument('--set-epoch', type=bool_flag, default=True)
+    ap.add_argument('--batch-size', type=int, default=8)
+    ap.add_argument('--epochs', type=int, default=1)
+    ap.add_argument('--bucket-cap-mb', type=float, default=25.0)
+    ap.add_argument('--no-sync', type=int, default=1)
+    ap.add_argument('--init', choices=['same', 'per-rank'], default='same')
+    ap.add_argument('--dump-params')
+    return ap
+
+
+def parse(argv):
+    ap = parser()
+    a = ap.parse_args(argv)
+    if a.world_size < 1:
+        ap.error('--world-size must be >= 1')
+    if a.batch_size < 1:
+        ap.error('--batch-size must be >= 1')
+    if a.epochs < 0:
+        ap.error('--epochs must be >= 0')
+    if a.no_sync < 1:
+        ap.error('--no-sync must be >= 1')
+    if a.bucket_cap_mb <= 0:
+        ap.error('--bucket-cap-mb must be > 0')
+    if a.dataset == 'random' and a.samples < 1:
+        ap.error('--samples must be >= 1')
+    if a.dataset == 'toy' and (a.layers[0] != 2 or a.layers[-1] != 2):
+        ap.error('--dataset toy needs --layers 2,...,2')
+    return a
+
+
+def cli_args(argv):
+    """The flags as given, without --dump-params and its value."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == '--dump-params':
+            i += 2
+            continue
+        if argv[i].startswith('--dump-params='):
+            i += 1
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+class XYDataset(Dataset):
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, idx):
+        return self.items[idx]
+
+
+def make_dataset(a):
+    n_in, n_out = a.layers[0], a.layers[-1]
+    items = []
+    if a.dataset == 'random':
+        # Notebook 000's RandomTensorDataset: x then y, sample by sample, after one manual_seed.
+        torch.manual_seed(a.seed)
+        for _ in range(a.samples):
+            x = torch.randn(n_in)
+            y = torch.randn(n_out)
+            t = y if a.loss == 'mse' else torch.tensor(int(torch.argmax(y)), dtype=torch.int64)
+            items.append((x, t))
+    else:
+        # Notebook 001's toy problem: two clusters in 2-D.
+        for row, label in zip(TOY_X, TOY_LABELS):
+            x = torch.tensor(row, dtype=torch.float32)
+            lab = torch.tensor(label, dtype=torch.int64)
+            t = F.one_hot(lab, n_out).float() if a.loss == 'mse' else lab
+            items.append((x, t))
+    return XYDataset(items)
+
+
+class Net(nn.Module):
+    def __init__(self, sizes, relu):
+        super().__init__()
+        mods = []
+        for i in range(len(sizes) - 1):
+            mods.append(nn.Linear(sizes[i], sizes[i + 1]))
+            if relu and i < len(sizes) - 2:
+                mods.append(nn.ReLU())
+        self.layers = nn.Sequential(*mods)
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def f32(v):
+    return float('%.9g' % v)
+
+
+def tensor_json(t):
+    t = t.detach()
+    if t.dim() == 0:
+        return f32(t.item())
+    if t.dim() == 1:
+        return [f32(v) for v in t.tolist()]
+    return [tensor_json(row) for row in t]
+
+
+def write_json_atomic(path, doc):
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix='.ddp_reference.')
+    try:
+        with os.fdopen(fd, 'w') as f:
+            json.dump(doc, f, separators=(',', ':'))
+            f.write('\n')
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def worker(rank, a, init_file, result_dir):
+    torch.set_num_threads(1)
+    ws = a.world_size
+    dist.init_process_group('gloo', init_method='file://' + init_file, rank=rank, world_size=ws,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        ds = make_dataset(a)
+        torch.manual_seed(a.seed + rank if a.init == 'per-rank' else a.seed)
+        model = Net(a.layers, a.activation == 'relu')
+        ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
+        if a.optimizer == 'sgd':
+            opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum)
+        else:
+            opt = torch.optim.Adam(ddp.parameters(), lr=a.lr)
+        loss_fn = F.mse_loss if a.loss == 'mse' else F.cross_entropy
+
+        sampler = DistributedSampler(ds, num_replicas=ws, rank=rank, shuffle=a.shuffle, seed=a.sampler_seed,
+                                     drop_last=a.drop_last)
+        loader = DataLoader(ds, batch_size=a.batch_size, sampler=sampler, drop_last=a.loader_drop_last)
+
+        indices, losses = [], []
+        for epoch in range(a.epochs):
+            if a.set_epoch:
+                sampler.set_epoch(epoch)
+            indices.append([int(i) for i in sampler])
+            batches = list(loader)
+            for b, (x, t) in enumerate(batches):
+                sync = (b + 1) % a.no_sync == 0 or b == len(batches) - 1
+                if sync:
+                    loss = loss_fn(ddp(x), t)
+                    loss.backward()
+                else:
+                    with ddp.no_sync():
+                        loss = loss_fn(ddp(x), t)
+                        loss.backward()
+                if sync:
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                losses.append(f32(loss.item()))
+                # One write per line so that the ranks' lines do not interleave mid-line.
+                sys.stdout.write(f'[rank{rank}] Epoch: {epoch + 1:03d}/{a.epochs:03d} | Batch size {len(x):03d} | '
+                                 f'Loss: {loss.item():.2f}\n')
+                sys.stdout.flush()
+
+        doc = {'params': {k: tensor_json(v) for k, v in model.state_dict().items()},
+               'indices': indices, 'losses': losses}
+        write_json_atomic(os.path.join(result_dir, f'rank{rank}.json'), doc)
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse(argv)
+    torch.set_num_threads(1)
+    work = tempfile.mkdtemp(prefix='ddp_reference.')
+    try:
+        init_file = os.path.join(work, 'rendezvous')  # fresh, does not exist yet
+        ctx = mp.spawn(worker, args=(a, init_file, work), nprocs=a.world_size, join=False)
+        deadline = time.monotonic() + TIMEOUT_S
+        try:
+            while not ctx.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    print(f'ddp_reference: ranks still running after {TIMEOUT_S:g}s; killing them',
+                          file=sys.stderr)
+                    for p in ctx.processes:
+                        if p.is_alive():
+                            p.terminate()
+                    for p in ctx.processes:
+                        p.join(5)
+                        if p.is_alive():
+                            p.kill()
+                    return 1
+        except Exception as e:  # ProcessRaisedException / ProcessExitedException; spawn killed the others
+            print(f'ddp_reference: a rank failed: {e}', file=sys.stderr)
+            return 1
+
+        ranks = []
+        for r in range(a.world_size):
+            with open(os.path.join(work, f'rank{r}.json')) as f:
+                ranks.append(json.load(f))
+        doc = {'world_size': a.world_size,
+               'args': cli_args(argv),
+               'replicas': [d['params'] for d in ranks],
+               'sampler_indices': [[d['indices'][e] for d in ranks] for e in range(a.epochs)],
+               'losses': [d['losses'] for d in ranks]}
+        if a.dump_params:
+            write_json_atomic(a.dump_params, doc)
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

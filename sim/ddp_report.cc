@@ -1,0 +1,133 @@
+#include "sim/ddp_report.h"
+
+#include <fmt/format.h>
+
+#include "sim/explain.h"
+#include "src/io.h"
+
+namespace ddplab {
+
+std::vector<CmpResult> cmp_models(const MLP& a, const MLP& b) {
+  std::vector<CmpResult> rows;
+  const auto pa = a.parameters(), pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) rows.push_back(cmp(pa[i]->name, pa[i]->data(), pb[i]->data(), pa[i]->numel()));
+  return rows;
+}
+
+namespace {
+
+bool all_exact(const std::vector<CmpResult>& rows) {
+  for (const CmpResult& r : rows) {
+    if (!r.exact) return false;
+  }
+  return true;
+}
+
+std::string table(const std::vector<CmpResult>& rows) {
+  std::string out;
+  for (const CmpResult& r : rows) out += format_cmp(r) + "\n";
+  return out;
+}
+
+bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
+  std::string out;
+  const MLP& rank0 = res.replicas[0]->model;
+  std::vector<int64_t> differing;
+  for (size_t k = 1; k < res.replicas.size(); ++k) {
+    const auto rows = cmp_models(res.replicas[k]->model, rank0);
+    if (!all_exact(rows)) differing.push_back(static_cast<int64_t>(k));
+    // Every rank's table would repeat itself: show the last rank's, and any rank that differs.
+    if (k + 1 == res.replicas.size() || !all_exact(rows)) {
+      out += fmt::format("# replica {} vs replica 0 after {} optimizer steps\n{}", k, res.optimizer_steps, table(rows));
+    }
+  }
+  if (cfg.world_size == 1) {
+    out += "world_size 1: a single replica, nothing to compare.\n";
+  } else if (differing.empty()) {
+    out += fmt::format(
+        "all {} ranks hold bitwise identical parameters: they started equal\n({}), and every all-reduce "
+        "hands every rank the very same averaged gradient,\nso every optimizer step is the same on every rank.\n",
+        cfg.world_size,
+        cfg.broadcast ? "DDP broadcast rank 0's parameters at construction"
+                      : "--init same: every rank drew the same initial weights");
+  } else {
+    out += fmt::format("{} of {} ranks differ from rank 0: {}\n", differing.size(), cfg.world_size - 1,
+                       !cfg.broadcast && cfg.init == "per-rank"
+                           ? "they started from different weights (--init per-rank)\nand nothing made them "
+                             "equal. DDP's broadcast of rank 0's parameters at construction\n(--broadcast true) "
+                             "exists for exactly this."
+                           : "unexpected: please report this configuration.");
+  }
+  if (res.single_device) {
+    const auto rows = cmp_models(rank0, res.single_device->model);
+    out += fmt::format("\n# DDP replica 0 vs one device trained on the union of the shards\n{}", table(rows));
+    if (all_exact(rows)) {
+      out += "bitwise equal: the different addition order happened to round the same way here.\n";
+    } else {
+      out += fmt::format(
+          "same mathematics, different float additions: one device takes the mean over {} samples in one matmul;\n"
+          "DDP takes {} per-rank means, multiplies each by float(1/{}){}, and sums them in the {} order.\n"
+          "Expect exact: False, approximate: True.\n",
+          cfg.world_size * cfg.batch_size, cfg.world_size, cfg.world_size,
+          power_of_two(cfg.world_size) ? " (exact for a power of two)" : " (rounded: 1/3 is not a binary fraction)",
+          collective::algorithm_name(cfg.allreduce));
+    }
+  }
+  return out;
+}
+
+std::string dump_json(const ddp::Config& cfg, const ddp::SimResult& res) {
+  std::string out = fmt::format("{{\"world_size\": {},\n \"args\": [", cfg.world_size);
+  const auto args = ddp::to_args(cfg);
+  for (size_t i = 0; i < args.size(); ++i) out += fmt::format("{}\"{}\"", i ? ", " : "", args[i]);
+  out += "],\n \"replicas\": [\n";
+  for (size_t k = 0; k < res.replicas.size(); ++k) {
+    out += "  {";
+    const auto ps = res.replicas[k]->model.parameters();
+    for (size_t i = 0; i < ps.size(); ++i) out += fmt::format("{}\"{}\": {}", i ? ", " : "", ps[i]->name, json_tensor(*ps[i]));
+    out += k + 1 < res.replicas.size() ? "},\n" : "}\n";
+  }
+  out += " ],\n \"sampler_indices\": [";
+  for (size_t e = 0; e < res.sampler_indices.size(); ++e) {
+    out += e ? ", [" : "[";
+    for (size_t r = 0; r < res.sampler_indices[e].size(); ++r) {
+      out += fmt::format("{}[{}]", r ? ", " : "", fmt::join(res.sampler_indices[e][r], ", "));
+    }
+    out += "]";
+  }
+  out += "],\n \"losses\": [";
+  for (int64_t r = 0; r < cfg.world_size; ++r) {
+    std::vector<std::string> l;
+    for (const ddp::BatchLog& b : res.log) {
+      if (b.rank == r) l.push_back(json_float(b.loss));
+    }
+    out += fmt::format("{}[{}]", r ? ", " : "", fmt::join(l, ", "));
+  }
+  return out + "]}\n";
+}
+
+std::string explain_first_bucket(const ddp::Config& cfg, const std::vector<float*>& bufs, size_t n) {
+  const char* how = cfg.average == ddp::Average::postdivide ? "raw gradients (postdivide)"
+                                                            : "gradients * float(1/world_size)";
+  if (n <= 48) {  // small enough to show whole: the real bucket, chunked as Gloo chunks it
+    std::vector<std::vector<float>> inputs;
+    for (float* b : bufs) inputs.emplace_back(b, b + n);
+    return fmt::format("the first all-reduce: iteration 0's single bucket, {}\n", how) +
+           explain_ring("bucket 0 (every parameter, model order)", inputs);
+  }
+  // Too big to print: take the last layer's bias, which sits at the end of iteration 0's bucket, and run
+  // the ring on it alone, as if it were a bucket of its own (its chunking then differs from the real one).
+  const size_t count = std::min<size_t>(static_cast<size_t>(cfg.layers.back()), 24);
+  std::vector<std::vector<float>> inputs;
+  for (float* b : bufs) inputs.emplace_back(b + n - static_cast<size_t>(cfg.layers.back()), b + n - static_cast<size_t>(cfg.layers.back()) + count);
+  const std::string name = MLP::sequential_names(cfg.layers.size() - 1, cfg.relu).back() + ".bias";
+  return fmt::format("{} from the first all-reduce ({}), run through the ring on its own as if it were a bucket\n",
+                     name, how) +
+         explain_ring(name, inputs);
+}
+
+}  // namespace ddplab

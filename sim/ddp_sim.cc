@@ -1,0 +1,119 @@
+// bazel run //sim:ddp_sim -- N replicas of a DDP training run in one process, with PyTorch's semantics:
+// broadcast at construction, buckets (rebuilt after iteration 0), grad * (1/world_size) then SUM
+// all-reduce, DistributedSampler, no_sync. Ends with the notebook's cmp tables and why bits differ.
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "sim/ddp_report.h"
+#include "sim/explain.h"
+#include "sim/timeline.h"
+#include "src/compare.h"
+#include "src/ddp/config.h"
+#include "src/ddp/trainer.h"
+#include "src/flags.h"
+#include "src/io.h"
+
+namespace {
+
+constexpr const char* kHead = R"(usage: ddp_sim [flags]
+Simulates torch DistributedDataParallel with world_size replicas in one process.
+)";
+constexpr const char* kTail = R"(output:
+  --compare-single-device true|false  also train one model on the union of the shards and compare [false]
+  --explain                 show the ring all-reduce of one small gradient step by step
+  --trace FILE              Chrome trace JSON of iterations 0 and 1 under the cost model below
+  --link-latency-us A [5]   --link-gbps G [10]   --compute-gflops F [50]
+  --dump-params FILE        final parameters per rank (state_dict names), sampler indices, losses (JSON)
+  --quiet                   no per-batch progress lines
+)";
+
+using namespace ddplab;
+
+int run(int argc, char** argv) {
+  auto known = ddp::config_flag_names();
+  for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps",
+                        "compute-gflops", "dump-params", "quiet"}) {
+    known.insert(f);
+  }
+  // --explain and --quiet take no value: give them one so the parser stays uniform.
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    args.push_back(argv[i]);
+    if ((args.back() == "--explain" || args.back() == "--quiet") &&
+        (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0)) {
+      args.push_back("true");
+    }
+  }
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  const Flags flags(static_cast<int>(cargs.size()), cargs.data(), known);
+  if (flags.help()) {
+    std::printf("%s%s%s", kHead, ddp::config_usage(), kTail);
+    return 0;
+  }
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  const ddp::Config cfg = ddp::config_from_flags(flags);
+  const bool single = flags.get_bool("compare-single-device", false);
+  const bool explain = flags.get_bool("explain", false);
+  const bool quiet = flags.get_bool("quiet", false);
+  CostModel cost;
+  cost.link_latency_us = flags.get_double("link-latency-us", cost.link_latency_us, 0.0, 1e9);
+  cost.link_gbps = flags.get_double("link-gbps", cost.link_gbps, 1e-6, 1e9);
+  cost.compute_gflops = flags.get_double("compute-gflops", cost.compute_gflops, 1e-6, 1e9);
+  const std::string trace = flags.get_string("trace", "");
+  const std::string dump = flags.get_string("dump-params", "");
+  for (const auto& [flag, path] : {std::pair{"--trace", trace}, std::pair{"--dump-params", dump}}) {
+    if (!path.empty()) {
+      if (std::string why = check_writable(path); !why.empty()) throw UsageError(std::string(flag) + ": " + why);
+    }
+  }
+
+  fmt::print("ddp_sim: {}\n", ddp::describe(cfg));
+  std::string explanation;
+  ddp::SimHooks hooks;
+  if (explain) {
+    hooks.before_allreduce = [&](int64_t sync, size_t bucket, const std::vector<float*>& bufs, size_t n) {
+      if (sync != 0 || bucket != 0) return;
+      explanation = explain_first_bucket(cfg, bufs, n);
+    };
+  }
+  const ddp::SimResult res = ddp::simulate(cfg, single, hooks);
+  fmt::print("buckets at iteration 0: {}\n", res.buckets_first);
+  if (!quiet) {
+    for (const ddp::BatchLog& l : res.log) fmt::print("{}\n", ddp::progress_line(l, cfg.epochs));
+  }
+  fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MB): {}\n",
+             cfg.bucket_cap_mb, res.buckets_rebuilt);
+  if (!explanation.empty()) fmt::print("\n{}", explanation);
+  fmt::print("\n{}", report_tables(cfg, res));
+
+  if (!trace.empty()) {
+    const Timeline t = build_timeline(cfg, cost);
+    if (std::string why = write_file_atomic(trace, trace_json(t)); !why.empty()) {
+      std::fprintf(stderr, "ddp_sim: --trace: %s\n", why.c_str());
+      return 1;
+    }
+    fmt::print("\n{}trace written to {} (open in https://ui.perfetto.dev or chrome://tracing)\n",
+               timeline_summary(t, cfg.world_size), trace);
+  }
+  if (!dump.empty()) {
+    if (std::string why = write_file_atomic(dump, dump_json(cfg, res)); !why.empty()) {
+      std::fprintf(stderr, "ddp_sim: --dump-params: %s\n", why.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const ddplab::UsageError& e) {
+    std::fprintf(stderr, "ddp_sim: %s\n", e.what());
+    return 2;
+  }
+}

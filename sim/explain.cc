@@ -1,0 +1,81 @@
+#include "sim/explain.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "src/collective/allreduce.h"
+#include "src/collective/ring.h"
+
+namespace ddplab {
+
+int64_t ulp_distance(float a, float b) {
+  // Map float bits onto a line where adjacent floats are adjacent integers (negative floats mirrored).
+  const auto ordered = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, sizeof i);
+    return i < 0 ? static_cast<int64_t>(INT32_MIN) - i : static_cast<int64_t>(i);
+  };
+  const int64_t d = ordered(a) - ordered(b);
+  return d < 0 ? -d : d;
+}
+
+namespace {
+
+std::string values(const float* v, size_t begin, size_t end) {
+  std::string s;
+  for (size_t i = begin; i < end; ++i) s += fmt::format("{}{:.9g}", i > begin ? " " : "", v[i]);
+  return "[" + s + "]";
+}
+
+}  // namespace
+
+std::string explain_ring(const std::string& name, const std::vector<std::vector<float>>& inputs) {
+  const size_t N = inputs.size(), n = inputs[0].size();
+  std::string out;
+  const collective::RingLayout L = collective::gloo_ring_layout(n, N);
+  out += fmt::format("# --explain: Gloo's ring all-reduce of {} ({} floats) over {} ranks\n", name, n, N);
+  out += fmt::format("chunks: {} segments of {} floats, {} per rank ->", L.num_segments, L.segment_elems,
+                     L.segments_per_rank);
+  for (size_t k = 0; k < N; ++k) out += fmt::format(" rank{} owns [{},{})", k, L.chunk_begin[k], L.chunk_end[k]);
+  out += "\n";
+  for (size_t r = 0; r < N; ++r) out += fmt::format("  input rank{}: {}\n", r, values(inputs[r].data(), 0, n));
+
+  std::vector<std::vector<float>> bufs = inputs;
+  std::vector<float*> ptrs;
+  for (auto& b : bufs) ptrs.push_back(b.data());
+  collective::ring_allreduce_observed(ptrs, n, [&](const collective::RingMessage& m) {
+    const size_t b = L.chunk_begin[m.chunk], e = L.chunk_end[m.chunk];
+    if (b == e) return;  // empty chunk: nothing travels
+    out += fmt::format("  {} step {}: rank{} -> rank{} chunk {} [{},{}) {} rank{} now holds {}\n",
+                       m.reduce_scatter ? "reduce-scatter" : "all-gather", m.step, m.from, m.to, m.chunk, b, e,
+                       m.reduce_scatter ? "added:" : "copied:", m.to, values(bufs[m.to].data(), b, e));
+  });
+
+  std::vector<std::vector<float>> naive = inputs;
+  std::vector<float*> nptrs;
+  for (auto& b : naive) nptrs.push_back(b.data());
+  collective::naive_allreduce(nptrs, n);
+  out += "ring result vs the rank-order sum ((x0 + x1) + x2 ...):\n";
+  int64_t first = -1;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t ulps = ulp_distance(bufs[0][i], naive[0][i]);
+    if (ulps != 0 && first < 0) first = static_cast<int64_t>(i);
+    out += fmt::format("  [{}] ring {:.9g}  rank-order {:.9g}  {}\n", i, bufs[0][i], naive[0][i],
+                       ulps == 0 ? std::string("bitwise equal") : fmt::format("{} ulp apart", ulps));
+  }
+  if (first < 0) {
+    out += "every element is bitwise equal: with these values the different addition order rounded the same way.\n";
+  } else {
+    const size_t i = static_cast<size_t>(first);
+    out += fmt::format(
+        "first difference at element {}: {} ulp ({:.3g} relative). Same numbers, summed in another order: float\n"
+        "addition rounds after every step, so (a + b) + c and a + (b + c) can differ in the last bit. That is\n"
+        "'exact: False, approximate: True'.\n",
+        i, ulp_distance(bufs[0][i], naive[0][i]),
+        std::abs(bufs[0][i] - naive[0][i]) / std::max(std::abs(naive[0][i]), 1e-30f));
+  }
+  return out;
+}
+
+}  // namespace ddplab

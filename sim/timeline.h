@@ -1,0 +1,44 @@
+// --trace: a Chrome trace (chrome://tracing, Perfetto) of DDP steps under an alpha-beta cost model.
+// Per rank: forward, backward layer by layer, "bucket ready" marks, one all-reduce per bucket on a
+// communication stream, optimizer step. Iteration 0 uses DDP's single bucket, iteration 1 the rebuilt
+// ones, so a learner sees why rebuilding (and bucket_cap_mb) lets communication hide behind backward.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "src/ddp/config.h"
+
+namespace ddplab {
+
+struct CostModel {
+  double link_latency_us = 5.0;   // alpha, per ring step
+  double link_gbps = 10.0;        // bandwidth, Gbit/s
+  double compute_gflops = 50.0;   // sustained float32 rate for forward/backward/optimizer FLOPs
+};
+
+struct TraceEvent {
+  std::string name, cat;
+  char ph;          // 'X' complete event, 'i' instant
+  double ts, dur;   // microseconds
+  int pid, tid;     // pid = rank; tid 0 = compute, tid 1 = communication
+};
+
+struct StepCost {
+  double step_us = 0, backward_us = 0, comm_us = 0, hidden_us = 0;
+  size_t buckets = 0;
+};
+
+struct Timeline {
+  std::vector<TraceEvent> events;
+  std::vector<StepCost> steps;  // iteration 0 and 1
+};
+
+// Ring all-reduce time: 2(N-1) * alpha + 2(N-1)/N * bytes / bandwidth.
+double ring_allreduce_us(size_t bytes, int64_t world_size, const CostModel& m);
+
+Timeline build_timeline(const ddp::Config& cfg, const CostModel& m);
+std::string trace_json(const Timeline& t);
+std::string timeline_summary(const Timeline& t, int64_t world_size);
+
+}  // namespace ddplab

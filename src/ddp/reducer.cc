@@ -1,0 +1,118 @@
+#include "src/ddp/reducer.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace ddplab::ddp {
+
+Average parse_average(const std::string& s) {
+  if (s == "predivide") return Average::predivide;
+  if (s == "postdivide") return Average::postdivide;
+  if (s == "avg") return Average::avg;
+  throw std::invalid_argument("unknown averaging '" + s + "'");
+}
+
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
+                                                const std::vector<size_t>& bytes,
+                                                const std::vector<size_t>& limits) {
+  std::vector<std::vector<size_t>> result;
+  std::vector<size_t> open;
+  size_t open_bytes = 0, limit = 0;
+  for (size_t idx : order) {
+    open.push_back(idx);
+    open_bytes += bytes[idx];
+    if (open_bytes >= limits[limit]) {
+      result.push_back(open);
+      open.clear();
+      open_bytes = 0;
+      limit = std::min(limit + 1, limits.size() - 1);
+    }
+  }
+  if (!open.empty()) result.push_back(open);
+  return result;
+}
+
+Reducer::Reducer(std::vector<Parameter*> params, int64_t world_size, double bucket_cap_mb, Average average)
+    : params_(std::move(params)),
+      world_size_(world_size),
+      cap_bytes_(static_cast<size_t>(bucket_cap_mb * 1024 * 1024)),
+      average_(average) {
+  // Iteration 0: bucket_size_limits = [sys.maxsize], i.e. one bucket, parameters in model order.
+  std::vector<size_t> all(params_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  set_buckets({all});
+}
+
+void Reducer::set_buckets(const std::vector<std::vector<size_t>>& assignment) {
+  buckets_.clear();
+  buffers_.clear();
+  for (const auto& indices : assignment) {
+    Bucket b;
+    b.params = indices;
+    for (size_t i : indices) {
+      b.offsets.push_back(b.numel);
+      b.numel += static_cast<size_t>(params_[i]->numel());
+    }
+    buckets_.push_back(b);
+    buffers_.emplace_back(b.numel);
+  }
+}
+
+float* Reducer::prepare_bucket(size_t b) {
+  const Bucket& bucket = buckets_[b];
+  float* buf = buffers_[b].data();
+  // at::mul_out(bucket_view, grad, 1.0 / world_size): a float multiply by the rounded reciprocal.
+  const float scale = static_cast<float>(1.0 / static_cast<double>(world_size_));
+  for (size_t j = 0; j < bucket.params.size(); ++j) {
+    const Parameter& p = *params_[bucket.params[j]];
+    if (!p.has_grad) {
+      throw std::logic_error("parameter " + p.name + " has no gradient: DDP needs every parameter used");
+    }
+    const float* g = p.grad.data();
+    float* dst = buf + bucket.offsets[j];
+    if (average_ == Average::postdivide) {
+      std::copy(g, g + p.numel(), dst);
+    } else {
+      for (int64_t k = 0; k < p.numel(); ++k) dst[k] = g[k] * scale;
+    }
+  }
+  return buf;
+}
+
+void Reducer::finalize_bucket(size_t b) {
+  const Bucket& bucket = buckets_[b];
+  float* buf = buffers_[b].data();
+  if (average_ == Average::postdivide) {
+    const auto ws = static_cast<float>(world_size_);
+    for (size_t k = 0; k < bucket.numel; ++k) buf[k] = buf[k] / ws;
+  }
+  for (size_t j = 0; j < bucket.params.size(); ++j) {
+    Parameter& p = *params_[bucket.params[j]];
+    std::copy(buf + bucket.offsets[j], buf + bucket.offsets[j] + p.numel(), p.grad.data());
+  }
+}
+
+void Reducer::finish_sync() {
+  if (rebuilt_) return;
+  rebuilt_ = true;
+  // Gradient-ready order in backward: last layer first, and within a Linear the bias before the weight,
+  // i.e. exactly the reverse of model.parameters() for an MLP. No re-sorting: ready order is kept.
+  std::vector<size_t> order, bytes(params_.size());
+  for (size_t i = params_.size(); i-- > 0;) order.push_back(i);
+  for (size_t i = 0; i < params_.size(); ++i) bytes[i] = static_cast<size_t>(params_[i]->numel()) * sizeof(float);
+  set_buckets(assign_buckets(order, bytes, {kFirstBucketBytes, cap_bytes_}));
+}
+
+std::string Reducer::describe() const {
+  std::string out;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    std::vector<std::string> names;
+    for (size_t i : buckets_[b].params) names.push_back(params_[i]->name);
+    out += fmt::format("{}[{}] {} floats", b ? "; " : "", fmt::join(names, " "), buckets_[b].numel);
+  }
+  return out;
+}
+
+}  // namespace ddplab::ddp

@@ -1,0 +1,70 @@
+// DDP's Reducer for one rank (torch/csrc/distributed/c10d/reducer.cpp, torch 1.13): gradient buckets,
+// averaging, and the one-time bucket rebuild. The all-reduce itself is the caller's: the simulator runs
+// an in-process algorithm over every rank's bucket, the verifier a real communication library.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/tensor.h"
+
+namespace ddplab::ddp {
+
+// How gradients are averaged across ranks.
+//  predivide : PyTorch's default: grad * float(1/world_size) copied into the bucket, then SUM all-reduce.
+//  postdivide: the notebook's way: SUM all-reduce of the raw gradients, then / world_size.
+//  avg       : NCCL's ncclAvg; for float32 NCCL pre-multiplies by float(1/nranks) (ncclDevPreMulSum),
+//              so its arithmetic is predivide's, bit for bit.
+enum class Average { predivide, postdivide, avg };
+Average parse_average(const std::string& s);  // throws std::invalid_argument
+
+struct Bucket {
+  std::vector<size_t> params;   // indices into the reducer's parameter list, in bucket order
+  std::vector<size_t> offsets;  // where each parameter starts in the flat buffer
+  size_t numel = 0;
+};
+
+// compute_bucket_assignment_by_size: walk `order`, add each tensor to the open bucket, and close the
+// bucket once its size reaches the current limit (limits advance one per closed bucket, the last one
+// repeats). Buckets may exceed their limit by one tensor.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
+                                                const std::vector<size_t>& bytes,
+                                                const std::vector<size_t>& limits);
+
+class Reducer {
+ public:
+  // DDP's defaults: find_unused_parameters=False, gradient_as_bucket_view=False, first bucket 1 MiB.
+  static constexpr size_t kFirstBucketBytes = 1 << 20;
+
+  Reducer(std::vector<Parameter*> params, int64_t world_size, double bucket_cap_mb, Average average);
+
+  size_t num_buckets() const { return buckets_.size(); }
+  const Bucket& bucket(size_t b) const { return buckets_[b]; }
+  bool rebuilt() const { return rebuilt_; }
+
+  // mark_variable_ready: copy every gradient of bucket b into the flat buffer (times float(1/ws) unless
+  // postdivide). Returns the buffer to all-reduce.
+  float* prepare_bucket(size_t b);
+  // finalize_bucket_dense: postdivide divides by ws; every .grad gets its averaged slice back.
+  void finalize_bucket(size_t b);
+  // After the first synchronised backward: rebuild buckets in gradient-ready order with limits
+  // [1 MiB, bucket_cap_mb]. Iteration 0 used one bucket holding every parameter in model order.
+  void finish_sync();
+
+  // "[layers.1.bias layers.1.weight] 38 floats" per bucket, for learners.
+  std::string describe() const;
+
+ private:
+  void set_buckets(const std::vector<std::vector<size_t>>& assignment);
+
+  std::vector<Parameter*> params_;
+  int64_t world_size_;
+  size_t cap_bytes_;
+  Average average_;
+  bool rebuilt_ = false;
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<float>> buffers_;
+};
+
+}  // namespace ddplab::ddp

@@ -1,0 +1,142 @@
+#include "src/ddp/trainer.h"
+
+#include <fmt/format.h>
+
+namespace ddplab::ddp {
+
+Dataset make_dataset(const Config& cfg) {
+  const int64_t in = cfg.layers.front(), out = cfg.layers.back();
+  Dataset d;
+  if (cfg.dataset == "toy") {
+    d.x.resize(5, 2);
+    d.x << -1.2f, 3.1f, -0.9f, 2.9f, -0.5f, 2.6f, 2.3f, -1.1f, 2.7f, -1.5f;
+    d.labels = {0, 0, 0, 1, 1};
+    d.y = Matrix::Zero(5, out);
+    for (int64_t i = 0; i < 5; ++i) d.y(i, d.labels[static_cast<size_t>(i)]) = 1.0f;
+    return d;
+  }
+  d = random_tensor_dataset(cfg.samples, in, out, cfg.seed);
+  for (int64_t i = 0; i < d.size(); ++i) {  // torch.argmax: the first index of the maximum
+    Eigen::Index arg;
+    d.y.row(i).maxCoeff(&arg);
+    d.labels.push_back(arg);
+  }
+  return d;
+}
+
+MLP make_model(const Config& cfg, int64_t rank) {
+  manual_seed(cfg.init == "per-rank" ? cfg.seed + static_cast<uint64_t>(rank) : cfg.seed);
+  return MLP(cfg.layers, cfg.relu, MLP::sequential_names(cfg.layers.size() - 1, cfg.relu));
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model) {
+  if (cfg.optimizer == "adam") {
+    AdamOptions o;
+    o.lr = cfg.lr;
+    return std::make_unique<Adam>(model.parameters(), o);
+  }
+  SGDOptions o;
+  o.lr = cfg.lr;
+  o.momentum = cfg.momentum;
+  return std::make_unique<SGD>(model.parameters(), o);
+}
+
+LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx) {
+  if (cfg.loss == "ce") return cross_entropy(out, data.gather_labels(idx));
+  return mse_loss(out, data.gather_y(idx));
+}
+
+Replica::Replica(const Config& c, int64_t r)
+    : rank(r),
+      model(make_model(c, r)),
+      optimizer(make_optimizer(c, model)),
+      sampler(c.dataset_size(), c.world_size, r, c.shuffle, c.sampler_seed, c.drop_last),
+      loader(sampler, c.batch_size, c.loader_drop_last),
+      cfg(c) {}
+
+float Replica::forward_backward(const Dataset& data, const std::vector<int64_t>& idx) {
+  const Matrix out = model.forward(data.gather_x(idx));
+  LossResult l = compute_loss(cfg, out, data, idx);
+  model.backward(l.grad);
+  return l.loss;
+}
+
+namespace {
+
+void copy_parameters(const MLP& from, MLP& to) {
+  const auto src = from.parameters();
+  const auto dst = to.parameters();
+  for (size_t i = 0; i < src.size(); ++i) dst[i]->value = src[i]->value;
+}
+
+}  // namespace
+
+SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks) {
+  SimResult res;
+  const Dataset data = make_dataset(cfg);
+  for (int64_t r = 0; r < cfg.world_size; ++r) res.replicas.push_back(std::make_unique<Replica>(cfg, r));
+  // DDP(model): broadcast rank 0's parameters, then build the reducer.
+  for (auto& rep : res.replicas) {
+    if (cfg.broadcast && rep->rank != 0) copy_parameters(res.replicas[0]->model, rep->model);
+    rep->reducer = std::make_unique<Reducer>(rep->model.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
+  }
+  if (single_device) {
+    // The single device takes the ranks' batches concatenated; its own sampler and loader go unused.
+    res.single_device = std::make_unique<Replica>(cfg, 0);
+    copy_parameters(res.replicas[0]->model, res.single_device->model);
+  }
+  res.buckets_first = res.replicas[0]->reducer->describe();
+
+  const auto ws = static_cast<size_t>(cfg.world_size);
+  int64_t sync_count = 0;
+  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+    std::vector<std::vector<std::vector<int64_t>>> batches(ws);
+    res.sampler_indices.emplace_back();
+    for (auto& rep : res.replicas) {
+      if (cfg.set_epoch) rep->sampler.set_epoch(epoch);
+      res.sampler_indices.back().push_back(rep->sampler.indices());
+      batches[static_cast<size_t>(rep->rank)] = rep->loader.iter();
+    }
+    const size_t nb = batches[0].size();
+    for (size_t b = 0; b < nb; ++b) {
+      std::vector<int64_t> all;
+      for (auto& rep : res.replicas) {
+        const auto& idx = batches[static_cast<size_t>(rep->rank)][b];
+        const float loss = rep->forward_backward(data, idx);
+        res.log.push_back({epoch, rep->rank, static_cast<int64_t>(idx.size()), loss});
+        all.insert(all.end(), idx.begin(), idx.end());
+      }
+      if (res.single_device) res.single_device->forward_backward(data, all);
+      if (!is_sync_batch(cfg, b, nb)) continue;
+      // The synchronised backward: every bucket all-reduced in order, then one optimizer step per rank.
+      const Reducer& layout = *res.replicas[0]->reducer;
+      for (size_t j = 0; j < layout.num_buckets(); ++j) {
+        std::vector<float*> bufs;
+        for (auto& rep : res.replicas) bufs.push_back(rep->reducer->prepare_bucket(j));
+        if (hooks.before_allreduce) hooks.before_allreduce(sync_count, j, bufs, layout.bucket(j).numel);
+        collective::allreduce_sum(cfg.allreduce, bufs, layout.bucket(j).numel);
+        for (auto& rep : res.replicas) rep->reducer->finalize_bucket(j);
+      }
+      for (auto& rep : res.replicas) {
+        rep->reducer->finish_sync();
+        rep->optimizer->step();
+        rep->optimizer->zero_grad(true);
+      }
+      if (res.single_device) {
+        res.single_device->optimizer->step();
+        res.single_device->optimizer->zero_grad(true);
+      }
+      ++sync_count;
+      ++res.optimizer_steps;
+    }
+  }
+  res.buckets_rebuilt = res.replicas[0]->reducer->describe();
+  return res;
+}
+
+std::string progress_line(const BatchLog& l, int64_t epochs) {
+  return fmt::format("[rank{}] Epoch: {:03d}/{:03d} | Batch size {:03d} | Loss: {:.2f}", l.rank, l.epoch + 1,
+                     epochs, l.batch_size, l.loss);
+}
+
+}  // namespace ddplab::ddp

@@ -1,0 +1,77 @@
+// "A DDP step", once: dataset, replica construction, forward/backward, bucketed all-reduce, optimizer.
+// simulate() runs all ranks in one process; the verifier runs one Replica per process with the same code.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/data.h"
+#include "src/ddp/config.h"
+#include "src/ddp/reducer.h"
+#include "src/loss.h"
+#include "src/nn.h"
+#include "src/optim.h"
+
+namespace ddplab::ddp {
+
+// random: manual_seed(seed), then per sample randn(in), randn(out) (notebook 000); labels = argmax(y).
+// toy: notebook 001's five 2-d points with labels 0,0,0,1,1 (y = one-hot labels).
+Dataset make_dataset(const Config& cfg);
+
+// manual_seed(seed) (or seed + rank with --init per-rank), then the MLP with state_dict names layers.N.
+MLP make_model(const Config& cfg, int64_t rank);
+std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model);
+LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx);
+
+// One rank: its model replica, optimizer, sampler and reducer. Not movable: they point into each other.
+struct Replica {
+  Replica(const Config& cfg, int64_t rank);
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  // Forward, loss and backward on the samples `idx` (grads accumulate, as under no_sync). Returns the loss.
+  float forward_backward(const Dataset& data, const std::vector<int64_t>& idx);
+
+  int64_t rank;
+  MLP model;
+  std::unique_ptr<Optimizer> optimizer;
+  DistributedSampler sampler;
+  DataLoader loader;
+  std::unique_ptr<Reducer> reducer;  // created by start_ddp(), after the broadcast
+  const Config& cfg;
+};
+
+// Which micro-batches all-reduce: every no_sync-th one and the last of the epoch.
+inline bool is_sync_batch(const Config& cfg, size_t b, size_t num_batches) {
+  return (b + 1) % static_cast<size_t>(cfg.no_sync) == 0 || b + 1 == num_batches;
+}
+
+struct BatchLog {
+  int64_t epoch, rank, batch_size;
+  float loss;
+};
+
+struct SimResult {
+  std::vector<std::unique_ptr<Replica>> replicas;
+  std::vector<std::vector<std::vector<int64_t>>> sampler_indices;  // [epoch][rank]
+  std::vector<BatchLog> log;                                      // in (epoch, batch, rank) order
+  std::unique_ptr<Replica> single_device;                         // one model on the union of the shards
+  std::string buckets_first, buckets_rebuilt;
+  int64_t optimizer_steps = 0;
+};
+
+struct SimHooks {
+  // Called before every bucket all-reduce with the ranks' prepared buckets (sync = 0, 1, ...).
+  std::function<void(int64_t sync, size_t bucket, const std::vector<float*>& bufs, size_t n)> before_allreduce;
+};
+
+// The replicas keep a reference to `cfg`: it must outlive the result.
+SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks = {});
+
+// "[rank0] Epoch: 001/003 | Batch size 002 | Loss: 0.75"
+std::string progress_line(const BatchLog& l, int64_t epochs);
+
+}  // namespace ddplab::ddp
