@@ -1,0 +1,191 @@
+// //sim:ddp_sim end to end: against real torch DDP on gloo (tests/golden/ddp/, sim/ddp_reference.py),
+// its trace, its explanation, and every kind of bad input.
+#include <gtest/gtest.h>
+
+#include "tests/testing.h"
+
+namespace ddplab {
+namespace {
+
+using testing::CommandResult;
+using testing::json;
+
+CommandResult ddp_sim(std::vector<std::string> args) {
+  args.insert(args.begin(), "sim/ddp_sim");
+  return testing::run_command(args);
+}
+
+json sim_dump(std::vector<std::string> args) {
+  const std::string out = testing::temp_dir() + "/dump.json";
+  for (const char* a : {"--allreduce", "ring", "--quiet", "--dump-params"}) args.push_back(a);
+  args.push_back(out);
+  const CommandResult r = ddp_sim(args);
+  EXPECT_EQ(r.status, 0) << r.err;
+  return testing::load_json(out);
+}
+
+// Compares a ddp_sim dump with torch's: sampler indices identical, every rank's parameters allclose to
+// torch's (bitwise count reported), and the simulator's ranks bitwise identical to each other.
+void compare_with_torch(const std::string& label, const json& sim, const json& torch) {
+  EXPECT_EQ(sim["sampler_indices"], torch["sampler_indices"]) << label << ": DistributedSampler indices differ";
+  ASSERT_EQ(sim["replicas"].size(), torch["replicas"].size());
+  for (size_t r = 0; r < torch["replicas"].size(); ++r) {
+    for (const auto& [name, want] : torch["replicas"][r].items()) {
+      // Several epochs of BLAS-vs-Eigen rounding: float32 allclose with torch.testing's tolerances.
+      const auto m = testing::match(label + " rank" + std::to_string(r) + " " + name,
+                                    testing::floats(sim["replicas"][r][name]), testing::floats(want), 1.3e-6, 1e-5);
+      EXPECT_TRUE(m.allclose) << label << " " << name;
+      EXPECT_EQ(sim["replicas"][r][name], sim["replicas"][0][name]) << label << ": rank " << r << " != rank 0";
+    }
+  }
+  const auto got = testing::floats(sim["losses"]), want = testing::floats(torch["losses"]);
+  EXPECT_TRUE(testing::match(label + " losses", got, want, 1e-4, 1e-6).allclose);
+}
+
+TEST(DdpSim, MatchesTorchDdpGoldens) {
+  const json configs = testing::load_json("tests/golden/ddp/configs.json");
+  ASSERT_GE(configs.size(), 18u);
+  for (const auto& [name, args] : configs.items()) {
+    compare_with_torch(name, sim_dump(args.get<std::vector<std::string>>()),
+                       testing::load_json("tests/golden/ddp/" + name + ".json"));
+  }
+}
+
+TEST(DdpSim, LiveAgainstTorchDdp) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  const std::vector<std::string> args = {"--world-size", "3", "--samples", "31", "--batch-size", "3",
+                                         "--layers", "5,7,3", "--activation", "relu", "--loss", "ce",
+                                         "--epochs", "2", "--no-sync", "2", "--momentum", "0.9", "--lr", "0.1",
+                                         "--sampler-seed", "5"};
+  const std::string out = testing::temp_dir() + "/torch.json";
+  std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  cmd.push_back("--dump-params");
+  cmd.push_back(out);
+  const CommandResult r = testing::run_command(cmd);
+  ASSERT_EQ(r.status, 0) << r.err;
+  compare_with_torch("live", sim_dump(args), testing::load_json(out));
+}
+
+TEST(DdpSim, BroadcastIsWhatMakesPerRankInitsEqual) {
+  const json with = sim_dump({"--world-size", "3", "--init", "per-rank"});
+  const json without = sim_dump({"--world-size", "3", "--init", "per-rank", "--broadcast", "false"});
+  EXPECT_EQ(with["replicas"][1], with["replicas"][0]);
+  EXPECT_NE(without["replicas"][1], without["replicas"][0]);
+  const CommandResult out = ddp_sim({"--world-size", "3", "--init", "per-rank", "--broadcast", "false", "--quiet"});
+  EXPECT_NE(out.out.find("exists for exactly this"), std::string::npos) << out.out;
+}
+
+TEST(DdpSim, AlgorithmsChangeBitsButNotTheMath) {
+  // ws = 3, two epochs: ring and naive give allclose but (almost surely) not identical parameters.
+  const std::vector<std::string> base = {"--world-size", "3", "--epochs", "2", "--layers", "6,32,2", "--lr", "0.1"};
+  auto naive_args = base;
+  naive_args.insert(naive_args.end(), {"--allreduce", "naive"});
+  const CommandResult naive = ddp_sim(naive_args);
+  ASSERT_EQ(naive.status, 0);
+  const json ring = sim_dump(base);
+  const std::string out = testing::temp_dir() + "/naive.json";
+  naive_args.insert(naive_args.end(), {"--dump-params", out});
+  ASSERT_EQ(ddp_sim(naive_args).status, 0);
+  const json nv = testing::load_json(out);
+  const auto m = testing::match("ring vs naive layers.0.weight", testing::floats(ring["replicas"][0]["layers.0.weight"]),
+                                testing::floats(nv["replicas"][0]["layers.0.weight"]));
+  EXPECT_TRUE(m.allclose);
+  EXPECT_LT(m.equal, m.total);
+}
+
+TEST(DdpSim, ExplainShowsTheRingAndTheFirstDifference) {
+  const CommandResult r = ddp_sim({"--world-size", "3", "--explain", "--quiet"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* s : {"# --explain: Gloo's ring all-reduce", "reduce-scatter step 0: rank0 -> rank2",
+                        "all-gather step 1", "ring result vs the rank-order sum"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  }
+  EXPECT_TRUE(r.out.find("first difference at element") != std::string::npos ||
+              r.out.find("every element is bitwise equal") != std::string::npos);
+}
+
+TEST(DdpSim, TraceParsesAndEventsOrderAsDdp) {
+  constexpr double kSlack = 2e-3;  // the trace prints microseconds with 3 decimals
+  const std::string path = testing::temp_dir() + "/trace.json";
+  const CommandResult r = ddp_sim({"--world-size", "4", "--layers", "64,2048,512,10", "--batch-size", "4",
+                                   "--samples", "32", "--quiet", "--trace", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("hidden behind backward"), std::string::npos) << r.out;
+  const json t = testing::load_json(path);
+  std::map<int, std::vector<json>> compute, comm;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "M") continue;
+    (e["tid"] == 0 ? compute : comm)[e["pid"].get<int>()].push_back(e);
+  }
+  ASSERT_EQ(compute.size(), 4u);
+  for (auto& [pid, events] : compute) {
+    // Compute thread: two iterations; each encloses its forward, backward (last layer first), optimizer.
+    std::vector<json> steps;
+    for (const auto& e : events) if (e["cat"] == "step") steps.push_back(e);
+    ASSERT_EQ(steps.size(), 2u);
+    EXPECT_NE(steps[0]["name"].get<std::string>().find("(1 bucket)"), std::string::npos);
+    EXPECT_NE(steps[1]["name"].get<std::string>().find("(2 buckets)"), std::string::npos) << steps[1];
+    double prev_end = -1;
+    std::vector<std::string> order;
+    for (const auto& e : events) {
+      if (e["cat"] == "step") continue;
+      const double ts = e["ts"], end = ts + e["dur"].get<double>();
+      EXPECT_GE(ts, prev_end - kSlack) << "compute events overlap: " << e;
+      prev_end = end;
+      const auto& step = steps[ts < steps[1]["ts"].get<double>() ? 0 : 1];
+      EXPECT_GE(ts, step["ts"].get<double>() - kSlack);
+      EXPECT_LE(end, step["ts"].get<double>() + step["dur"].get<double>() + kSlack) << "not nested: " << e;
+      order.push_back(e["name"]);
+    }
+    EXPECT_EQ(std::vector<std::string>(order.begin(), order.begin() + 7),
+              (std::vector<std::string>{"forward layers.0", "forward layers.1", "forward layers.2",
+                                        "backward layers.2", "backward layers.1", "backward layers.0",
+                                        "optimizer step"}));
+    // Communication: each all-reduce starts after its bucket is ready, one at a time, and before the
+    // optimizer step of its iteration.
+    double ready = -1, comm_end = -1;
+    for (const auto& e : comm[pid]) {
+      if (e["ph"] == "i") {
+        ready = e["ts"];
+        continue;
+      }
+      EXPECT_GE(e["ts"].get<double>(), ready - kSlack) << e;
+      EXPECT_GE(e["ts"].get<double>(), comm_end - kSlack) << "all-reduces overlap";
+      comm_end = e["ts"].get<double>() + e["dur"].get<double>();
+    }
+  }
+}
+
+struct BadInput {
+  std::vector<std::string> args;
+  std::string expect;
+};
+
+TEST(DdpSim, BadInputGetsOneLineAndExit2) {
+  const std::vector<BadInput> cases = {
+      {{"--layers", "6"}, "--layers needs at least two sizes"},
+      {{"--layers", "6,0,2"}, "--layers entries must be in [1, 65536] (got 0)"},
+      {{"--layers", "6,x"}, "--layers entries must be an integer"},
+      {{"--world-size", "0"}, "--world-size must be in [1, 64] (got 0)"},
+      {{"--world-size", "65"}, "--world-size must be in [1, 64] (got 65)"},
+      {{"--batch-size", "40"}, "--batch-size 40 is larger than a rank's shard of 32 samples"},
+      {{"--allreduce", "butterfly"}, "--allreduce must be one of naive|ring|halving-doubling|tree"},
+      {{"--no-sync", "0"}, "--no-sync must be in [1, 1048576] (got 0)"},
+      {{"--lr", "-1"}, "--lr must be in [0, 1000000] (got -1)"},
+      {{"--trace", "/nonexistent-dir/t.json"}, "--trace: cannot write in directory '/nonexistent-dir'"},
+      {{"--dataset", "toy", "--layers", "3,2"}, "--dataset toy has 2 features and 2 classes"},
+      {{"--average", "mean"}, "--average must be one of predivide|postdivide|avg"},
+      {{"--wat"}, "unknown flag --wat"},
+  };
+  for (const BadInput& c : cases) {
+    const CommandResult r = ddp_sim(c.args);
+    EXPECT_EQ(r.status, 2) << c.expect;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace ddplab
