@@ -1,5 +1,7 @@
 #include "src/nn.h"
 
+#include "src/gemm.h"
+
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -34,15 +36,34 @@ Linear::Linear(int64_t in, int64_t out, const std::string& prefix, Generator& ge
 
 Matrix Linear::forward(const Matrix& x) {
   input_ = x;
-  Matrix y = x * weight.value.transpose();
-  y.rowwise() += bias.value.col(0).transpose();
+  Matrix y = bias.value.col(0).transpose().replicate(x.rows(), 1);  // addmm starts from the bias
+  gemm::linear_forward(x.data(), weight.data(), y.data(), x.rows(), in_features, out_features);
   return y;
 }
 
-Matrix Linear::backward(const Matrix& grad_out) {
-  weight.accumulate_grad(grad_out.transpose() * input_);          // [out, in]
-  bias.accumulate_grad(grad_out.colwise().sum().transpose());     // [out, 1]
-  return grad_out * weight.value;                                 // [batch, in]
+Matrix Linear::backward(const Matrix& grad_out, bool need_grad_input) {
+  const int64_t batch = grad_out.rows();
+  // grad_weight = grad_out^T x, written straight into .grad the first time (autograd assigns), summed
+  // into it afterwards (autograd accumulates: old + new).
+  if (!weight.has_grad) {
+    weight.grad.resize(out_features, in_features);
+    gemm::linear_grad_weight(grad_out.data(), input_.data(), weight.grad.data(), batch, in_features, out_features);
+    weight.has_grad = true;
+  } else {
+    Matrix g(out_features, in_features);
+    gemm::linear_grad_weight(grad_out.data(), input_.data(), g.data(), batch, in_features, out_features);
+    weight.grad += g;
+  }
+  // grad_bias = grad_out.sum(0): rows added in order, one float accumulator per output.
+  Matrix gb = Matrix::Zero(out_features, 1);
+  for (int64_t r = 0; r < batch; ++r) {
+    for (int64_t o = 0; o < out_features; ++o) gb(o, 0) = gb(o, 0) + grad_out(r, o);
+  }
+  bias.accumulate_grad(gb);
+  if (!need_grad_input) return Matrix();
+  Matrix grad_in(batch, in_features);
+  gemm::linear_grad_input(grad_out.data(), weight.data(), grad_in.data(), batch, in_features, out_features);
+  return grad_in;
 }
 
 MLP::MLP(const std::vector<int64_t>& sizes, bool relu_between,
@@ -86,7 +107,7 @@ void MLP::backward(const Matrix& grad_out) {
       // threshold_backward: gradient where the pre-activation was > 0, exactly 0 elsewhere.
       g = (relu_masks_[i].array() > 0.0f).select(g, 0.0f);
     }
-    g = linears[i].backward(g);
+    g = linears[i].backward(g, /*need_grad_input=*/i > 0);
   }
 }
 

@@ -18,7 +18,9 @@ class Linear {
          Generator& gen = default_generator());
 
   Matrix forward(const Matrix& x);  // remembers x for backward
-  Matrix backward(const Matrix& grad_out);  // accumulates weight/bias grads, returns grad wrt x
+  // Accumulates weight/bias grads; returns the grad wrt x when asked (the first layer's input needs none,
+  // and PyTorch skips that product too).
+  Matrix backward(const Matrix& grad_out, bool need_grad_input = true);
 
   int64_t in_features, out_features;
   Parameter weight, bias;

@@ -25,6 +25,10 @@ void SGD::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
     if (!p.has_grad) continue;
+    if (o.weight_decay == 0.0 && o.momentum == 0.0) {  // plain SGD: p.add_(grad, alpha=-lr), no copy
+      add_(p.value, p.grad, static_cast<float>(-o.lr));
+      continue;
+    }
     Matrix d_p = p.grad;
     if (o.weight_decay != 0.0) add_(d_p, p.value, static_cast<float>(o.weight_decay));
     if (o.momentum != 0.0) {

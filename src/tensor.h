@@ -24,10 +24,10 @@ struct Parameter {
   const float* data() const { return value.data(); }
 
   // optimizer.zero_grad(set_to_none): drop .grad (the default since torch 2.0) or fill it with zeros.
+  // A dropped grad keeps its storage for the next backward to overwrite: no allocation per step.
   void zero_grad(bool set_to_none) {
     if (set_to_none) {
       has_grad = false;
-      grad.resize(0, 0);
     } else if (has_grad) {
       grad.setZero();
     }

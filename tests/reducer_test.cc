@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "src/collective/allreduce.h"
+#include "src/ddp/trainer.h"
 #include "tests/testing.h"
 
 namespace ddplab::ddp {
@@ -65,12 +66,9 @@ void check_against_torch(const json& g) {
       for (size_t i = 0; i < names.size(); ++i) set_grad(ranks[r][i], floats(iter["local"][r][i]));
     }
     std::printf("ws=%lld iteration %zu buckets: %s\n", static_cast<long long>(ws), it, reducers[0]->describe().c_str());
-    for (size_t b = 0; b < reducers[0]->num_buckets(); ++b) {
-      std::vector<float*> bufs;
-      for (auto& red : reducers) bufs.push_back(red->prepare_bucket(b));
-      collective::ring_allreduce(bufs, reducers[0]->bucket(b).numel);
-      for (auto& red : reducers) red->finalize_bucket(b);
-    }
+    std::vector<Reducer*> ptrs;
+    for (auto& red : reducers) ptrs.push_back(red.get());
+    InProcessAllreduce().run(ptrs, collective::Algorithm::ring);
     for (auto& red : reducers) red->finish_sync();
     for (size_t i = 0; i < names.size(); ++i) {
       const Parameter& p = ranks[0][i];
@@ -122,10 +120,9 @@ TEST(Reducer, AveragingModes) {
       set_grad(ranks[r], v);
       reds.push_back(std::make_unique<Reducer>(std::vector<Parameter*>{&ranks[r]}, 3, 25.0, a));
     }
-    std::vector<float*> bufs;
-    for (auto& red : reds) bufs.push_back(red->prepare_bucket(0));
-    collective::naive_allreduce(bufs, 8);
-    for (auto& red : reds) red->finalize_bucket(0);
+    std::vector<Reducer*> ptrs;
+    for (auto& red : reds) ptrs.push_back(red.get());
+    InProcessAllreduce().run(ptrs, collective::Algorithm::naive);
     result[a] = {ranks[0].grad.data(), ranks[0].grad.data() + 8};
     for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(result[a][i], 2.0f * g[i], 1e-6f * std::abs(g[i]) + 1e-9f);
   }

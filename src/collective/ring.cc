@@ -33,24 +33,22 @@ void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n,
   const size_t N = bufs.size();
   if (N == 1) return;
   const RingLayout L = gloo_ring_layout(n, N);
-  std::vector<std::vector<float>> inflight(N);  // what each rank sends in the current step
   for (size_t phase = 0; phase < 2; ++phase) {
     const bool reduce_scatter = phase == 0;
     for (size_t s = 0; s + 1 < N; ++s) {
-      // All ranks send at once: snapshot every outgoing chunk before anyone applies what it received.
-      for (size_t r = 0; r < N; ++r) {
-        const size_t chunk = reduce_scatter ? (r + 1 + s) % N : (r + s) % N;
-        inflight[r].assign(bufs[r] + L.chunk_begin[chunk], bufs[r] + L.chunk_end[chunk]);
-      }
+      // In step s rank r sends chunk c = (r+1+s) (reduce-scatter) or (r+s) (all-gather) to rank r-1, which
+      // is itself sending chunk c-1 at that moment: no rank writes a chunk that is being sent, so the
+      // messages can be applied in place, one after another.
       for (size_t r = 0; r < N; ++r) {
         const size_t chunk = reduce_scatter ? (r + 1 + s) % N : (r + s) % N;
         const size_t to = (r + N - 1) % N;
-        float* dst = bufs[to] + L.chunk_begin[chunk];
-        const std::vector<float>& msg = inflight[r];
+        const size_t b = L.chunk_begin[chunk], e = L.chunk_end[chunk];
+        const float* src = bufs[r];
+        float* dst = bufs[to];
         if (reduce_scatter) {
-          for (size_t i = 0; i < msg.size(); ++i) dst[i] = dst[i] + msg[i];  // own + received
+          for (size_t i = b; i < e; ++i) dst[i] = dst[i] + src[i];  // own + received
         } else {
-          std::copy(msg.begin(), msg.end(), dst);
+          std::copy(src + b, src + e, dst + b);
         }
         if (observe) observe({reduce_scatter, s, r, to, chunk});
       }

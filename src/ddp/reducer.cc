@@ -47,7 +47,6 @@ Reducer::Reducer(std::vector<Parameter*> params, int64_t world_size, double buck
 
 void Reducer::set_buckets(const std::vector<std::vector<size_t>>& assignment) {
   buckets_.clear();
-  buffers_.clear();
   for (const auto& indices : assignment) {
     Bucket b;
     b.params = indices;
@@ -56,13 +55,17 @@ void Reducer::set_buckets(const std::vector<std::vector<size_t>>& assignment) {
       b.numel += static_cast<size_t>(params_[i]->numel());
     }
     buckets_.push_back(b);
-    buffers_.emplace_back(b.numel);
   }
 }
 
-float* Reducer::prepare_bucket(size_t b) {
+size_t Reducer::max_bucket_numel() const {
+  size_t m = 0;
+  for (const Bucket& b : buckets_) m = std::max(m, b.numel);
+  return m;
+}
+
+void Reducer::prepare_bucket(size_t b, float* buf) const {
   const Bucket& bucket = buckets_[b];
-  float* buf = buffers_[b].data();
   // at::mul_out(bucket_view, grad, 1.0 / world_size): a float multiply by the rounded reciprocal.
   const float scale = static_cast<float>(1.0 / static_cast<double>(world_size_));
   for (size_t j = 0; j < bucket.params.size(); ++j) {
@@ -78,12 +81,10 @@ float* Reducer::prepare_bucket(size_t b) {
       for (int64_t k = 0; k < p.numel(); ++k) dst[k] = g[k] * scale;
     }
   }
-  return buf;
 }
 
-void Reducer::finalize_bucket(size_t b) {
+void Reducer::finalize_bucket(size_t b, float* buf) {
   const Bucket& bucket = buckets_[b];
-  float* buf = buffers_[b].data();
   if (average_ == Average::postdivide) {
     const auto ws = static_cast<float>(world_size_);
     for (size_t k = 0; k < bucket.numel; ++k) buf[k] = buf[k] / ws;

@@ -43,11 +43,14 @@ class Reducer {
   const Bucket& bucket(size_t b) const { return buckets_[b]; }
   bool rebuilt() const { return rebuilt_; }
 
-  // mark_variable_ready: copy every gradient of bucket b into the flat buffer (times float(1/ws) unless
-  // postdivide). Returns the buffer to all-reduce.
-  float* prepare_bucket(size_t b);
-  // finalize_bucket_dense: postdivide divides by ws; every .grad gets its averaged slice back.
-  void finalize_bucket(size_t b);
+  size_t max_bucket_numel() const;
+
+  // mark_variable_ready: copy every gradient of bucket b into `flat` (bucket(b).numel floats), times
+  // float(1/ws) unless postdivide. The caller all-reduces `flat`: buffers are the caller's, so a simulator
+  // of N ranks needs N buffers of the largest bucket, not N copies of every bucket.
+  void prepare_bucket(size_t b, float* flat) const;
+  // finalize_bucket_dense: postdivide divides by ws; every .grad gets its averaged slice of `flat` back.
+  void finalize_bucket(size_t b, float* flat);
   // After the first synchronised backward: rebuild buckets in gradient-ready order with limits
   // [1 MiB, bucket_cap_mb]. Iteration 0 used one bucket holding every parameter in model order.
   void finish_sync();
@@ -64,7 +67,6 @@ class Reducer {
   Average average_;
   bool rebuilt_ = false;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<float>> buffers_;
 };
 
 }  // namespace ddplab::ddp

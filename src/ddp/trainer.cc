@@ -71,6 +71,21 @@ void copy_parameters(const MLP& from, MLP& to) {
 
 }  // namespace
 
+void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm,
+                             const Hook& before) {
+  const Reducer& layout = *reducers[0];
+  workspace_.resize(reducers.size());
+  for (auto& w : workspace_) w.resize(std::max(w.size(), layout.max_bucket_numel()));
+  std::vector<float*> bufs;
+  for (auto& w : workspace_) bufs.push_back(w.data());
+  for (size_t j = 0; j < layout.num_buckets(); ++j) {
+    for (size_t r = 0; r < reducers.size(); ++r) reducers[r]->prepare_bucket(j, bufs[r]);
+    if (before) before(j, bufs, layout.bucket(j).numel);
+    collective::allreduce_sum(algorithm, bufs, layout.bucket(j).numel);
+    for (size_t r = 0; r < reducers.size(); ++r) reducers[r]->finalize_bucket(j, bufs[r]);
+  }
+}
+
 SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks) {
   SimResult res;
   const Dataset data = make_dataset(cfg);
@@ -89,6 +104,7 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
 
   const auto ws = static_cast<size_t>(cfg.world_size);
   int64_t sync_count = 0;
+  InProcessAllreduce allreduce;
   for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
     std::vector<std::vector<std::vector<int64_t>>> batches(ws);
     res.sampler_indices.emplace_back();
@@ -109,14 +125,11 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
       if (res.single_device) res.single_device->forward_backward(data, all);
       if (!is_sync_batch(cfg, b, nb)) continue;
       // The synchronised backward: every bucket all-reduced in order, then one optimizer step per rank.
-      const Reducer& layout = *res.replicas[0]->reducer;
-      for (size_t j = 0; j < layout.num_buckets(); ++j) {
-        std::vector<float*> bufs;
-        for (auto& rep : res.replicas) bufs.push_back(rep->reducer->prepare_bucket(j));
-        if (hooks.before_allreduce) hooks.before_allreduce(sync_count, j, bufs, layout.bucket(j).numel);
-        collective::allreduce_sum(cfg.allreduce, bufs, layout.bucket(j).numel);
-        for (auto& rep : res.replicas) rep->reducer->finalize_bucket(j);
-      }
+      std::vector<Reducer*> reducers;
+      for (auto& rep : res.replicas) reducers.push_back(rep->reducer.get());
+      allreduce.run(reducers, cfg.allreduce, [&](size_t bucket, const std::vector<float*>& bufs, size_t n) {
+        if (hooks.before_allreduce) hooks.before_allreduce(sync_count, bucket, bufs, n);
+      });
       for (auto& rep : res.replicas) {
         rep->reducer->finish_sync();
         rep->optimizer->step();

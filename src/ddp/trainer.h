@@ -49,6 +49,18 @@ inline bool is_sync_batch(const Config& cfg, size_t b, size_t num_batches) {
   return (b + 1) % static_cast<size_t>(cfg.no_sync) == 0 || b + 1 == num_batches;
 }
 
+// The simulator's synchronised backward over every rank's Reducer: bucket by bucket, prepare (grad *
+// 1/ws), all-reduce with `algorithm`, finalize. One workspace of world_size x the largest bucket, kept
+// across steps: memory is parameters + gradients per rank plus this.
+class InProcessAllreduce {
+ public:
+  using Hook = std::function<void(size_t bucket, const std::vector<float*>& bufs, size_t n)>;
+  void run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm, const Hook& before = nullptr);
+
+ private:
+  std::vector<std::vector<float>> workspace_;
+};
+
 struct BatchLog {
   int64_t epoch, rank, batch_size;
   float loss;

@@ -1,0 +1,17 @@
+// Matrix products for nn.Linear through OpenBLAS's sgemm, issued with the same shapes, transposes and
+// beta that PyTorch's CPU addmm / mm issue for Linear forward and backward. Same library, same call:
+// where PyTorch's own result depends only on that call, ours has the same bits.
+#pragma once
+
+#include <cstdint>
+
+namespace ddplab::gemm {
+
+// y[B, out] = bias + x[B, in] W[out, in]^T   (y must already hold the bias in every row; beta = 1)
+void linear_forward(const float* x, const float* w, float* y, int64_t batch, int64_t in, int64_t out);
+// grad_x[B, in] = grad_y[B, out] W[out, in]
+void linear_grad_input(const float* grad_y, const float* w, float* grad_x, int64_t batch, int64_t in, int64_t out);
+// grad_w[out, in] = grad_y[B, out]^T x[B, in]
+void linear_grad_weight(const float* grad_y, const float* x, float* grad_w, int64_t batch, int64_t in, int64_t out);
+
+}  // namespace ddplab::gemm
