@@ -69,9 +69,9 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
       out += "bitwise equal: the different addition order happened to round the same way here.\n";
     } else {
       out += fmt::format(
-          "same mathematics, different float additions: one device takes the mean over {} samples in one matmul;\n"
-          "DDP takes {} per-rank means, multiplies each by float(1/{}){}, and sums them in the {} order.\n"
-          "Expect exact: False, approximate: True.\n",
+          "same mathematics, different float additions: one device takes the mean over {} samples in one\n"
+          "matmul; DDP takes {} per-rank means, multiplies each by float(1/{}){},\n"
+          "and sums them in the {} order. Expect exact: False, approximate: True.\n",
           cfg.world_size * cfg.batch_size, cfg.world_size, cfg.world_size,
           power_of_two(cfg.world_size) ? " (exact for a power of two)" : " (rounded: 1/3 is not a binary fraction)",
           collective::algorithm_name(cfg.allreduce));

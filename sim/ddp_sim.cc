@@ -82,7 +82,20 @@ int run(int argc, char** argv) {
   const ddp::SimResult res = ddp::simulate(cfg, single, hooks);
   fmt::print("buckets at iteration 0: {}\n", res.buckets_first);
   if (!quiet) {
-    for (const ddp::BatchLog& l : res.log) fmt::print("{}\n", ddp::progress_line(l, cfg.epochs));
+    size_t next = 0;
+    for (int64_t e = 0; e < cfg.epochs; ++e) {
+      // What DistributedSampler handed each rank this epoch (first 8 indices): set_epoch reshuffles.
+      std::string line = fmt::format("epoch {} DistributedSampler:", e + 1);
+      for (size_t r = 0; r < res.sampler_indices[static_cast<size_t>(e)].size(); ++r) {
+        const auto& idx = res.sampler_indices[static_cast<size_t>(e)][r];
+        const std::vector<int64_t> head(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(8, idx.size())));
+        line += fmt::format(" rank{} [{}{}]", r, fmt::join(head, " "), idx.size() > 8 ? " ..." : "");
+      }
+      fmt::print("{}\n", line);
+      for (; next < res.log.size() && res.log[next].epoch == e; ++next) {
+        fmt::print("{}\n", ddp::progress_line(res.log[next], cfg.epochs));
+      }
+    }
   }
   fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MB): {}\n",
              cfg.bucket_cap_mb, res.buckets_rebuilt);
