@@ -42,7 +42,8 @@ Measured measure(const Case& c) {
   cfg.samples = c.replicas * c.batch;
   cfg.batch_size = c.batch;
   cfg.shuffle = false;
-  const Dataset data = ddp::make_dataset(cfg);
+  Generator gen;
+  const Dataset data = ddp::make_dataset(cfg, gen);
   std::vector<std::unique_ptr<ddp::Replica>> reps;
   for (int64_t r = 0; r < c.replicas; ++r) {
     reps.push_back(std::make_unique<ddp::Replica>(cfg, r));

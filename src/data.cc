@@ -24,8 +24,8 @@ std::vector<int64_t> Dataset::gather_labels(const std::vector<int64_t>& indices)
   return out;
 }
 
-Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out_shape, uint64_t seed) {
-  Generator& g = default_generator();
+Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out_shape, uint64_t seed,
+                              Generator& g) {
   g.manual_seed(seed);
   Dataset d;
   d.x.resize(num_samples, in_shape);

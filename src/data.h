@@ -24,9 +24,9 @@ struct Dataset {
 };
 
 // Notebook 000's RandomTensorDataset: manual_seed(seed), then per sample randn(in_shape), randn(out_shape).
-// Draws from the global generator, as the notebook does.
+// Draws from the global generator, as the notebook does (or from `gen`: a process's own global one).
 Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out_shape,
-                              uint64_t seed = 12345);
+                              uint64_t seed = 12345, Generator& gen = default_generator());
 
 // torch.utils.data.DistributedSampler(dataset, num_replicas, rank, shuffle, seed, drop_last).
 class DistributedSampler {

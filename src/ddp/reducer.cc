@@ -75,7 +75,7 @@ void Reducer::prepare_bucket(size_t b, float* buf) const {
     }
     const float* g = p.grad.data();
     float* dst = buf + bucket.offsets[j];
-    if (average_ == Average::postdivide) {
+    if (average_ == Average::postdivide || (average_ == Average::avg && backend_averages_)) {
       std::copy(g, g + p.numel(), dst);
     } else {
       for (int64_t k = 0; k < p.numel(); ++k) dst[k] = g[k] * scale;

@@ -44,6 +44,8 @@ class Reducer {
   bool rebuilt() const { return rebuilt_; }
 
   size_t max_bucket_numel() const;
+  // --average avg on a backend that averages itself (NCCL's ncclAvg): prepare copies without scaling.
+  void set_backend_averages(bool v) { backend_averages_ = v; }
 
   // mark_variable_ready: copy every gradient of bucket b into `flat` (bucket(b).numel floats), times
   // float(1/ws) unless postdivide. The caller all-reduces `flat`: buffers are the caller's, so a simulator
@@ -66,6 +68,7 @@ class Reducer {
   size_t cap_bytes_;
   Average average_;
   bool rebuilt_ = false;
+  bool backend_averages_ = false;
   std::vector<Bucket> buckets_;
 };
 

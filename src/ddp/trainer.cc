@@ -4,7 +4,7 @@
 
 namespace ddplab::ddp {
 
-Dataset make_dataset(const Config& cfg) {
+Dataset make_dataset(const Config& cfg, Generator& gen) {
   const int64_t in = cfg.layers.front(), out = cfg.layers.back();
   Dataset d;
   if (cfg.dataset == "toy") {
@@ -15,7 +15,7 @@ Dataset make_dataset(const Config& cfg) {
     for (int64_t i = 0; i < 5; ++i) d.y(i, d.labels[static_cast<size_t>(i)]) = 1.0f;
     return d;
   }
-  d = random_tensor_dataset(cfg.samples, in, out, cfg.seed);
+  d = random_tensor_dataset(cfg.samples, in, out, cfg.seed, gen);
   for (int64_t i = 0; i < d.size(); ++i) {  // torch.argmax: the first index of the maximum
     Eigen::Index arg;
     d.y.row(i).maxCoeff(&arg);
@@ -24,9 +24,9 @@ Dataset make_dataset(const Config& cfg) {
   return d;
 }
 
-MLP make_model(const Config& cfg, int64_t rank) {
-  manual_seed(cfg.init == "per-rank" ? cfg.seed + static_cast<uint64_t>(rank) : cfg.seed);
-  return MLP(cfg.layers, cfg.relu, MLP::sequential_names(cfg.layers.size() - 1, cfg.relu));
+MLP make_model(const Config& cfg, int64_t rank, Generator& gen) {
+  gen.manual_seed(cfg.init == "per-rank" ? cfg.seed + static_cast<uint64_t>(rank) : cfg.seed);
+  return MLP(cfg.layers, cfg.relu, MLP::sequential_names(cfg.layers.size() - 1, cfg.relu), gen);
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model) {
@@ -48,10 +48,10 @@ LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& dat
 
 Replica::Replica(const Config& c, int64_t r)
     : rank(r),
-      model(make_model(c, r)),
+      model(make_model(c, r, gen)),
       optimizer(make_optimizer(c, model)),
       sampler(c.dataset_size(), c.world_size, r, c.shuffle, c.sampler_seed, c.drop_last),
-      loader(sampler, c.batch_size, c.loader_drop_last),
+      loader(sampler, c.batch_size, c.loader_drop_last, gen),
       cfg(c) {}
 
 float Replica::forward_backward(const Dataset& data, const std::vector<int64_t>& idx) {
@@ -86,9 +86,78 @@ void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::
   }
 }
 
+void run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
+                const SyncFn& sync, std::vector<std::vector<std::vector<int64_t>>>& sampler_indices,
+                std::vector<BatchLog>& log, int64_t& optimizer_steps) {
+  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+    std::vector<std::vector<std::vector<int64_t>>> batches;
+    sampler_indices.emplace_back();
+    for (Replica* rep : local) {
+      if (cfg.set_epoch) rep->sampler.set_epoch(epoch);
+      sampler_indices.back().push_back(rep->sampler.indices());
+      batches.push_back(rep->loader.iter());
+    }
+    const size_t nb = batches[0].size();  // DistributedSampler gives every rank as many samples
+    for (size_t b = 0; b < nb; ++b) {
+      std::vector<int64_t> all;
+      for (size_t k = 0; k < local.size(); ++k) {
+        const auto& idx = batches[k][b];
+        const float loss = local[k]->forward_backward(data, idx);
+        log.push_back({epoch, local[k]->rank, static_cast<int64_t>(idx.size()), loss});
+        all.insert(all.end(), idx.begin(), idx.end());
+      }
+      if (single) single->forward_backward(data, all);
+      if (!is_sync_batch(cfg, b, nb)) continue;
+      // The synchronised backward: every bucket all-reduced in order, then one optimizer step per rank.
+      std::vector<Reducer*> reducers;
+      for (Replica* rep : local) reducers.push_back(rep->reducer.get());
+      sync(reducers);
+      for (Replica* rep : local) {
+        rep->reducer->finish_sync();
+        rep->optimizer->step();
+        rep->optimizer->zero_grad(true);
+      }
+      if (single) {
+        single->optimizer->step();
+        single->optimizer->zero_grad(true);
+      }
+      ++optimizer_steps;
+    }
+  }
+}
+
+RankResult train_rank(const Config& cfg, comm::Communicator& comm) {
+  RankResult res;
+  Generator data_gen;
+  const Dataset data = make_dataset(cfg, data_gen);
+  res.replica = std::make_unique<Replica>(cfg, comm.rank());
+  Replica& rep = *res.replica;
+  if (cfg.broadcast) {  // DDP's constructor: rank 0's parameters to everyone, one tensor at a time
+    for (Parameter* p : rep.model.parameters()) comm.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);
+  }
+  rep.reducer = std::make_unique<Reducer>(rep.model.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
+  const bool backend_avg = cfg.average == Average::avg && comm.native_avg();
+  rep.reducer->set_backend_averages(backend_avg);
+  std::vector<float> workspace;
+  const SyncFn sync = [&](const std::vector<Reducer*>& reducers) {
+    Reducer& red = *reducers[0];
+    workspace.resize(std::max(workspace.size(), red.max_bucket_numel()));
+    for (size_t j = 0; j < red.num_buckets(); ++j) {
+      red.prepare_bucket(j, workspace.data());
+      comm.all_reduce(workspace.data(), red.bucket(j).numel, backend_avg ? comm::ReduceOp::avg : comm::ReduceOp::sum);
+      red.finalize_bucket(j, workspace.data());
+    }
+  };
+  std::vector<std::vector<std::vector<int64_t>>> indices;
+  run_epochs(cfg, data, {&rep}, nullptr, sync, indices, res.log, res.optimizer_steps);
+  for (auto& e : indices) res.sampler_indices.push_back(e[0]);
+  return res;
+}
+
 SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks) {
   SimResult res;
-  const Dataset data = make_dataset(cfg);
+  Generator data_gen;
+  const Dataset data = make_dataset(cfg, data_gen);
   for (int64_t r = 0; r < cfg.world_size; ++r) res.replicas.push_back(std::make_unique<Replica>(cfg, r));
   // DDP(model): broadcast rank 0's parameters, then build the reducer.
   for (auto& rep : res.replicas) {
@@ -102,47 +171,17 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   }
   res.buckets_first = res.replicas[0]->reducer->describe();
 
-  const auto ws = static_cast<size_t>(cfg.world_size);
   int64_t sync_count = 0;
   InProcessAllreduce allreduce;
-  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
-    std::vector<std::vector<std::vector<int64_t>>> batches(ws);
-    res.sampler_indices.emplace_back();
-    for (auto& rep : res.replicas) {
-      if (cfg.set_epoch) rep->sampler.set_epoch(epoch);
-      res.sampler_indices.back().push_back(rep->sampler.indices());
-      batches[static_cast<size_t>(rep->rank)] = rep->loader.iter();
-    }
-    const size_t nb = batches[0].size();
-    for (size_t b = 0; b < nb; ++b) {
-      std::vector<int64_t> all;
-      for (auto& rep : res.replicas) {
-        const auto& idx = batches[static_cast<size_t>(rep->rank)][b];
-        const float loss = rep->forward_backward(data, idx);
-        res.log.push_back({epoch, rep->rank, static_cast<int64_t>(idx.size()), loss});
-        all.insert(all.end(), idx.begin(), idx.end());
-      }
-      if (res.single_device) res.single_device->forward_backward(data, all);
-      if (!is_sync_batch(cfg, b, nb)) continue;
-      // The synchronised backward: every bucket all-reduced in order, then one optimizer step per rank.
-      std::vector<Reducer*> reducers;
-      for (auto& rep : res.replicas) reducers.push_back(rep->reducer.get());
-      allreduce.run(reducers, cfg.allreduce, [&](size_t bucket, const std::vector<float*>& bufs, size_t n) {
-        if (hooks.before_allreduce) hooks.before_allreduce(sync_count, bucket, bufs, n);
-      });
-      for (auto& rep : res.replicas) {
-        rep->reducer->finish_sync();
-        rep->optimizer->step();
-        rep->optimizer->zero_grad(true);
-      }
-      if (res.single_device) {
-        res.single_device->optimizer->step();
-        res.single_device->optimizer->zero_grad(true);
-      }
-      ++sync_count;
-      ++res.optimizer_steps;
-    }
-  }
+  std::vector<Replica*> local;
+  for (auto& rep : res.replicas) local.push_back(rep.get());
+  const SyncFn sync = [&](const std::vector<Reducer*>& reducers) {
+    allreduce.run(reducers, cfg.allreduce, [&](size_t bucket, const std::vector<float*>& bufs, size_t n) {
+      if (hooks.before_allreduce) hooks.before_allreduce(sync_count, bucket, bufs, n);
+    });
+    ++sync_count;
+  };
+  run_epochs(cfg, data, local, res.single_device.get(), sync, res.sampler_indices, res.log, res.optimizer_steps);
   res.buckets_rebuilt = res.replicas[0]->reducer->describe();
   return res;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "src/comm/communicator.h"
 #include "src/data.h"
 #include "src/ddp/config.h"
 #include "src/ddp/reducer.h"
@@ -19,10 +20,11 @@ namespace ddplab::ddp {
 
 // random: manual_seed(seed), then per sample randn(in), randn(out) (notebook 000); labels = argmax(y).
 // toy: notebook 001's five 2-d points with labels 0,0,0,1,1 (y = one-hot labels).
-Dataset make_dataset(const Config& cfg);
+// `gen` plays the process's global generator (each real rank has its own; so does each simulated one).
+Dataset make_dataset(const Config& cfg, Generator& gen);
 
 // manual_seed(seed) (or seed + rank with --init per-rank), then the MLP with state_dict names layers.N.
-MLP make_model(const Config& cfg, int64_t rank);
+MLP make_model(const Config& cfg, int64_t rank, Generator& gen);
 std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model);
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx);
 
@@ -36,6 +38,7 @@ struct Replica {
   float forward_backward(const Dataset& data, const std::vector<int64_t>& idx);
 
   int64_t rank;
+  Generator gen;  // this rank's "global" generator: model init and DataLoader draws
   MLP model;
   std::unique_ptr<Optimizer> optimizer;
   DistributedSampler sampler;
@@ -82,6 +85,24 @@ struct SimHooks {
 
 // The replicas keep a reference to `cfg`: it must outlive the result.
 SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks = {});
+
+// One real rank of a multi-process run: the same loop as simulate(), with `comm` carrying the
+// broadcast at construction and every bucket's all-reduce.
+struct RankResult {
+  std::unique_ptr<Replica> replica;
+  std::vector<std::vector<int64_t>> sampler_indices;  // [epoch]
+  std::vector<BatchLog> log;
+  int64_t optimizer_steps = 0;
+};
+RankResult train_rank(const Config& cfg, comm::Communicator& comm);
+
+// The training loop both share: epochs of micro-batches over the replicas this process runs (all of them
+// in the simulator, one in a real rank), `sync` all-reducing their buckets on every synchronised batch.
+// `single` (simulator only) trains on the union of the local replicas' batches.
+using SyncFn = std::function<void(const std::vector<Reducer*>&)>;
+void run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
+                const SyncFn& sync, std::vector<std::vector<std::vector<int64_t>>>& sampler_indices,
+                std::vector<BatchLog>& log, int64_t& optimizer_steps);
 
 // "[rank0] Epoch: 001/003 | Batch size 002 | Loss: 0.75"
 std::string progress_line(const BatchLog& l, int64_t epochs);

@@ -1,0 +1,44 @@
+// The one interface the DDP step talks to: all_reduce, broadcast, all_gather, barrier, each bounded by a
+// timeout. Implementations: LocalGroup (threads in one process, the simulator's algorithms), Gloo (CPU
+// processes over TCP, verify/) and NCCL (GPUs, verify/).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddplab::comm {
+
+enum class ReduceOp { sum, avg };
+
+// A collective that failed or timed out. The message names the collective, its sequence number and,
+// when known, the ranks that never arrived at it.
+struct CommError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend() const = 0;
+  // True when the backend reduces with AVG itself (NCCL's ncclAvg); otherwise callers pre-divide.
+  virtual bool native_avg() const { return false; }
+
+  // In place, on n floats. SUM adds in the backend's own order (Gloo: its ring; see collective/ring.h).
+  virtual void all_reduce(float* data, size_t n, ReduceOp op) = 0;
+  virtual void broadcast(float* data, size_t n, int root) = 0;
+  // Every rank contributes `bytes` bytes; out receives world_size * bytes, rank order.
+  virtual void all_gather(const void* in, size_t bytes, void* out) = 0;
+  virtual void barrier() = 0;
+
+  std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+};
+
+// all_gather of strings of any length (lengths first, then padded payloads).
+std::vector<std::string> all_gather_strings(Communicator& c, const std::string& mine);
+
+}  // namespace ddplab::comm
