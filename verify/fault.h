@@ -1,0 +1,46 @@
+// Fault injection for the verifier's tests: one rank exits or hangs at its K-th all-reduce, so the tests
+// can show that the others stop within --timeout, name the rank, and that nothing hangs.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "src/comm/communicator.h"
+
+namespace ddplab::verify {
+
+class FaultyComm : public comm::Communicator {
+ public:
+  FaultyComm(std::unique_ptr<comm::Communicator> inner, std::string fault, int at)
+      : inner_(std::move(inner)), fault_(std::move(fault)), at_(at) {
+    timeout = inner_->timeout;
+  }
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  std::string backend() const override { return inner_->backend(); }
+  bool native_avg() const override { return inner_->native_avg(); }
+  void all_reduce(float* d, size_t n, comm::ReduceOp op) override {
+    if (++count_ == at_) {
+      std::fprintf(stderr, "rank %d: injected fault: %s at all_reduce %d\n", rank(), fault_.c_str(), at_);
+      std::fflush(stderr);
+      if (fault_ == "exit") _exit(1);
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hang: only a kill ends this
+    }
+    inner_->all_reduce(d, n, op);
+  }
+  void broadcast(float* d, size_t n, int root) override { inner_->broadcast(d, n, root); }
+  void all_gather(const void* in, size_t bytes, void* out) override { inner_->all_gather(in, bytes, out); }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  std::unique_ptr<comm::Communicator> inner_;
+  std::string fault_;
+  int at_, count_ = 0;
+};
+
+}  // namespace ddplab::verify

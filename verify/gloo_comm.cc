@@ -1,0 +1,199 @@
+#include "verify/gloo_comm.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/redis_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <fmt/format.h>
+
+#include "src/flags.h"
+
+namespace ddplab::verify {
+
+class Store {
+ public:
+  std::unique_ptr<gloo::rendezvous::Store> base;
+  std::unique_ptr<gloo::rendezvous::PrefixStore> prefixed;
+  gloo::rendezvous::Store& get() { return prefixed ? static_cast<gloo::rendezvous::Store&>(*prefixed) : *base; }
+};
+
+StoreSpec parse_store(const std::string& text) {
+  StoreSpec s;
+  if (text.rfind("file:", 0) == 0) {
+    s.kind = "file";
+    s.path = text.substr(5);
+    if (s.path.empty()) throw UsageError("--store file:DIR needs a directory");
+    return s;
+  }
+  if (text.rfind("redis://", 0) == 0) {
+    s.kind = "redis";
+    const std::string rest = text.substr(8);
+    const size_t colon = rest.rfind(':');
+    s.host = rest.substr(0, colon);
+    const std::string port = colon == std::string::npos ? "6379" : rest.substr(colon + 1);
+    const int64_t p = parse_int("--store port", port);
+    if (s.host.empty() || p < 1 || p > 65535) {
+      throw UsageError(fmt::format("--store must be redis://HOST:PORT with a port in [1, 65535] (got '{}')", text));
+    }
+    s.port = static_cast<int>(p);
+    return s;
+  }
+  throw UsageError(fmt::format("--store must be file:DIR or redis://HOST:PORT (got '{}')", text));
+}
+
+std::shared_ptr<Store> open_store(const StoreSpec& spec, const std::string& prefix) {
+  auto s = std::make_shared<Store>();
+  if (spec.kind == "file") {
+    struct stat st{};
+    if (stat(spec.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      throw SetupError(fmt::format("store directory '{}' does not exist", spec.path));
+    }
+    if (access(spec.path.c_str(), W_OK) != 0) {
+      throw SetupError(fmt::format("store directory '{}' is not writable", spec.path));
+    }
+    s->base = std::make_unique<gloo::rendezvous::FileStore>(spec.path);  // a fresh directory per run: no prefix
+    return s;
+  }
+  try {
+    s->base = std::make_unique<gloo::rendezvous::RedisStore>(spec.host, spec.port);
+  } catch (const std::exception& e) {
+    throw SetupError(fmt::format("cannot reach the Redis store at {}:{}: {}", spec.host, spec.port,
+                                 std::string(e.what()).substr(0, 200)));
+  }
+  s->prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(prefix, *s->base);
+  return s;
+}
+
+void store_set(Store& s, const std::string& key, const std::string& value) {
+  s.get().set(key, std::vector<char>(value.begin(), value.end()));
+}
+
+std::string store_get(Store& s, const std::string& key, std::chrono::milliseconds timeout) {
+  s.get().wait({key}, timeout);
+  const std::vector<char> v = s.get().get(key);
+  return std::string(v.begin(), v.end());
+}
+
+namespace {
+
+class GlooComm : public comm::Communicator {
+ public:
+  GlooComm(std::shared_ptr<Store> store, std::shared_ptr<gloo::rendezvous::Context> ctx)
+      : store_(std::move(store)), ctx_(std::move(ctx)) {}
+  int rank() const override { return ctx_->rank; }
+  int world_size() const override { return ctx_->size; }
+  std::string backend() const override { return "gloo"; }
+
+  void all_reduce(float* data, size_t n, comm::ReduceOp op) override {
+    if (op == comm::ReduceOp::avg) throw comm::CommError("Gloo has no AVG reduction: pre-divide and SUM");
+    run("all_reduce", [&](uint32_t tag) {
+      gloo::AllreduceOptions opts(ctx_);
+      opts.setOutput(data, n);
+      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);  // what ProcessGroupGloo ends up using
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::allreduce(opts);
+    });
+  }
+  void broadcast(float* data, size_t n, int root) override {
+    run("broadcast", [&](uint32_t tag) {
+      gloo::BroadcastOptions opts(ctx_);
+      opts.setOutput(data, n);
+      opts.setRoot(root);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::broadcast(opts);
+    });
+  }
+  void all_gather(const void* in, size_t bytes, void* out) override {
+    run("all_gather", [&](uint32_t tag) {
+      gloo::AllgatherOptions opts(ctx_);
+      opts.setInput(const_cast<char*>(static_cast<const char*>(in)), bytes);
+      opts.setOutput(static_cast<char*>(out), bytes * static_cast<size_t>(ctx_->size));
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::allgather(opts);
+    });
+  }
+  void barrier() override {
+    run("barrier", [&](uint32_t tag) {
+      gloo::BarrierOptions opts(ctx_);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::barrier(opts);
+    });
+  }
+
+ private:
+  // Every collective first leaves an arrival mark in the store, so that when one fails the survivors can
+  // say which ranks never reached it (a crashed or hanging rank) instead of only "connection closed".
+  template <typename F>
+  void run(const char* name, F f) {
+    const uint64_t seq = seq_++;
+    store_set(*store_, fmt::format("arrive_{}_{}", seq, ctx_->rank), "1");
+    try {
+      f(static_cast<uint32_t>(seq));
+    } catch (const std::exception& e) {
+      std::vector<int> missing;
+      for (int r = 0; r < ctx_->size; ++r) {
+        try {
+          store_->get().wait({fmt::format("arrive_{}_{}", seq, r)}, std::chrono::milliseconds(10));
+        } catch (const std::exception&) {
+          missing.push_back(r);
+        }
+      }
+      std::string what = e.what();
+      if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+      throw comm::CommError(fmt::format(
+          "rank {}: {} #{} failed after at most {} ms: {}{}", ctx_->rank, name, seq, timeout.count(),
+          missing.empty() ? std::string("a peer's connection broke")
+                          : fmt::format("rank{} {} never arrived", missing.size() > 1 ? "s" : "", fmt::join(missing, ", ")),
+          fmt::format(" (gloo: {})", what.substr(0, 160))));
+    }
+  }
+
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, int rank, int world_size,
+                                                 const std::string& bind_address,
+                                                 std::chrono::milliseconds timeout) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = bind_address;
+  std::shared_ptr<gloo::transport::Device> device;
+  try {
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw SetupError(fmt::format("cannot open a TCP device on '{}': {}", bind_address, e.what()));
+  }
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
+  ctx->setTimeout(timeout);
+  try {
+    ctx->connectFullMesh(store->get(), device);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    throw SetupError(fmt::format("rank {}: rendezvous of {} ranks failed within {} ms: {}", rank, world_size,
+                                 timeout.count(), what.substr(0, 200)));
+  }
+  auto c = std::make_unique<GlooComm>(std::move(store), std::move(ctx));
+  c->timeout = timeout;
+  return c;
+}
+
+}  // namespace ddplab::verify

@@ -1,0 +1,38 @@
+// The Gloo backend (Debian's libgloo, 2022 API): TCP transport, rendezvous through a FileStore directory
+// (one host) or a Redis server (several hosts). Collectives are Gloo's own: all_reduce is its ring.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "src/comm/communicator.h"
+
+namespace ddplab::verify {
+
+// Where ranks meet: "file:DIR" (an existing, writable directory, fresh for every run) or
+// "redis://HOST:PORT". `prefix` keeps runs sharing one Redis server apart.
+struct StoreSpec {
+  std::string kind;  // "file" | "redis"
+  std::string path, host;
+  int port = 0;
+};
+// Throws UsageError with one clear line when the text is malformed.
+StoreSpec parse_store(const std::string& text);
+
+// A key-value store the backends share (Gloo's rendezvous store; NCCL's unique id travels through it).
+class Store;
+std::shared_ptr<Store> open_store(const StoreSpec& spec, const std::string& prefix);  // throws SetupError
+void store_set(Store& s, const std::string& key, const std::string& value);
+std::string store_get(Store& s, const std::string& key, std::chrono::milliseconds timeout);  // throws on timeout
+
+// Rendezvous and connection failures: reported as one line, exit status 2.
+struct SetupError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, int rank, int world_size,
+                                                 const std::string& bind_address,
+                                                 std::chrono::milliseconds timeout);
+
+}  // namespace ddplab::verify

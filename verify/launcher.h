@@ -1,0 +1,26 @@
+// Rank discovery and local launching, like torchrun --standalone / mp.spawn.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddplab::verify {
+
+// Who this process is, from the environment: torchrun's RANK, WORLD_SIZE, LOCAL_RANK (+ MASTER_ADDR,
+// MASTER_PORT) or OpenMPI's OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK.
+struct RankEnv {
+  int rank = 0, world_size = 0, local_rank = 0;
+  std::string source;                    // "torchrun" | "openmpi" | "ddp_verify"
+  std::string master_addr, master_port;  // torchrun's, if set
+};
+// nullopt when no launcher variables are set; throws UsageError when they are set but missing or
+// inconsistent (one clear line).
+std::optional<RankEnv> rank_from_env();
+
+// Starts `nproc` copies of this program with RANK/WORLD_SIZE/LOCAL_RANK set and `extra_env` added, waits,
+// and returns 0 when all exit 0. When one fails, the others get SIGTERM (then SIGKILL after 5 s) and the
+// first failure's status is returned, after one line naming the rank.
+int launch_local(int nproc, const std::vector<std::string>& args, const std::vector<std::string>& extra_env);
+
+}  // namespace ddplab::verify
