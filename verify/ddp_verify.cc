@@ -237,6 +237,9 @@ int run(int argc, char** argv) {
       return 3;
     }
   }
+  if (flags.has("store")) {  // fail once, here, rather than once per rank
+    verify::open_store(verify::parse_store(flags.get_string("store", "")), "ddplab-check");
+  }
   // A fresh rendezvous directory for this run (unless --store names one), removed afterwards.
   std::vector<std::string> extra;
   std::string dir;

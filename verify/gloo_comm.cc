@@ -19,6 +19,19 @@
 #include "src/flags.h"
 
 namespace ddplab::verify {
+namespace {
+
+// Gloo's exception texts start with "[./gloo/file.cc:27] " and may run over lines: keep the message.
+std::string gloo_message(const std::exception& e) {
+  std::string what = e.what();
+  if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+  if (!what.empty() && what[0] == '[') {
+    if (const size_t close = what.find("] "); close != std::string::npos) what = what.substr(close + 2);
+  }
+  return what.substr(0, 200);
+}
+
+}  // namespace
 
 class Store {
  public:
@@ -67,8 +80,7 @@ std::shared_ptr<Store> open_store(const StoreSpec& spec, const std::string& pref
   try {
     s->base = std::make_unique<gloo::rendezvous::RedisStore>(spec.host, spec.port);
   } catch (const std::exception& e) {
-    throw SetupError(fmt::format("cannot reach the Redis store at {}:{}: {}", spec.host, spec.port,
-                                 std::string(e.what()).substr(0, 200)));
+    throw SetupError(fmt::format("cannot reach the Redis store at {}:{}: {}", spec.host, spec.port, gloo_message(e)));
   }
   s->prefixed = std::make_unique<gloo::rendezvous::PrefixStore>(prefix, *s->base);
   return s;
@@ -153,13 +165,12 @@ class GlooComm : public comm::Communicator {
           missing.push_back(r);
         }
       }
-      std::string what = e.what();
-      if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+      const std::string what = gloo_message(e);
       throw comm::CommError(fmt::format(
           "rank {}: {} #{} failed after at most {} ms: {}{}", ctx_->rank, name, seq, timeout.count(),
           missing.empty() ? std::string("a peer's connection broke")
                           : fmt::format("rank{} {} never arrived", missing.size() > 1 ? "s" : "", fmt::join(missing, ", ")),
-          fmt::format(" (gloo: {})", what.substr(0, 160))));
+          fmt::format(" (gloo: {})", what)));
     }
   }
 
@@ -186,10 +197,8 @@ std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, i
   try {
     ctx->connectFullMesh(store->get(), device);
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
     throw SetupError(fmt::format("rank {}: rendezvous of {} ranks failed within {} ms: {}", rank, world_size,
-                                 timeout.count(), what.substr(0, 200)));
+                                 timeout.count(), gloo_message(e)));
   }
   auto c = std::make_unique<GlooComm>(std::move(store), std::move(ctx));
   c->timeout = timeout;

@@ -85,8 +85,16 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
     }
     pids.push_back(pid);
   }
+  // After the first failure the others get 2 s to notice it themselves (a peer's closed connection fails
+  // their collective at once, and their message names it), then SIGTERM, then SIGKILL 5 s later.
   int first_status = 0, remaining = nproc;
-  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> term_at, kill_at;
+  const auto signal_all = [&](int sig) {
+    for (pid_t p : pids) {
+      if (p > 0) kill(p, sig);
+    }
+  };
   while (remaining > 0) {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -100,23 +108,23 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0 && first_status == 0) {
         first_status = code;
-        if (!kill_at && remaining > 0) {  // the first failure while others still run: stop them
+        if (remaining > 0) {
           std::fprintf(stderr, "ddp_verify: rank %d %s %d; stopping the other ranks\n", rank,
                        WIFEXITED(status) ? "exited with status" : "was killed by signal",
                        WIFEXITED(status) ? code : WTERMSIG(status));
-          for (pid_t p : pids) {
-            if (p > 0) kill(p, SIGTERM);
-          }
-          kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          term_at = Clock::now() + std::chrono::seconds(2);
         }
       }
       continue;
     }
-    if (kill_at && std::chrono::steady_clock::now() > *kill_at) {
-      for (pid_t p : pids) {
-        if (p > 0) kill(p, SIGKILL);
-      }
-      kill_at = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    if (term_at && Clock::now() > *term_at) {
+      signal_all(SIGTERM);
+      term_at.reset();
+      kill_at = Clock::now() + std::chrono::seconds(5);
+    }
+    if (kill_at && Clock::now() > *kill_at) {
+      signal_all(SIGKILL);
+      kill_at.reset();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -1,0 +1,202 @@
+// //verify:ddp_verify: real Gloo processes against the simulator (exact), against torch DDP (allclose),
+// rendezvous through files, Redis and mpirun, faults (a rank exits or hangs), and bad input.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing.h"
+
+namespace ddplab {
+namespace {
+
+using testing::CommandResult;
+using testing::json;
+const std::string kVerify = "verify/ddp_verify";
+
+CommandResult verify(std::vector<std::string> args) {
+  args.insert(args.begin(), kVerify);
+  return testing::run_command(args);
+}
+
+// Like verify(), with extra environment variables (torchrun / OpenMPI style ranks).
+CommandResult verify_env(const std::vector<std::string>& env, std::vector<std::string> args) {
+  std::vector<std::string> cmd = {"/usr/bin/env"};
+  cmd.insert(cmd.end(), env.begin(), env.end());
+  cmd.push_back(kVerify);
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  return testing::run_command(cmd);
+}
+
+TEST(Verify, GlooEqualsTheSimulatorBitForBit) {
+  // World sizes 2-4; a small model, and one whose 9 MiB weight makes Gloo cut its ring into 1 MiB segments.
+  struct Case {
+    std::vector<std::string> args;
+  };
+  const std::vector<Case> cases = {
+      {{"--epochs", "2"}},
+      {{"--layers", "8,32,16,4", "--activation", "relu", "--no-sync", "2", "--momentum", "0.9"}},
+      {{"--layers", "32,1536,1536,10", "--samples", "16", "--batch-size", "2", "--lr", "0.05"}},
+  };
+  for (int ws : {2, 3, 4}) {
+    for (const Case& c : cases) {
+      auto args = c.args;
+      args.insert(args.end(), {"--nproc", std::to_string(ws), "--quiet"});
+      const CommandResult r = verify(args);
+      const std::string label = "ws=" + std::to_string(ws) + " " + c.args[1];
+      EXPECT_EQ(r.status, 0) << label << "\n" << r.out << r.err;
+      EXPECT_EQ(r.out.find("exact: False"), std::string::npos) << label << "\n" << r.out;
+      EXPECT_NE(r.out.find("verified: every rank bitwise identical"), std::string::npos) << r.out;
+      std::printf("%-30s sim vs real: %s\n", label.c_str(), r.out.find("exact: False") == std::string::npos ? "all exact" : "DIFFER");
+    }
+  }
+}
+
+TEST(Verify, AgainstTorchDdpOnGloo) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  const std::vector<std::string> args = {"--samples", "30", "--batch-size", "3", "--layers", "5,9,3",
+                                         "--activation", "relu", "--loss", "ce", "--epochs", "2", "--lr", "0.2"};
+  const std::string dir = testing::temp_dir();
+  auto v = args;
+  v.insert(v.end(), {"--nproc", "3", "--quiet", "--dump-params", dir + "/real.json"});
+  ASSERT_EQ(verify(v).status, 0);
+  std::vector<std::string> py = {"/usr/bin/python3", "sim/ddp_reference.py", "--world-size", "3"};
+  py.insert(py.end(), args.begin(), args.end());
+  py.insert(py.end(), {"--dump-params", dir + "/torch.json"});
+  const CommandResult t = testing::run_command(py);
+  ASSERT_EQ(t.status, 0) << t.err;
+  const json real = testing::load_json(dir + "/real.json"), torch = testing::load_json(dir + "/torch.json");
+  for (size_t r = 0; r < 3; ++r) {
+    for (size_t e = 0; e < 2; ++e) {
+      EXPECT_EQ(real["sampler_indices_by_rank"][r][e], torch["sampler_indices"][e][r]) << "rank " << r << " epoch " << e;
+    }
+    for (const auto& [name, want] : torch["replicas"][r].items()) {
+      const auto m = testing::match("real gloo vs torch DDP rank" + std::to_string(r) + " " + name,
+                                    testing::floats(real["replicas"][r][name]), testing::floats(want), 1.3e-6, 1e-5);
+      EXPECT_TRUE(m.allclose);
+    }
+  }
+}
+
+int free_port() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+TEST(Verify, RanksMeetThroughRedisTorchrunStyle) {
+  if (access("/usr/bin/redis-server", X_OK) != 0) GTEST_SKIP() << "redis-server is not installed";
+  const int port = free_port();
+  const pid_t redis = fork();
+  if (redis == 0) {
+    execl("/usr/bin/redis-server", "redis-server", "--port", std::to_string(port).c_str(), "--bind", "127.0.0.1",
+          "--save", "", "--appendonly", "no", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Two ranks started separately, as two hosts would start them; they meet at MASTER_ADDR:MASTER_PORT.
+  const std::vector<std::string> env1 = {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                         "MASTER_PORT=" + std::to_string(port)};
+  CommandResult r1;
+  std::thread t([&] { r1 = verify_env(env1, {"--run-id", "redis-test", "--quiet"}); });
+  const CommandResult r0 = verify_env({"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                       "MASTER_PORT=" + std::to_string(port)},
+                                      {"--run-id", "redis-test", "--quiet"});
+  t.join();
+  kill(redis, SIGTERM);
+  waitpid(redis, nullptr, 0);
+  EXPECT_EQ(r0.status, 0) << r0.err;
+  EXPECT_EQ(r1.status, 0) << r1.err;
+  EXPECT_NE(r0.out.find("verified"), std::string::npos) << r0.out;
+}
+
+TEST(Verify, RunsUnderMpirun) {
+  if (access("/usr/bin/mpirun", X_OK) != 0) GTEST_SKIP() << "mpirun (openmpi-bin) is not installed";
+  const std::string dir = testing::temp_dir();
+  const CommandResult r = testing::run_command({"/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+                                                "2", kVerify, "--store", "file:" + dir, "--quiet"});
+  if (r.status != 0 && r.err.find("verified") == std::string::npos && r.out.find("ddp_verify") == std::string::npos) {
+    GTEST_SKIP() << "mpirun could not start processes here: " << r.err.substr(0, 300);
+  }
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("verified"), std::string::npos) << r.out;
+}
+
+TEST(Verify, ARankThatExitsStopsTheOthersAndNamesIt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CommandResult r = verify({"--nproc", "3", "--fault", "exit", "--fault-rank", "1", "--fault-at", "2", "--quiet"});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("rank 1 exited with status 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("all_reduce #"), std::string::npos) << r.err;
+  EXPECT_LT(s, 10.0) << "a crashed peer must not cost the whole timeout";
+}
+
+TEST(Verify, ARankThatHangsIsNamedWithinTheTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CommandResult r = verify({"--nproc", "3", "--fault", "hang", "--fault-rank", "2", "--fault-at", "3",
+                                  "--timeout", "2", "--quiet"});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("rank 2 never arrived"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("failed after at most 2000 ms"), std::string::npos) << r.err;
+  EXPECT_LT(s, 2 + 2 + 5 + 3) << "timeout + the launcher's grace + SIGKILL delay, with slack";
+}
+
+TEST(Verify, RanksWithDifferentConfigurationsAreRefused) {
+  const std::string dir = testing::temp_dir();
+  CommandResult r1;
+  std::thread t([&] { r1 = verify_env({"RANK=1", "WORLD_SIZE=2"}, {"--store", "file:" + dir, "--lr", "0.1"}); });
+  const CommandResult r0 = verify_env({"RANK=0", "WORLD_SIZE=2"}, {"--store", "file:" + dir});
+  t.join();
+  for (const CommandResult* r : std::vector<const CommandResult*>{&r0, &r1}) {
+    EXPECT_EQ(r->status, 2);
+    EXPECT_NE(r->err.find("rank 1 was started with --lr 0.1, rank 0 with --lr 0.01"), std::string::npos) << r->err;
+  }
+}
+
+struct BadInput {
+  std::vector<std::string> env, args;
+  int status;
+  std::string expect;
+};
+
+TEST(Verify, BadInputAndUnavailableBackends) {
+  const std::vector<BadInput> cases = {
+      {{}, {}, 2, "no ranks: give --nproc N"},
+      {{}, {"--nproc", "3", "--world-size", "2"}, 2, "--world-size 2 disagrees with --nproc 3"},
+      {{}, {"--nproc", "2", "--store", "file:/nonexistent-dir"}, 2, "store directory '/nonexistent-dir' does not exist"},
+      {{}, {"--nproc", "2", "--store", "redis://127.0.0.1:1"}, 2, "cannot reach the Redis store at 127.0.0.1:1"},
+      {{}, {"--nproc", "2", "--store", "tcp://x"}, 2, "--store must be file:DIR or redis://HOST:PORT"},
+      {{"RANK=0"}, {"--store", "file:/tmp"}, 2, "RANK is set but WORLD_SIZE is not"},
+      {{"WORLD_SIZE=2"}, {"--store", "file:/tmp"}, 2, "WORLD_SIZE is set but RANK is not"},
+      {{"RANK=2", "WORLD_SIZE=2"}, {"--store", "file:/tmp"}, 2, "RANK=2 is not below WORLD_SIZE=2"},
+      {{"RANK=0", "WORLD_SIZE=2"}, {"--world-size", "3", "--store", "file:/tmp"}, 2, "torchrun says WORLD_SIZE=2"},
+      {{"OMPI_COMM_WORLD_RANK=0"}, {}, 2, "OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not"},
+      {{}, {"--nproc", "0"}, 2, "--nproc must be in [1, 64]"},
+      {{}, {"--nproc", "2", "--backend", "mpi"}, 2, "--backend must be one of gloo|nccl"},
+      {{}, {"--nproc", "2", "--timeout", "0"}, 2, "--timeout must be in"},
+      {{}, {"--nproc", "2", "--backend", "nccl"}, 3, "NCCL backend needs 2 CUDA devices"},
+  };
+  for (const BadInput& c : cases) {
+    const CommandResult r = c.env.empty() ? verify(c.args) : verify_env(c.env, c.args);
+    EXPECT_EQ(r.status, c.status) << c.expect << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << "stderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace ddplab
