@@ -53,6 +53,8 @@ std::string temp_dir() {
 CommandResult run_command(const std::vector<std::string>& argv) {
   const std::string dir = temp_dir();
   const std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
+  std::fflush(stdout);  // else the child's freopen flushes our pending output a second time
+  std::fflush(stderr);
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {

@@ -49,11 +49,12 @@ TEST(Verify, GlooEqualsTheSimulatorBitForBit) {
       auto args = c.args;
       args.insert(args.end(), {"--nproc", std::to_string(ws), "--quiet"});
       const CommandResult r = verify(args);
-      const std::string label = "ws=" + std::to_string(ws) + " " + c.args[1];
+      std::string label = "ws=" + std::to_string(ws);
+      for (const auto& a : c.args) label += " " + a;
       EXPECT_EQ(r.status, 0) << label << "\n" << r.out << r.err;
       EXPECT_EQ(r.out.find("exact: False"), std::string::npos) << label << "\n" << r.out;
       EXPECT_NE(r.out.find("verified: every rank bitwise identical"), std::string::npos) << r.out;
-      std::printf("%-30s sim vs real: %s\n", label.c_str(), r.out.find("exact: False") == std::string::npos ? "all exact" : "DIFFER");
+      std::printf("%-70s sim vs real: %s\n", label.c_str(), r.out.find("exact: False") == std::string::npos ? "all exact" : "DIFFER");
     }
   }
 }
