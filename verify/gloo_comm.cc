@@ -148,29 +148,36 @@ class GlooComm : public comm::Communicator {
   }
 
  private:
-  // Every collective first leaves an arrival mark in the store, so that when one fails the survivors can
-  // say which ranks never reached it (a crashed or hanging rank) instead of only "connection closed".
+  // When a collective fails, every survivor leaves a mark in the store and looks for the others' marks for
+  // up to a second: a rank that leaves none has exited or hangs, and the message names it. (Marks only on
+  // failure: a mark per collective would cost a file write on every all-reduce.)
   template <typename F>
   void run(const char* name, F f) {
     const uint64_t seq = seq_++;
-    store_set(*store_, fmt::format("arrive_{}_{}", seq, ctx_->rank), "1");
     try {
       f(static_cast<uint32_t>(seq));
     } catch (const std::exception& e) {
-      std::vector<int> missing;
-      for (int r = 0; r < ctx_->size; ++r) {
-        try {
-          store_->get().wait({fmt::format("arrive_{}_{}", seq, r)}, std::chrono::milliseconds(10));
-        } catch (const std::exception&) {
-          missing.push_back(r);
-        }
-      }
       const std::string what = gloo_message(e);
+      std::vector<int> silent;
+      try {
+        store_set(*store_, fmt::format("failed_{}_{}", seq, ctx_->rank), "1");
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        for (int r = 0; r < ctx_->size; ++r) {
+          if (r == ctx_->rank) continue;
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+          try {
+            store_->get().wait({fmt::format("failed_{}_{}", seq, r)}, std::max(left, std::chrono::milliseconds(1)));
+          } catch (const std::exception&) {
+            silent.push_back(r);
+          }
+        }
+      } catch (const std::exception&) {  // the store itself is gone: say what we know
+      }
       throw comm::CommError(fmt::format(
-          "rank {}: {} #{} failed after at most {} ms: {}{}", ctx_->rank, name, seq, timeout.count(),
-          missing.empty() ? std::string("a peer's connection broke")
-                          : fmt::format("rank{} {} never arrived", missing.size() > 1 ? "s" : "", fmt::join(missing, ", ")),
-          fmt::format(" (gloo: {})", what)));
+          "rank {}: {} #{} failed after at most {} ms: {} (gloo: {})", ctx_->rank, name, seq, timeout.count(),
+          silent.empty() ? std::string("every peer reports the same failure")
+                         : fmt::format("rank{} {} exited or hangs", silent.size() > 1 ? "s" : "", fmt::join(silent, ", ")),
+          what));
     }
   }
 
