@@ -1,6 +1,5 @@
 #include "src/nn.h"
 
-#include "src/gemm.h"
 
 #include <cmath>
 #include <sstream>
@@ -36,8 +35,8 @@ Linear::Linear(int64_t in, int64_t out, const std::string& prefix, Generator& ge
 
 Matrix Linear::forward(const Matrix& x) {
   input_ = x;
-  Matrix y = bias.value.col(0).transpose().replicate(x.rows(), 1);  // addmm starts from the bias
-  gemm::linear_forward(x.data(), weight.data(), y.data(), x.rows(), in_features, out_features);
+  Matrix y(x.rows(), out_features);
+  kernels->forward(x.data(), weight.data(), bias.data(), y.data(), x.rows(), in_features, out_features);
   return y;
 }
 
@@ -47,22 +46,19 @@ Matrix Linear::backward(const Matrix& grad_out, bool need_grad_input) {
   // into it afterwards (autograd accumulates: old + new).
   if (!weight.has_grad) {
     weight.grad.resize(out_features, in_features);
-    gemm::linear_grad_weight(grad_out.data(), input_.data(), weight.grad.data(), batch, in_features, out_features);
+    kernels->grad_weight(grad_out.data(), input_.data(), weight.grad.data(), batch, in_features, out_features);
     weight.has_grad = true;
   } else {
     Matrix g(out_features, in_features);
-    gemm::linear_grad_weight(grad_out.data(), input_.data(), g.data(), batch, in_features, out_features);
+    kernels->grad_weight(grad_out.data(), input_.data(), g.data(), batch, in_features, out_features);
     weight.grad += g;
   }
-  // grad_bias = grad_out.sum(0): rows added in order, one float accumulator per output.
-  Matrix gb = Matrix::Zero(out_features, 1);
-  for (int64_t r = 0; r < batch; ++r) {
-    for (int64_t o = 0; o < out_features; ++o) gb(o, 0) = gb(o, 0) + grad_out(r, o);
-  }
+  Matrix gb(out_features, 1);  // grad_out.sum(0)
+  kernels->grad_bias(grad_out.data(), gb.data(), batch, out_features);
   bias.accumulate_grad(gb);
   if (!need_grad_input) return Matrix();
   Matrix grad_in(batch, in_features);
-  gemm::linear_grad_input(grad_out.data(), weight.data(), grad_in.data(), batch, in_features, out_features);
+  kernels->grad_input(grad_out.data(), weight.data(), grad_in.data(), batch, in_features, out_features);
   return grad_in;
 }
 

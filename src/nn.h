@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "src/kernels.h"
 #include "src/tensor.h"
 #include "src/torch_rng.h"
 
@@ -24,6 +25,7 @@ class Linear {
 
   int64_t in_features, out_features;
   Parameter weight, bias;
+  const LinearKernels* kernels = &cpu_kernels(Kernels::fast);  // where the products run
 
  private:
   Matrix input_;
@@ -48,6 +50,10 @@ class MLP {
   // model.parameters() order: W0, b0, W1, b1, ...
   std::vector<Parameter*> parameters();
   std::vector<const Parameter*> parameters() const;
+
+  void set_kernels(const LinearKernels& k) {
+    for (Linear& l : linears) l.kernels = &k;
+  }
 
   std::vector<Linear> linears;
   bool relu;

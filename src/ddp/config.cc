@@ -14,7 +14,7 @@ std::set<std::string> config_flag_names() {
   return {"world-size", "layers",   "activation",   "loss",       "optimizer",        "lr",
           "momentum",   "dataset",  "samples",      "seed",       "shuffle",          "sampler-seed",
           "drop-last",  "loader-drop-last", "set-epoch", "batch-size", "epochs",   "init",
-          "broadcast",  "average",  "bucket-cap-mb", "no-sync",   "allreduce"};
+          "broadcast",  "average",  "bucket-cap-mb", "no-sync",   "allreduce",  "kernels"};
 }
 
 const char* config_usage() {
@@ -38,6 +38,8 @@ DDP:
   --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [25]
   --no-sync K               all-reduce every K micro-batches (no_sync in between) [1]
   --allreduce naive|ring|halving-doubling|tree   the simulator's algorithm; ring matches Gloo [ring]
+  --kernels fast|reference  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that a GPU
+                            (ddp_verify --backend nccl) reproduces bit for bit [fast]
 )";
 }
 
@@ -69,6 +71,7 @@ Config config_from_flags(const Flags& f) {
   c.bucket_cap_mb = f.get_double("bucket-cap-mb", c.bucket_cap_mb, 1e-6, 1e6);
   c.no_sync = f.get_int("no-sync", c.no_sync, 1, 1 << 20);
   c.allreduce = collective::parse_algorithm(f.get_choice("allreduce", "ring", collective::algorithm_names()));
+  c.kernels = parse_kernels(f.get_choice("kernels", "fast", {"fast", "reference"}));
   validate(c);
   return c;
 }
@@ -115,7 +118,8 @@ std::vector<std::string> to_args(const Config& c) {
           "--average",      avg[static_cast<int>(c.average)],
           "--bucket-cap-mb", fmt::format("{}", c.bucket_cap_mb),
           "--no-sync",      std::to_string(c.no_sync),
-          "--allreduce",    collective::algorithm_name(c.allreduce)};
+          "--allreduce",    collective::algorithm_name(c.allreduce),
+          "--kernels",      kernels_name(c.kernels)};
 }
 
 std::string describe(const Config& c) {
@@ -124,10 +128,10 @@ std::string describe(const Config& c) {
                                          : fmt::format("adam lr={}", c.lr);
   return fmt::format(
       "world_size={} | MLP {}{} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
-      "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={}",
+      "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}",
       c.world_size, fmt::join(c.layers, "-"), c.relu ? " relu" : "", c.loss, opt, c.dataset, c.dataset_size(),
       c.batch_size, c.shuffle, c.drop_last, c.init, c.broadcast, avg[static_cast<int>(c.average)],
-      c.bucket_cap_mb, c.no_sync, collective::algorithm_name(c.allreduce));
+      c.bucket_cap_mb, c.no_sync, collective::algorithm_name(c.allreduce), kernels_name(c.kernels));
 }
 
 }  // namespace ddplab::ddp

@@ -9,6 +9,7 @@
 #include "src/collective/allreduce.h"
 #include "src/ddp/reducer.h"
 #include "src/flags.h"
+#include "src/kernels.h"
 
 namespace ddplab::ddp {
 
@@ -39,6 +40,7 @@ struct Config {
   double bucket_cap_mb = 25.0;
   int64_t no_sync = 1;  // all-reduce every K micro-batches
   collective::Algorithm allreduce = collective::Algorithm::ring;
+  Kernels kernels = Kernels::fast;  // Linear's products: OpenBLAS (PyTorch's calls) or fixed-order loops
 
   int64_t dataset_size() const { return dataset == "toy" ? 5 : samples; }
   int64_t num_samples_per_rank() const;  // DistributedSampler's num_samples

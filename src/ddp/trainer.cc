@@ -26,7 +26,9 @@ Dataset make_dataset(const Config& cfg, Generator& gen) {
 
 MLP make_model(const Config& cfg, int64_t rank, Generator& gen) {
   gen.manual_seed(cfg.init == "per-rank" ? cfg.seed + static_cast<uint64_t>(rank) : cfg.seed);
-  return MLP(cfg.layers, cfg.relu, MLP::sequential_names(cfg.layers.size() - 1, cfg.relu), gen);
+  MLP m(cfg.layers, cfg.relu, MLP::sequential_names(cfg.layers.size() - 1, cfg.relu), gen);
+  m.set_kernels(cpu_kernels(cfg.kernels));
+  return m;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model) {
