@@ -79,7 +79,7 @@ int worker(const Flags& flags, ddp::Config cfg, const verify::RankEnv& env) {
   auto store = verify::open_store(verify::parse_store(store_text), run_id);
   std::unique_ptr<comm::Communicator> comm;
   if (backend == "nccl") {
-    const std::string why = verify::nccl_unavailable_reason(env.local_rank, env.world_size);
+    const std::string why = verify::nccl_unavailable_reason(env.local_rank, env.local_world_size);
     if (!why.empty()) {
       std::fprintf(stderr, "ddp_verify: rank %d: %s\n", env.rank, why.c_str());
       return 3;
@@ -124,7 +124,8 @@ int worker(const Flags& flags, ddp::Config cfg, const verify::RankEnv& env) {
   const bool quiet = flags.has("quiet");
   if (env.rank == 0) fmt::print("ddp_verify: {} backend, {} ranks | {}\n", backend, env.world_size, ddp::describe(cfg));
   std::fflush(stdout);
-  const ddp::RankResult mine = ddp::train_rank(cfg, *comm);
+  const ddp::RankResult mine =
+      ddp::train_rank(cfg, *comm, backend == "nccl" ? &verify::nccl_kernels(cfg.kernels) : nullptr);
   if (!quiet) {
     std::string lines;
     for (const auto& l : mine.log) lines += ddp::progress_line(l, cfg.epochs) + "\n";
@@ -158,7 +159,10 @@ int worker(const Flags& flags, ddp::Config cfg, const verify::RankEnv& env) {
       for (const auto& row : sim_rows) ok = ok && row.approximate;
       for (const auto& row : rank_rows) ok = ok && row.exact;
       if (r == 0 || r + 1 == env.world_size) {
-        report += fmt::format("\n# sim vs real, rank {} (simulator all-reduce: {})\n", r, collective::algorithm_name(cfg.allreduce));
+        report += fmt::format("\n# sim vs real, rank {} (simulator all-reduce: {}{})\n", r, collective::algorithm_name(cfg.allreduce),
+                              backend == "nccl" ? "; NCCL picks its own ring/tree order, so only world_size 2 can be "
+                                                  "exact, with --kernels reference"
+                                                : ", the order of Gloo's ring");
         for (const auto& row : sim_rows) report += format_cmp(row) + "\n";
       }
       if (r > 0 && r + 1 == env.world_size) {

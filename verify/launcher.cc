@@ -56,6 +56,8 @@ std::optional<RankEnv> rank_from_env() {
     throw UsageError(fmt::format("{}={} is not below {}={}", rank_var, e.rank, size_var, e.world_size));
   }
   e.local_rank = env(local_var) ? env_int(local_var, *env(local_var)) : e.rank;
+  const char* local_size_var = e.source == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "LOCAL_WORLD_SIZE";
+  e.local_world_size = env(local_size_var) ? env_int(local_size_var, *env(local_size_var)) : e.world_size;
   e.master_addr = env("MASTER_ADDR").value_or("");
   e.master_port = env("MASTER_PORT").value_or("");
   return e;
@@ -89,7 +91,8 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
   // their collective at once, and their message names it), then SIGTERM, then SIGKILL 5 s later.
   int first_status = 0, remaining = nproc;
   using Clock = std::chrono::steady_clock;
-  std::optional<Clock::time_point> term_at, kill_at;
+  constexpr auto kNever = Clock::time_point::max();
+  Clock::time_point term_at = kNever, kill_at = kNever;
   const auto signal_all = [&](int sig) {
     for (pid_t p : pids) {
       if (p > 0) kill(p, sig);
@@ -117,14 +120,14 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
       }
       continue;
     }
-    if (term_at && Clock::now() > *term_at) {
+    if (Clock::now() > term_at) {
       signal_all(SIGTERM);
-      term_at.reset();
+      term_at = kNever;
       kill_at = Clock::now() + std::chrono::seconds(5);
     }
-    if (kill_at && Clock::now() > *kill_at) {
+    if (Clock::now() > kill_at) {
       signal_all(SIGKILL);
-      kill_at.reset();
+      kill_at = kNever;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -11,6 +11,7 @@ namespace ddplab::verify {
 // MASTER_PORT) or OpenMPI's OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK.
 struct RankEnv {
   int rank = 0, world_size = 0, local_rank = 0;
+  int local_world_size = 0;  // ranks on this host (torchrun's LOCAL_WORLD_SIZE); GPUs needed here
   std::string source;                    // "torchrun" | "openmpi" | "ddp_verify"
   std::string master_addr, master_port;  // torchrun's, if set
 };

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "verify/cuda_kernels.h"
 #include "verify/nccl_backend.h"
 
 namespace ddplab::verify {
@@ -109,6 +110,8 @@ class NcclComm : public comm::Communicator {
 };
 
 }  // namespace
+
+const LinearKernels& nccl_kernels(Kernels k) { return cuda_kernels(k); }
 
 std::string nccl_unavailable_reason(int local_rank, int local_world_size) {
   int count = 0;

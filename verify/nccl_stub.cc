@@ -11,6 +11,8 @@ std::string nccl_unavailable_reason(int, int local_world_size) {
                      local_world_size);
 }
 
+const LinearKernels& nccl_kernels(Kernels k) { return cpu_kernels(k); }  // never reached: no CUDA
+
 std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store>, int, int, int, std::chrono::milliseconds) {
   throw SetupError(nccl_unavailable_reason(0, 0));
 }

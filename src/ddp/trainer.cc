@@ -128,12 +128,13 @@ void run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replic
   }
 }
 
-RankResult train_rank(const Config& cfg, comm::Communicator& comm) {
+RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels* kernels) {
   RankResult res;
   Generator data_gen;
   const Dataset data = make_dataset(cfg, data_gen);
   res.replica = std::make_unique<Replica>(cfg, comm.rank());
   Replica& rep = *res.replica;
+  if (kernels) rep.model.set_kernels(*kernels);
   if (cfg.broadcast) {  // DDP's constructor: rank 0's parameters to everyone, one tensor at a time
     for (Parameter* p : rep.model.parameters()) comm.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);
   }

@@ -94,7 +94,8 @@ struct RankResult {
   std::vector<BatchLog> log;
   int64_t optimizer_steps = 0;
 };
-RankResult train_rank(const Config& cfg, comm::Communicator& comm);
+// `kernels`, when given, replaces the CPU kernel table (the NCCL backend runs Linear on the GPU).
+RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels* kernels = nullptr);
 
 // The training loop both share: epochs of micro-batches over the replicas this process runs (all of them
 // in the simulator, one in a real rank), `sync` all-reducing their buckets on every synchronised batch.

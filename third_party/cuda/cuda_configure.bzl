@@ -30,6 +30,7 @@ def _write_unavailable(rctx, why):
         'exports_files(["config.bzl"])',
         'cc_library(name = "cuda_headers")',
         'cc_library(name = "cudart")',
+        'cc_library(name = "cublas")',
         'cc_library(name = "nccl")',
         "",
     ]))
@@ -108,6 +109,12 @@ cc_library(
     name = "cudart",
     linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-lcudart", "-ldl", "-lrt", "-pthread"],
     deps = [":cuda_headers"],
+)
+
+cc_library(
+    name = "cublas",
+    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-lcublas"],
+    deps = [":cudart"],
 )
 
 {nccl}

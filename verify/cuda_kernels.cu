@@ -1,0 +1,173 @@
+#include "verify/cuda_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace ddplab::verify {
+namespace {
+
+void check(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(e));
+}
+void check(cublasStatus_t s, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(call) + ": cuBLAS status " + std::to_string(s));
+}
+#define CHECK(call) check((call), #call)
+
+// Device scratch for up to four operands, grown on demand and kept (one set per host thread).
+struct Scratch {
+  float* p[4] = {nullptr, nullptr, nullptr, nullptr};
+  size_t n[4] = {0, 0, 0, 0};
+  float* get(int i, size_t count) {
+    if (count > n[i]) {
+      if (p[i]) CHECK(cudaFree(p[i]));
+      p[i] = nullptr;
+      CHECK(cudaMalloc(&p[i], count * sizeof(float)));
+      n[i] = count;
+    }
+    return p[i];
+  }
+};
+thread_local Scratch scratch;
+
+float* to_device(int slot, const float* host, size_t count) {
+  float* d = scratch.get(slot, count);
+  CHECK(cudaMemcpy(d, host, count * sizeof(float), cudaMemcpyHostToDevice));
+  return d;
+}
+void to_host(float* host, const float* dev, size_t count) {
+  CHECK(cudaMemcpy(host, dev, count * sizeof(float), cudaMemcpyDeviceToHost));
+}
+unsigned blocks(int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
+
+// --- reference kernels: the loops of src/kernels.cc, one output element per thread -------------------
+__global__ void ref_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
+                            int64_t out) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= batch * out) return;
+  const int64_t b = t / out, o = t % out;
+  float acc = 0.0f;
+  for (int64_t k = 0; k < in; ++k) acc = acc + x[b * in + k] * w[o * in + k];
+  y[t] = acc + bias[o];
+}
+__global__ void ref_grad_input(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= batch * in) return;
+  const int64_t b = t / in, i = t % in;
+  float acc = 0.0f;
+  for (int64_t o = 0; o < out; ++o) acc = acc + gy[b * out + o] * w[o * in + i];
+  gx[t] = acc;
+}
+__global__ void ref_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= out * in) return;
+  const int64_t o = t / in, i = t % in;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < batch; ++b) acc = acc + gy[b * out + o] * x[b * in + i];
+  gw[t] = acc;
+}
+__global__ void ref_grad_bias(const float* gy, float* gb, int64_t batch, int64_t out) {
+  const int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (o >= out) return;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < batch; ++b) acc = acc + gy[b * out + o];
+  gb[o] = acc;
+}
+__global__ void fill_bias_rows(const float* bias, float* y, int64_t batch, int64_t out) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t < batch * out) y[t] = bias[t % out];
+}
+
+void launched(const char* name) { check(cudaGetLastError(), name); }
+
+void gpu_ref_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
+                     int64_t out) {
+  float* dx = to_device(0, x, batch * in);
+  float* dw = to_device(1, w, out * in);
+  float* db = to_device(2, bias, out);
+  float* dy = scratch.get(3, batch * out);
+  ref_forward<<<blocks(batch * out), 256>>>(dx, dw, db, dy, batch, in, out);
+  launched("ref_forward");
+  to_host(y, dy, batch * out);
+}
+void gpu_ref_grad_input(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
+  float* dgy = to_device(0, gy, batch * out);
+  float* dw = to_device(1, w, out * in);
+  float* dgx = scratch.get(3, batch * in);
+  ref_grad_input<<<blocks(batch * in), 256>>>(dgy, dw, dgx, batch, in, out);
+  launched("ref_grad_input");
+  to_host(gx, dgx, batch * in);
+}
+void gpu_ref_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
+  float* dgy = to_device(0, gy, batch * out);
+  float* dx = to_device(1, x, batch * in);
+  float* dgw = scratch.get(3, out * in);
+  ref_grad_weight<<<blocks(out * in), 256>>>(dgy, dx, dgw, batch, in, out);
+  launched("ref_grad_weight");
+  to_host(gw, dgw, out * in);
+}
+void gpu_grad_bias(const float* gy, float* gb, int64_t batch, int64_t out) {
+  float* dgy = to_device(0, gy, batch * out);
+  float* dgb = scratch.get(3, out);
+  ref_grad_bias<<<blocks(out), 256>>>(dgy, dgb, batch, out);
+  launched("ref_grad_bias");
+  to_host(gb, dgb, out);
+}
+
+// --- fast: cuBLAS, with the column-major mapping of src/gemm.cc -------------------------------------
+cublasHandle_t handle() {
+  thread_local cublasHandle_t h = [] {
+    cublasHandle_t created = nullptr;
+    CHECK(cublasCreate(&created));
+    // No TF32 or other reduced-precision paths: float32 in, float32 math.
+    CHECK(cublasSetMathMode(created, CUBLAS_DEFAULT_MATH));
+    return created;
+  }();
+  return h;
+}
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float beta, float* c, int64_t ldc) {
+  const float one = 1.0f;
+  CHECK(cublasSgemm(handle(), ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(m),
+                    static_cast<int>(n), static_cast<int>(k), &one, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+                    &beta, c, static_cast<int>(ldc)));
+}
+void gpu_fast_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
+                      int64_t out) {
+  float* dx = to_device(0, x, batch * in);
+  float* dw = to_device(1, w, out * in);
+  float* db = to_device(2, bias, out);
+  float* dy = scratch.get(3, batch * out);
+  fill_bias_rows<<<blocks(batch * out), 256>>>(db, dy, batch, out);
+  launched("fill_bias_rows");
+  sgemm(true, false, out, batch, in, dw, in, dx, in, 1.0f, dy, out);
+  to_host(y, dy, batch * out);
+}
+void gpu_fast_grad_input(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
+  float* dgy = to_device(0, gy, batch * out);
+  float* dw = to_device(1, w, out * in);
+  float* dgx = scratch.get(3, batch * in);
+  sgemm(false, false, in, batch, out, dw, in, dgy, out, 0.0f, dgx, in);
+  to_host(gx, dgx, batch * in);
+}
+void gpu_fast_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
+  float* dgy = to_device(0, gy, batch * out);
+  float* dx = to_device(1, x, batch * in);
+  float* dgw = scratch.get(3, out * in);
+  sgemm(false, true, in, out, batch, dx, in, dgy, out, 0.0f, dgw, in);
+  to_host(gw, dgw, out * in);
+}
+
+const LinearKernels kGpuReference = {"reference on the GPU (fixed-order kernels, --fmad=false)", gpu_ref_forward,
+                                     gpu_ref_grad_input, gpu_ref_grad_weight, gpu_grad_bias};
+const LinearKernels kGpuFast = {"fast on the GPU (cuBLAS)", gpu_fast_forward, gpu_fast_grad_input,
+                                gpu_fast_grad_weight, gpu_grad_bias};
+
+}  // namespace
+
+const LinearKernels& cuda_kernels(Kernels k) { return k == Kernels::fast ? kGpuFast : kGpuReference; }
+
+}  // namespace ddplab::verify
