@@ -75,7 +75,7 @@ TEST(Verify, AgainstTorchDdpOnGloo) {
   const json real = testing::load_json(dir + "/real.json"), torch = testing::load_json(dir + "/torch.json");
   for (size_t r = 0; r < 3; ++r) {
     for (size_t e = 0; e < 2; ++e) {
-      EXPECT_EQ(real["sampler_indices_by_rank"][r][e], torch["sampler_indices"][e][r]) << "rank " << r << " epoch " << e;
+      EXPECT_EQ(real["sampler_indices"][e][r], torch["sampler_indices"][e][r]) << "rank " << r << " epoch " << e;
     }
     for (const auto& [name, want] : torch["replicas"][r].items()) {
       const auto m = testing::match("real gloo vs torch DDP rank" + std::to_string(r) + " " + name,
@@ -155,6 +155,22 @@ TEST(Verify, ARankThatHangsIsNamedWithinTheTimeout) {
   EXPECT_NE(r.err.find("rank 2 exited or hangs"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("failed after at most 2000 ms"), std::string::npos) << r.err;
   EXPECT_LT(s, 2 + 2 + 5 + 3) << "timeout + the launcher's grace + SIGKILL delay, with slack";
+}
+
+TEST(Verify, APortInUseBySomethingElseIsNotWaitedOn) {
+  // A listener that accepts and never answers: Redis' client would block forever on it.
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  listen(s, 4);
+  const CommandResult r = verify({"--nproc", "2", "--store", "redis://127.0.0.1:" + std::to_string(ntohs(a.sin_port))});
+  close(s);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("the port is in use by something that is not Redis"), std::string::npos) << r.err;
 }
 
 TEST(Verify, RanksWithDifferentConfigurationsAreRefused) {

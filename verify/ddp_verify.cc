@@ -58,6 +58,14 @@ std::string fmt_rank_json(const ddp::RankResult& r) {  // this rank's entries of
   return fmt::format("{}}}\n{}\n[{}]", params, fmt::format("[{}]", fmt::join(idx, ", ")), fmt::join(losses, ", "));
 }
 
+// The e-th inner list of "[[..], [..], ...]" (flat integer lists, no nesting below).
+std::string nth_list(const std::string& lists, size_t e) {
+  size_t pos = 1;
+  for (size_t i = 0; i < e; ++i) pos = lists.find(']', pos) + 1;
+  const size_t open = lists.find('[', pos), close = lists.find(']', open);
+  return lists.substr(open, close - open + 1);
+}
+
 int worker(const Flags& flags, ddp::Config cfg, const verify::RankEnv& env) {
   const int nproc = static_cast<int>(flags.get_int("nproc", env.world_size, 1, ddp::kMaxWorldSize));
   if (nproc != env.world_size || (flags.has("world-size") && cfg.world_size != env.world_size)) {
@@ -185,8 +193,15 @@ int worker(const Flags& flags, ddp::Config cfg, const verify::RankEnv& env) {
         idx.push_back(d.substr(a + 1, b - a - 1));
         losses.push_back(d.substr(b + 1));
       }
-      out += fmt::format("{}\n ],\n \"sampler_indices_by_rank\": [{}],\n \"losses\": [{}]}}\n", fmt::join(params, ",\n"),
-                         fmt::join(idx, ", "), fmt::join(losses, ", "));
+      // sampler_indices as ddp_sim writes them: [epoch][rank][...]
+      std::vector<std::string> by_epoch;
+      for (size_t e = 0; e < static_cast<size_t>(cfg.epochs); ++e) {
+        std::vector<std::string> ranks;
+        for (const std::string& per_rank : idx) ranks.push_back(nth_list(per_rank, e));
+        by_epoch.push_back(fmt::format("[{}]", fmt::join(ranks, ", ")));
+      }
+      out += fmt::format("{}\n ],\n \"sampler_indices\": [{}],\n \"losses\": [{}]}}\n", fmt::join(params, ",\n"),
+                         fmt::join(by_epoch, ", "), fmt::join(losses, ", "));
       if (std::string why = write_file_atomic(dump, out); !why.empty()) {
         std::fprintf(stderr, "ddp_verify: --dump-params: %s\n", why.c_str());
         verdict = 1.0f;

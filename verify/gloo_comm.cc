@@ -1,7 +1,12 @@
 #include "verify/gloo_comm.h"
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -29,6 +34,49 @@ std::string gloo_message(const std::exception& e) {
     if (const size_t close = what.find("] "); close != std::string::npos) what = what.substr(close + 2);
   }
   return what.substr(0, 200);
+}
+
+// hiredis (inside Gloo's RedisStore) blocks forever on a server that never answers. Ask first, with a
+// deadline: connect, send PING, expect "+PONG". Returns "" or why not.
+std::string redis_ping(const std::string& host, int port, int timeout_ms) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    return fmt::format("cannot resolve '{}': {}", host, gai_strerror(rc));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    const auto wait_for = [&](short events) {
+      pollfd p{fd, events, 0};
+      return poll(&p, 1, timeout_ms) == 1 && (p.revents & events) != 0;
+    };
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      why = std::strerror(errno);
+    } else if (!wait_for(POLLOUT)) {
+      why = "connection timed out";
+    } else {
+      int err = 0;
+      socklen_t len = sizeof err;
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        why = std::strerror(err);
+      } else if (send(fd, "PING\r\n", 6, MSG_NOSIGNAL) != 6) {
+        why = "cannot send PING";
+      } else {
+        char buf[16] = {0};
+        const ssize_t n = wait_for(POLLIN) ? recv(fd, buf, sizeof buf - 1, 0) : -1;
+        why = n >= 5 && std::strncmp(buf, "+PONG", 5) == 0
+                  ? ""
+                  : fmt::format("the port is in use by something that is not Redis (no PONG within {} ms)", timeout_ms);
+      }
+    }
+    close(fd);
+    if (why.empty()) break;
+  }
+  freeaddrinfo(res);
+  return why;
 }
 
 }  // namespace
@@ -76,6 +124,9 @@ std::shared_ptr<Store> open_store(const StoreSpec& spec, const std::string& pref
     }
     s->base = std::make_unique<gloo::rendezvous::FileStore>(spec.path);  // a fresh directory per run: no prefix
     return s;
+  }
+  if (std::string why = redis_ping(spec.host, spec.port, 5000); !why.empty()) {
+    throw SetupError(fmt::format("cannot reach the Redis store at {}:{}: {}", spec.host, spec.port, why));
   }
   try {
     s->base = std::make_unique<gloo::rendezvous::RedisStore>(spec.host, spec.port);
