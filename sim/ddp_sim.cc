@@ -37,18 +37,7 @@ int run(int argc, char** argv) {
                         "compute-gflops", "dump-params", "quiet"}) {
     known.insert(f);
   }
-  // --explain and --quiet take no value: give them one so the parser stays uniform.
-  std::vector<std::string> args;
-  for (int i = 0; i < argc; ++i) {
-    args.push_back(argv[i]);
-    if ((args.back() == "--explain" || args.back() == "--quiet") &&
-        (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0)) {
-      args.push_back("true");
-    }
-  }
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  const Flags flags(static_cast<int>(cargs.size()), cargs.data(), known);
+  const Flags flags(argc, argv, known, {"explain", "quiet"});
   if (flags.help()) {
     std::printf("%s%s%s", kHead, ddp::config_usage(), kTail);
     return 0;

@@ -8,7 +8,7 @@
 
 namespace ddplab {
 
-Flags::Flags(int argc, char** argv, const std::set<std::string>& known) {
+Flags::Flags(int argc, char** argv, const std::set<std::string>& known, const std::set<std::string>& bare) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -26,8 +26,13 @@ Flags::Flags(int argc, char** argv, const std::set<std::string>& known) {
       name = name.substr(0, eq);
     } else {
       if (!known.count(name)) throw UsageError(fmt::format("unknown flag --{} (see --help)", name));
-      if (i + 1 >= argc) throw UsageError(fmt::format("--{} needs a value", name));
-      value = argv[++i];
+      const bool next_is_value = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0;
+      if (bare.count(name) && !next_is_value) {
+        value = "true";
+      } else {
+        if (i + 1 >= argc) throw UsageError(fmt::format("--{} needs a value", name));
+        value = argv[++i];
+      }
     }
     if (!known.count(name)) throw UsageError(fmt::format("unknown flag --{} (see --help)", name));
     if (values_.count(name)) throw UsageError(fmt::format("--{} given twice", name));

@@ -18,8 +18,9 @@ struct UsageError : std::runtime_error {
 class Flags {
  public:
   // Accepts "--name value" and "--name=value"; anything else not starting with "--" is positional.
-  // `known` lists every flag the program takes: any other flag is an error.
-  Flags(int argc, char** argv, const std::set<std::string>& known);
+  // `known` lists every flag the program takes: any other flag is an error. Flags in `bare` may stand
+  // alone ("--quiet"), meaning "true"; they still accept "--quiet false".
+  Flags(int argc, char** argv, const std::set<std::string>& known, const std::set<std::string>& bare = {});
 
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   bool help() const { return help_; }

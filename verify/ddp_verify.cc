@@ -18,10 +18,9 @@
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
 #include "src/io.h"
-#include "verify/fault.h"
 #include "verify/gloo_comm.h"
-#include "verify/launcher.h"
 #include "verify/nccl_backend.h"
+#include "verify/runner.h"
 
 namespace {
 
@@ -32,16 +31,9 @@ constexpr const char* kHead = R"(usage: ddp_verify --backend gloo|nccl --nproc N
        mpirun -np N ddp_verify --store file:/shared/dir [flags]
 Runs the DDP step with one process per rank and compares it with ddp_sim's.
 )";
-constexpr const char* kTail = R"(verifier:
-  --backend gloo|nccl       [gloo]          --nproc N  local ranks to spawn (= world size)
-  --store file:DIR|redis://HOST:PORT  rendezvous; default: a fresh directory (local), or
-                            redis://MASTER_ADDR:MASTER_PORT under torchrun
-  --run-id ID               keeps runs sharing one Redis apart [ddplab]
-  --bind ADDR               address this rank listens on [127.0.0.1]
-  --timeout S               seconds any collective may wait before failing [30]
+constexpr const char* kTail = R"(output:
   --dump-params FILE        every rank's final parameters, sampler indices, losses (ddp_sim's JSON)
   --quiet                   no per-batch lines
-  --fault exit|hang --fault-rank R --fault-at K   (tests) rank R exits or hangs at its K-th all-reduce
 )";
 
 struct Exit {
@@ -66,70 +58,12 @@ std::string nth_list(const std::string& lists, size_t e) {
   return lists.substr(open, close - open + 1);
 }
 
-int worker(const Flags& flags, ddp::Config cfg, const verify::RankEnv& env) {
-  const int nproc = static_cast<int>(flags.get_int("nproc", env.world_size, 1, ddp::kMaxWorldSize));
-  if (nproc != env.world_size || (flags.has("world-size") && cfg.world_size != env.world_size)) {
-    throw UsageError(fmt::format("{} says WORLD_SIZE={}, but --nproc/--world-size say {}", env.source,
-                                 env.world_size, flags.has("world-size") ? cfg.world_size : nproc));
-  }
-  cfg.world_size = env.world_size;
-  ddp::validate(cfg);
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
-  std::string store_text = flags.get_string("store", std::getenv("DDPLAB_STORE") ? std::getenv("DDPLAB_STORE") : "");
-  if (store_text.empty() && !env.master_addr.empty() && !env.master_port.empty()) {
-    store_text = "redis://" + env.master_addr + ":" + env.master_port;
-  }
-  if (store_text.empty()) {
-    throw UsageError("no rendezvous: give --store file:DIR (one host) or redis://HOST:PORT, or MASTER_ADDR/MASTER_PORT");
-  }
-  const std::string backend = flags.get_choice("backend", "gloo", {"gloo", "nccl"});
-  const std::string run_id = flags.get_string("run-id", std::getenv("DDPLAB_RUN_ID") ? std::getenv("DDPLAB_RUN_ID") : "ddplab");
-  auto store = verify::open_store(verify::parse_store(store_text), run_id);
-  std::unique_ptr<comm::Communicator> comm;
-  if (backend == "nccl") {
-    const std::string why = verify::nccl_unavailable_reason(env.local_rank, env.local_world_size);
-    if (!why.empty()) {
-      std::fprintf(stderr, "ddp_verify: rank %d: %s\n", env.rank, why.c_str());
-      return 3;
-    }
-    comm = verify::connect_nccl(store, env.rank, env.world_size, env.local_rank, timeout);
-  } else {
-    comm = verify::connect_gloo(store, env.rank, env.world_size, flags.get_string("bind", "127.0.0.1"), timeout);
-  }
-  if (flags.has("fault")) {
-    const int64_t who = flags.get_int("fault-rank", 0, 0, ddp::kMaxWorldSize - 1);
-    if (who == env.rank) {
-      comm = std::make_unique<verify::FaultyComm>(std::move(comm), flags.get_choice("fault", "exit", {"exit", "hang"}),
-                                                  static_cast<int>(flags.get_int("fault-at", 1, 1, 1 << 30)));
-    }
-  }
-
-  // Ranks started differently would train different things: refuse, naming the first differing flag.
+int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
+  const verify::RankEnv& env = rank.env;
+  const std::string& backend = rank.backend;
+  auto& comm = rank.comm;
   const auto args = ddp::to_args(cfg);
-  const auto all = comm::all_gather_strings(*comm, fmt::format("{}", fmt::join(args, "\x1f")));
-  for (int r = 1; r < env.world_size; ++r) {
-    if (all[static_cast<size_t>(r)] == all[0]) continue;
-    std::vector<std::string> theirs;
-    for (size_t a = 0, b; a <= all[static_cast<size_t>(r)].size(); a = b + 1) {
-      b = all[static_cast<size_t>(r)].find('\x1f', a);
-      if (b == std::string::npos) b = all[static_cast<size_t>(r)].size();
-      theirs.push_back(all[static_cast<size_t>(r)].substr(a, b - a));
-    }
-    std::vector<std::string> base;
-    for (size_t a = 0, b; a <= all[0].size(); a = b + 1) {
-      b = all[0].find('\x1f', a);
-      if (b == std::string::npos) b = all[0].size();
-      base.push_back(all[0].substr(a, b - a));
-    }
-    for (size_t i = 0; i + 1 < std::min(base.size(), theirs.size()); i += 2) {
-      if (base[i + 1] != theirs[i + 1]) {
-        throw UsageError(fmt::format("rank {} was started with {} {}, rank 0 with {} {}: ranks must agree",
-                                     r, theirs[i], theirs[i + 1], base[i], base[i + 1]));
-      }
-    }
-  }
-
-  const bool quiet = flags.has("quiet");
+  const bool quiet = flags.get_bool("quiet", false);
   if (env.rank == 0) fmt::print("ddp_verify: {} backend, {} ranks | {}\n", backend, env.world_size, ddp::describe(cfg));
   std::fflush(stdout);
   const ddp::RankResult mine =
@@ -214,67 +148,28 @@ int worker(const Flags& flags, ddp::Config cfg, const verify::RankEnv& env) {
 
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
-  for (const char* f : {"backend", "nproc", "store", "run-id", "bind", "timeout", "dump-params", "quiet", "fault",
-                        "fault-rank", "fault-at"}) {
-    known.insert(f);
-  }
-  std::vector<std::string> args;  // --quiet takes no value
-  for (int i = 0; i < argc; ++i) {
-    args.push_back(argv[i]);
-    if (args.back() == "--quiet" && (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0)) args.push_back("true");
-  }
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  const Flags flags(static_cast<int>(cargs.size()), cargs.data(), known);
+  for (const auto& f : verify::runner_flag_names()) known.insert(f);
+  for (const char* f : {"dump-params", "quiet"}) known.insert(f);
+  const Flags flags(argc, argv, known, {"quiet"});
   if (flags.help()) {
-    std::printf("%s%s%s", kHead, ddp::config_usage(), kTail);
+    std::printf("%s%s%s%s", kHead, ddp::config_usage(), verify::runner_usage(), kTail);
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   ddp::Config cfg = ddp::config_from_flags(flags);
-  flags.get_choice("backend", "gloo", {"gloo", "nccl"});
-  flags.get_double("timeout", 30, 0.1, 86400);
   if (flags.has("dump-params")) {
     if (std::string why = check_writable(flags.get_string("dump-params", "")); !why.empty()) {
       throw UsageError("--dump-params: " + why);
     }
   }
-  if (const auto env = verify::rank_from_env()) return worker(flags, cfg, *env);
-  if (!flags.has("nproc")) {
-    throw UsageError("no ranks: give --nproc N, or start under torchrun/mpirun (RANK and WORLD_SIZE are not set)");
-  }
-  const int nproc = static_cast<int>(flags.get_int("nproc", 2, 1, ddp::kMaxWorldSize));
-  if (flags.has("world-size") && cfg.world_size != nproc) {
-    throw UsageError(fmt::format("--world-size {} disagrees with --nproc {}", cfg.world_size, nproc));
-  }
-  cfg.world_size = nproc;
-  ddp::validate(cfg);
-  if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {
-    const std::string why = verify::nccl_unavailable_reason(0, nproc);
-    if (!why.empty()) {
-      std::fprintf(stderr, "ddp_verify: %s\n", why.c_str());
-      return 3;
-    }
-  }
-  if (flags.has("store")) {  // fail once, here, rather than once per rank
-    verify::open_store(verify::parse_store(flags.get_string("store", "")), "ddplab-check");
-  }
-  // A fresh rendezvous directory for this run (unless --store names one), removed afterwards.
-  std::vector<std::string> extra;
-  std::string dir;
-  if (!flags.has("store")) {
-    const char* base = std::getenv("TMPDIR");
-    dir = std::string(base && *base ? base : "/tmp") + "/ddp_verify.XXXXXX";
-    if (!mkdtemp(dir.data())) throw verify::SetupError("cannot create a rendezvous directory in " + dir);
-    extra.push_back("DDPLAB_STORE=file:" + dir);
-  }
-  extra.push_back(fmt::format("DDPLAB_RUN_ID=ddplab-{}-{}", getpid(), std::time(nullptr)));
-  const int status = verify::launch_local(nproc, args, extra);
-  if (!dir.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
-  return status;
+  return verify::run_ranks(
+      flags, argc, argv,
+      [&](int world_size) {
+        cfg.world_size = world_size;
+        ddp::validate(cfg);
+        return ddp::to_args(cfg);
+      },
+      [&](verify::Rank& rank) { return body(flags, cfg, rank); });
 }
 
 }  // namespace

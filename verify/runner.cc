@@ -1,0 +1,143 @@
+#include "verify/runner.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "src/ddp/config.h"
+#include "verify/fault.h"
+#include "verify/gloo_comm.h"
+#include "verify/nccl_backend.h"
+
+namespace ddplab::verify {
+
+std::set<std::string> runner_flag_names() {
+  return {"backend", "nproc", "store", "run-id", "bind", "timeout", "fault", "fault-rank", "fault-at"};
+}
+
+const char* runner_usage() {
+  return R"(ranks:
+  --backend gloo|nccl       [gloo]          --nproc N  local ranks to spawn (= world size)
+  --store file:DIR|redis://HOST:PORT  rendezvous; default: a fresh directory (local), or
+                            redis://MASTER_ADDR:MASTER_PORT under torchrun
+  --run-id ID               keeps runs sharing one Redis apart [ddplab]
+  --bind ADDR               address this rank listens on [127.0.0.1]
+  --timeout S               seconds any collective may wait before failing [30]
+  --fault exit|hang --fault-rank R --fault-at K   (tests) rank R exits or hangs at its K-th all-reduce
+)";
+}
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  for (size_t b; (b = s.find(sep, a)) != std::string::npos; a = b + 1) out.push_back(s.substr(a, b - a));
+  out.push_back(s.substr(a));
+  return out;
+}
+
+// Ranks started differently would train different things: refuse, naming the first differing flag.
+void check_agreement(comm::Communicator& c, const std::vector<std::string>& args) {
+  const auto all = comm::all_gather_strings(c, fmt::format("{}", fmt::join(args, "\x1f")));
+  const auto base = split(all[0], '\x1f');
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const auto theirs = split(all[r], '\x1f');
+    for (size_t i = 0; i + 1 < std::min(base.size(), theirs.size()); i += 2) {
+      if (base[i + 1] != theirs[i + 1] || base[i] != theirs[i]) {
+        throw UsageError(fmt::format("rank {} was started with {} {}, rank 0 with {} {}: ranks must agree", r,
+                                     theirs[i], theirs[i + 1], base[i], base[i + 1]));
+      }
+    }
+    throw UsageError(fmt::format("rank {} was started with other flags than rank 0", r));
+  }
+}
+
+int worker(const Flags& flags, const RankEnv& env,
+           const std::function<std::vector<std::string>(int)>& prepare, const std::function<int(Rank&)>& body) {
+  const int nproc = static_cast<int>(flags.get_int("nproc", env.world_size, 1, ddp::kMaxWorldSize));
+  const int64_t ws_flag = flags.get_int("world-size", env.world_size, 1, ddp::kMaxWorldSize);
+  if (nproc != env.world_size || ws_flag != env.world_size) {
+    throw UsageError(fmt::format("{} says WORLD_SIZE={}, but --nproc/--world-size say {}", env.source,
+                                 env.world_size, nproc != env.world_size ? nproc : ws_flag));
+  }
+  const std::vector<std::string> agreement = prepare(env.world_size);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
+  std::string store_text = flags.get_string("store", std::getenv("DDPLAB_STORE") ? std::getenv("DDPLAB_STORE") : "");
+  if (store_text.empty() && !env.master_addr.empty() && !env.master_port.empty()) {
+    store_text = "redis://" + env.master_addr + ":" + env.master_port;
+  }
+  if (store_text.empty()) {
+    throw UsageError("no rendezvous: give --store file:DIR (one host) or redis://HOST:PORT, or MASTER_ADDR/MASTER_PORT");
+  }
+  Rank rank;
+  rank.env = env;
+  rank.backend = flags.get_choice("backend", "gloo", {"gloo", "nccl"});
+  const std::string run_id = flags.get_string("run-id", std::getenv("DDPLAB_RUN_ID") ? std::getenv("DDPLAB_RUN_ID") : "ddplab");
+  auto store = open_store(parse_store(store_text), run_id);
+  if (rank.backend == "nccl") {
+    const std::string why = nccl_unavailable_reason(env.local_rank, env.local_world_size);
+    if (!why.empty()) {
+      std::fprintf(stderr, "rank %d: %s\n", env.rank, why.c_str());
+      return 3;
+    }
+    rank.comm = connect_nccl(store, env.rank, env.world_size, env.local_rank, timeout);
+  } else {
+    rank.comm = connect_gloo(store, env.rank, env.world_size, flags.get_string("bind", "127.0.0.1"), timeout);
+  }
+  if (flags.has("fault") && flags.get_int("fault-rank", 0, 0, ddp::kMaxWorldSize - 1) == env.rank) {
+    rank.comm = std::make_unique<FaultyComm>(std::move(rank.comm), flags.get_choice("fault", "exit", {"exit", "hang"}),
+                                             static_cast<int>(flags.get_int("fault-at", 1, 1, 1 << 30)));
+  }
+  check_agreement(*rank.comm, agreement);
+  return body(rank);
+}
+
+}  // namespace
+
+int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std::vector<std::string>(int)>& prepare,
+              const std::function<int(Rank&)>& body) {
+  flags.get_choice("backend", "gloo", {"gloo", "nccl"});
+  flags.get_double("timeout", 30, 0.1, 86400);
+  if (const auto env = rank_from_env()) return worker(flags, *env, prepare, body);
+  if (!flags.has("nproc")) {
+    throw UsageError("no ranks: give --nproc N, or start under torchrun/mpirun (RANK and WORLD_SIZE are not set)");
+  }
+  const int nproc = static_cast<int>(flags.get_int("nproc", 2, 1, ddp::kMaxWorldSize));
+  if (flags.has("world-size") && flags.get_int("world-size", nproc, 1, ddp::kMaxWorldSize) != nproc) {
+    throw UsageError(fmt::format("--world-size {} disagrees with --nproc {}", flags.get_string("world-size", ""), nproc));
+  }
+  prepare(nproc);  // bad configurations fail here, once, not once per rank
+  if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {
+    const std::string why = nccl_unavailable_reason(0, nproc);
+    if (!why.empty()) {
+      std::fprintf(stderr, "%s: %s\n", argv[0], why.c_str());
+      return 3;
+    }
+  }
+  if (flags.has("store")) open_store(parse_store(flags.get_string("store", "")), "ddplab-check");
+  // A fresh rendezvous directory for this run (unless --store names one), removed afterwards.
+  std::vector<std::string> extra;
+  std::string dir;
+  if (!flags.has("store")) {
+    const char* base = std::getenv("TMPDIR");
+    dir = std::string(base && *base ? base : "/tmp") + "/ddplab_ranks.XXXXXX";
+    if (!mkdtemp(dir.data())) throw SetupError("cannot create a rendezvous directory in " + dir);
+    extra.push_back("DDPLAB_STORE=file:" + dir);
+  }
+  extra.push_back(fmt::format("DDPLAB_RUN_ID=ddplab-{}-{}", getpid(), std::time(nullptr)));
+  const int status = launch_local(nproc, std::vector<std::string>(argv, argv + argc), extra);
+  if (!dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+  return status;
+}
+
+}  // namespace ddplab::verify

@@ -1,0 +1,35 @@
+// Running a program as N ranks, the way ddp_verify and the notebook labs do: with --nproc N it launches N
+// copies of itself (like torchrun --standalone); started under torchrun or mpirun (RANK/WORLD_SIZE or
+// OMPI_COMM_WORLD_*) it is one rank: it meets the others through a store, connects Gloo or NCCL, checks
+// that every rank was started with the same flags, and runs the program's body.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "src/comm/communicator.h"
+#include "src/flags.h"
+#include "verify/launcher.h"
+
+namespace ddplab::verify {
+
+std::set<std::string> runner_flag_names();  // backend nproc store run-id bind timeout fault fault-rank fault-at
+const char* runner_usage();
+
+struct Rank {
+  RankEnv env;
+  std::string backend;  // "gloo" | "nccl"
+  std::unique_ptr<comm::Communicator> comm;
+};
+
+// `prepare(world_size)` validates the program's configuration for that world size (throwing UsageError)
+// and returns the flags every rank must agree on. `body` runs in each rank; its return value is the
+// rank's exit status. Returns this process's exit status: 2 bad input, 3 backend unavailable.
+int run_ranks(const Flags& flags, int argc, char** argv,
+              const std::function<std::vector<std::string>(int world_size)>& prepare,
+              const std::function<int(Rank&)>& body);
+
+}  // namespace ddplab::verify
