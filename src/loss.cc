@@ -49,4 +49,31 @@ LossResult cross_entropy(const Matrix& input, const std::vector<int64_t>& target
   return r;
 }
 
+LossResult cross_entropy_probs(const Matrix& input, const Matrix& target) {
+  if (input.rows() != target.rows() || input.cols() != target.cols()) {
+    throw std::invalid_argument("cross_entropy: probability targets must have the input's shape");
+  }
+  const Eigen::Index batch = input.rows(), classes = input.cols();
+  LossResult r;
+  r.grad.resize(batch, classes);
+  double total = 0.0;
+  for (Eigen::Index i = 0; i < batch; ++i) {
+    const float m = input.row(i).maxCoeff();
+    float s = 0.0f, tsum = 0.0f;
+    for (Eigen::Index j = 0; j < classes; ++j) s += std::exp(input(i, j) - m);
+    const float log_s = std::log(s);
+    for (Eigen::Index j = 0; j < classes; ++j) {
+      const float logp = input(i, j) - m - log_s;
+      total += -static_cast<double>(target(i, j)) * logp;
+      tsum += target(i, j);
+    }
+    for (Eigen::Index j = 0; j < classes; ++j) {
+      const float p = std::exp(input(i, j) - m - log_s);
+      r.grad(i, j) = (p * tsum - target(i, j)) / static_cast<float>(batch);
+    }
+  }
+  r.loss = static_cast<float>(total / static_cast<double>(batch));
+  return r;
+}
+
 }  // namespace ddplab

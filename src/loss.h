@@ -19,4 +19,9 @@ LossResult mse_loss(const Matrix& input, const Matrix& target);
 // -mean_i log_softmax(input)[i, target[i]]; grad = (softmax - one_hot(target)) / batch.
 LossResult cross_entropy(const Matrix& input, const std::vector<int64_t>& target);
 
+// F.cross_entropy(input, target) with float targets of input's shape (class probabilities):
+// -mean_i sum_c target[i,c] * log_softmax(input)[i,c]; grad = (softmax * sum_c target - target) / batch.
+// With a single column log_softmax is exactly 0: the loss is 0 and every gradient exactly 0.
+LossResult cross_entropy_probs(const Matrix& input, const Matrix& target);
+
 }  // namespace ddplab

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -68,7 +69,7 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {
-      std::perror("ddp_verify: fork");
+      std::perror("fork");
       for (pid_t p : pids) kill(p, SIGKILL);
       return 1;
     }
@@ -82,7 +83,7 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
       execv("/proc/self/exe", argv.data());
-      std::perror("ddp_verify: exec");
+      std::perror("exec");
       _exit(127);
     }
     pids.push_back(pid);
@@ -112,7 +113,7 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
       if (code != 0 && first_status == 0) {
         first_status = code;
         if (remaining > 0) {
-          std::fprintf(stderr, "ddp_verify: rank %d %s %d; stopping the other ranks\n", rank,
+          std::fprintf(stderr, "%s: rank %d %s %d; stopping the other ranks\n", program_invocation_short_name, rank,
                        WIFEXITED(status) ? "exited with status" : "was killed by signal",
                        WIFEXITED(status) ? code : WTERMSIG(status));
           term_at = Clock::now() + std::chrono::seconds(2);

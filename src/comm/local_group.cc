@@ -61,6 +61,7 @@ std::unique_ptr<Communicator> LocalGroup::communicator(int rank) { return std::m
 template <typename Op>
 void LocalGroup::collective(int rank, const char* name, void* buf, std::chrono::milliseconds timeout, Op op) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (!broken_.empty()) throw CommError(fmt::format("rank {}: {} #{} refused: {}", rank, name, seq_, broken_));
   const uint64_t gen = generation_;
   slots_[static_cast<size_t>(rank)] = buf;
   if (++arrived_ == world_size_) {
@@ -71,10 +72,13 @@ void LocalGroup::collective(int rank, const char* name, void* buf, std::chrono::
     cv_.notify_all();
     return;
   }
-  if (!cv_.wait_for(lock, timeout, [&] { return generation_ != gen; })) {
+  if (!cv_.wait_for(lock, timeout, [&] { return generation_ != gen || !broken_.empty(); })) {
+    broken_ = fmt::format("{} #{} timed out after {} ms on rank {}", name, seq_, timeout.count(), rank);
+    cv_.notify_all();
     throw CommError(fmt::format("rank {}: {} #{} timed out after {} ms: only {} of {} ranks arrived", rank, name,
                                 seq_, timeout.count(), arrived_, world_size_));
   }
+  if (generation_ == gen) throw CommError(fmt::format("rank {}: {} #{} abandoned: {}", rank, name, seq_, broken_));
 }
 
 }  // namespace ddplab::comm

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "src/collective/allreduce.h"
@@ -33,6 +34,7 @@ class LocalGroup {
   int arrived_ = 0;
   uint64_t generation_ = 0;
   uint64_t seq_ = 0;
+  std::string broken_;  // set by the first timeout: later collectives fail at once instead of mis-pairing
 };
 
 }  // namespace ddplab::comm

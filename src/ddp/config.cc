@@ -22,9 +22,11 @@ const char* config_usage() {
   --world-size N            replicas / ranks, 1..64 [2]
   --layers 6,4,2            MLP sizes, >= 2 entries [6,4,2]
   --activation none|relu    between layers [none]
-  --loss mse|ce             MSELoss or CrossEntropyLoss (labels = argmax of y) [mse]
+  --loss mse|ce|ce-probs    MSELoss, CrossEntropyLoss (labels = argmax of y), or cross_entropy with y as
+                            class probabilities (notebook 003's F.cross_entropy on float targets) [mse]
   --optimizer sgd|adam      [sgd]    --lr LR [0.01]    --momentum M (sgd) [0]
-  --dataset random|toy      random: notebook 000's RandomTensorDataset; toy: notebook 001's 5 points [random]
+  --dataset random|toy|rand random: notebook 000's RandomTensorDataset (randn); toy: notebook 001's 5 points;
+                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample) [random]
   --samples N               random dataset size [64]       --seed S   manual_seed for data and model [12345]
   --shuffle true|false      DistributedSampler shuffle [true]   --sampler-seed S [0]
   --drop-last true|false    DistributedSampler drop_last [false]
@@ -32,7 +34,8 @@ const char* config_usage() {
   --set-epoch true|false    call sampler.set_epoch(epoch) each epoch [true]
   --batch-size B            per rank [8]        --epochs E [1]
 DDP:
-  --init same|per-rank      same seed on every rank, or seed + rank [same]
+  --init same|per-rank|continue  seed the model with --seed, with seed + rank, or not at all: continue
+                            the data's random stream, as notebook 003 does [same]
   --broadcast true|false    broadcast rank 0's parameters at construction, as DDP does [true]
   --average predivide|postdivide|avg   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | ncclAvg [predivide]
   --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [25]
@@ -51,11 +54,11 @@ Config config_from_flags(const Flags& f) {
     throw UsageError(fmt::format("--layers needs at least two sizes, input and output (got {})", c.layers.size()));
   }
   c.relu = f.get_choice("activation", "none", {"none", "relu"}) == "relu";
-  c.loss = f.get_choice("loss", c.loss, {"mse", "ce"});
+  c.loss = f.get_choice("loss", c.loss, {"mse", "ce", "ce-probs"});
   c.optimizer = f.get_choice("optimizer", c.optimizer, {"sgd", "adam"});
   c.lr = f.get_double("lr", c.lr, 0.0, 1e6);
   c.momentum = f.get_double("momentum", c.momentum, 0.0, 1.0);
-  c.dataset = f.get_choice("dataset", c.dataset, {"random", "toy"});
+  c.dataset = f.get_choice("dataset", c.dataset, {"random", "toy", "rand"});
   c.samples = f.get_int("samples", c.samples, 1, 1 << 22);
   c.seed = static_cast<uint64_t>(f.get_int("seed", static_cast<int64_t>(c.seed), 0, INT64_MAX));
   c.shuffle = f.get_bool("shuffle", c.shuffle);
@@ -65,7 +68,7 @@ Config config_from_flags(const Flags& f) {
   c.set_epoch = f.get_bool("set-epoch", c.set_epoch);
   c.batch_size = f.get_int("batch-size", c.batch_size, 1, 1 << 22);
   c.epochs = f.get_int("epochs", c.epochs, 1, 100000);
-  c.init = f.get_choice("init", c.init, {"same", "per-rank"});
+  c.init = f.get_choice("init", c.init, {"same", "per-rank", "continue"});
   c.broadcast = f.get_bool("broadcast", c.broadcast);
   c.average = parse_average(f.get_choice("average", "predivide", {"predivide", "postdivide", "avg"}));
   c.bucket_cap_mb = f.get_double("bucket-cap-mb", c.bucket_cap_mb, 1e-6, 1e6);

@@ -15,7 +15,17 @@ Dataset make_dataset(const Config& cfg, Generator& gen) {
     for (int64_t i = 0; i < 5; ++i) d.y(i, d.labels[static_cast<size_t>(i)]) = 1.0f;
     return d;
   }
-  d = random_tensor_dataset(cfg.samples, in, out, cfg.seed, gen);
+  if (cfg.dataset == "rand") {  // MyTrainDataset: manual_seed, then rand(in), rand(out) per sample
+    gen.manual_seed(cfg.seed);
+    d.x.resize(cfg.samples, in);
+    d.y.resize(cfg.samples, out);
+    for (int64_t i = 0; i < cfg.samples; ++i) {
+      gen.uniform_(d.x.row(i).data(), in);
+      gen.uniform_(d.y.row(i).data(), out);
+    }
+  } else {
+    d = random_tensor_dataset(cfg.samples, in, out, cfg.seed, gen);
+  }
   for (int64_t i = 0; i < d.size(); ++i) {  // torch.argmax: the first index of the maximum
     Eigen::Index arg;
     d.y.row(i).maxCoeff(&arg);
@@ -25,7 +35,11 @@ Dataset make_dataset(const Config& cfg, Generator& gen) {
 }
 
 MLP make_model(const Config& cfg, int64_t rank, Generator& gen) {
-  gen.manual_seed(cfg.init == "per-rank" ? cfg.seed + static_cast<uint64_t>(rank) : cfg.seed);
+  if (cfg.init == "continue") {
+    make_dataset(cfg, gen);  // the model's draws follow the dataset's, from the same generator
+  } else {
+    gen.manual_seed(cfg.init == "per-rank" ? cfg.seed + static_cast<uint64_t>(rank) : cfg.seed);
+  }
   MLP m(cfg.layers, cfg.relu, MLP::sequential_names(cfg.layers.size() - 1, cfg.relu), gen);
   m.set_kernels(cpu_kernels(cfg.kernels));
   return m;
@@ -45,6 +59,7 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model) {
 
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx) {
   if (cfg.loss == "ce") return cross_entropy(out, data.gather_labels(idx));
+  if (cfg.loss == "ce-probs") return cross_entropy_probs(out, data.gather_y(idx));
   return mse_loss(out, data.gather_y(idx));
 }
 

@@ -1,0 +1,158 @@
+// bazel run //notebooks_ported:002_checkpoint -- seed notebook 002: the SimpleLinearModel (10 -> 10)
+// DDP demo with checkpointing: rank 0 saves, barrier, every rank loads and compares with its own
+// parameters, then one training step. --skew-rank/--skew-seconds shows what a slow rank does to the others.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "notebooks_ported/lab.h"
+#include "src/comm/local_group.h"
+#include "src/compare.h"
+#include "src/ddp/reducer.h"
+#include "src/io.h"
+#include "src/loss.h"
+#include "src/optim.h"
+#include "src/safetensors.h"
+#include "verify/runner.h"
+
+namespace {
+
+using namespace ddplab;
+
+constexpr const char* kUsage = R"(usage: 002_checkpoint [flags]
+Seed notebook 002 in C++ (demo_training_with_checkpoint), 2 ranks by default.
+  --checkpoint FILE         where rank 0 saves (safetensors) [a file in $TMPDIR named after the run]
+  --skew-rank R --skew-seconds S   rank R sleeps S seconds before the barrier
+  --load FILE               only read a checkpoint and list its tensors (refuses corrupt files)
+)";
+
+int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& checkpoint) {
+  const int rank = comm.rank(), ws = comm.world_size();
+  lab::print_line(fmt::format("Running training with checkpoint example on rank {}.", rank));
+  // A fresh process: torch's default seed; SimpleLinearModel draws Linear(10, 10).
+  Generator gen(kDefaultSeed);
+  MLP model({10, 10}, false, {"net"}, gen);
+  for (Parameter* p : model.parameters()) comm.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);  // DDP()
+
+  // ddp_model.state_dict() names every tensor "module.<name>".
+  if (rank == 0) {
+    safetensors::TensorMap sd;
+    for (const Parameter* p : model.parameters()) sd["module." + p->name] = {p->shape, {p->data(), p->data() + p->numel()}};
+    if (std::string why = safetensors::save(checkpoint, sd); !why.empty()) throw UsageError("--checkpoint: " + why);
+    lab::print_line(fmt::format("[rank0] saved {} tensors to {}", sd.size(), checkpoint));
+  }
+  const int64_t skew_rank = flags.get_int("skew-rank", -1, -1, 63);
+  const double skew = flags.get_double("skew-seconds", 0, 0, 3600);
+  if (rank == skew_rank && skew > 0) {
+    lab::print_line(fmt::format("[rank{}] sleeping {} s before the barrier (skewed rank)", rank, skew));
+    std::this_thread::sleep_for(std::chrono::duration<double>(skew));
+  }
+  comm.barrier();  // nobody loads before rank 0 has saved
+
+  const safetensors::TensorMap loaded = safetensors::load(checkpoint);
+  std::string table;
+  for (Parameter* p : model.parameters()) {
+    const auto it = loaded.find("module." + p->name);
+    if (it == loaded.end() || static_cast<int64_t>(it->second.data.size()) != p->numel()) {
+      throw safetensors::FormatError(checkpoint + ": no tensor module." + p->name + " of the right size");
+    }
+    table += format_cmp(cmp("module." + p->name, it->second.data.data(), p->data(), p->numel())) + "\n";
+    std::copy(it->second.data.begin(), it->second.data.end(), p->data());  // load_state_dict
+  }
+  lab::print_line(fmt::format("[rank{}] checkpoint vs own parameters:\n{}", rank, table.substr(0, table.size() - 1)));
+
+  // One DDP step on torch.randn(20, 10) inputs and labels (every rank draws the same: same default seed).
+  Matrix x(20, 10), y(20, 10);
+  gen.normal_(x.data(), 200);
+  gen.normal_(y.data(), 200);
+  ddp::Reducer reducer(model.parameters(), ws, 25.0, ddp::Average::predivide);
+  SGD opt(model.parameters(), SGDOptions{0.001});
+  opt.zero_grad();
+  const LossResult l = mse_loss(model.forward(x), y);
+  model.backward(l.grad);
+  std::vector<float> bucket(reducer.max_bucket_numel());
+  for (size_t b = 0; b < reducer.num_buckets(); ++b) {
+    reducer.prepare_bucket(b, bucket.data());
+    comm.all_reduce(bucket.data(), reducer.bucket(b).numel, comm::ReduceOp::sum);
+    reducer.finalize_bucket(b, bucket.data());
+  }
+  opt.step();
+  // Everyone loaded before this all-reduce could finish: a checkpoint we named ourselves can go.
+  if (rank == 0 && !flags.has("checkpoint")) unlink(checkpoint.c_str());
+  const Parameter& w = model.linears[0].weight;
+  lab::print_line(fmt::format("[rank{}] loss {} | net.weight[0][:3] after the step: {} {} {}", rank,
+                              python_float_repr(l.loss), w.data()[0], w.data()[1], w.data()[2]));
+  if (flags.has("dump") && rank == 0) {
+    std::vector<std::string> params;
+    for (const Parameter* p : model.parameters()) params.push_back(fmt::format("\"{}\": {}", p->name, json_tensor(*p)));
+    const std::string doc = fmt::format("{{\"loss\": {}, \"params\": {{{}}}}}\n", json_float(l.loss), fmt::join(params, ", "));
+    if (std::string why = write_file_atomic(flags.get_string("dump", ""), doc); !why.empty()) throw UsageError("--dump: " + why);
+  }
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  auto known = lab::lab_flag_names();
+  for (const char* f : {"checkpoint", "skew-rank", "skew-seconds", "load", "dump"}) known.insert(f);
+  const Flags flags(argc, argv, known);
+  if (flags.help()) {
+    std::printf("%s%s", kUsage, lab::lab_usage().c_str());
+    return 0;
+  }
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  if (flags.has("load")) {
+    try {
+      for (const auto& [name, t] : safetensors::load(flags.get_string("load", ""))) {
+        lab::print_line(fmt::format("{} {} {} floats", name, torch_size(t.shape), t.data.size()));
+      }
+    } catch (const safetensors::FormatError& e) {
+      std::fprintf(stderr, "002_checkpoint: %s\n", e.what());
+      return 2;
+    }
+    return 0;
+  }
+  for (const char* f : {"checkpoint", "dump"}) {
+    if (flags.has(f)) {
+      if (std::string why = check_writable(flags.get_string(f, "")); !why.empty()) throw UsageError(fmt::format("--{}: {}", f, why));
+    }
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  const char* run_id = std::getenv("DDPLAB_RUN_ID");
+  const std::string checkpoint = flags.get_string(
+      "checkpoint", fmt::format("{}/model.checkpoint.{}.safetensors", tmp && *tmp ? tmp : "/tmp",
+                                run_id ? std::string(run_id) : std::to_string(getpid())));
+  const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
+  if (backend != "sim") {
+    return verify::run_ranks(
+        flags, argc, argv, [&](int) { return std::vector<std::string>{"--checkpoint", checkpoint}; },
+        [&](verify::Rank& r) { return rank_body(flags, *r.comm, checkpoint); });
+  }
+  // The simulator: ranks are threads over LocalGroup (the simulator's ring), same body.
+  const int ws = static_cast<int>(flags.get_int("world-size", 2, 1, 64));
+  comm::LocalGroup group(ws, collective::Algorithm::ring);
+  std::vector<int> status(static_cast<size_t>(ws), 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ws; ++r) {
+    threads.emplace_back([&, r] {
+      auto c = group.communicator(r);
+      c->timeout = timeout;
+      try {
+        status[static_cast<size_t>(r)] = rank_body(flags, *c, checkpoint);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "002_checkpoint: %s\n", e.what());
+        status[static_cast<size_t>(r)] = 1;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return *std::max_element(status.begin(), status.end());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ddplab::lab::guarded_main("002_checkpoint", argc, argv, run); }

@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Seed notebook 003 (a Trainer class over DDP) as a runnable script: the oracle for //notebooks_ported:003_trainer.
+
+The notebook's code on CPU with gloo (file rendezvous). Like a fresh process it starts from torch's default
+seed (67280421310721): MyTrainDataset(2048) draws rand(20), rand(1) per sample, then Linear(20, 1) draws
+its weights from the same stream. Two things in the notebook are bugs:
+  - DataLoader(shuffle=True, sampler=DistributedSampler(...)) raises ValueError; this script passes
+    shuffle=False unless --notebook-bugs, which shows the error;
+  - F.cross_entropy on one output column with float targets treats them as class probabilities: the loss
+    is 0 and every gradient 0, so nothing is learned. --loss ce-probs (the notebook's) or mse (the fix).
+Prints the notebook's per-epoch lines; --dump FILE writes per rank the losses and final parameters.
+"""
+import argparse
+import datetime
+import json
+import os
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+class MyTrainDataset(Dataset):
+    def __init__(self, size):
+        self.size = size
+        self.data = [(torch.rand(20), torch.rand(1)) for _ in range(size)]
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, index):
+        return self.data[index]
+
+
+def f32(t):
+    return [float('%.9g' % v) for v in t.detach().flatten().tolist()]
+
+
+def main(rank, world_size, max_epochs, batch_size, loss_name, bugs, init_file, out_dir):
+    torch.set_num_threads(1)
+    torch.manual_seed(67280421310721)  # what a fresh process starts from
+    dist.init_process_group('gloo', init_method='file://' + init_file, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=60))
+    train_dataset = MyTrainDataset(2048)
+    try:
+        train_dataloader = DataLoader(train_dataset, batch_size=batch_size, shuffle=bugs,
+                                      sampler=DistributedSampler(train_dataset))
+    except ValueError as e:
+        print(f'ValueError: {e}', flush=True)
+        raise SystemExit(1)
+    model = torch.nn.Linear(20, 1)
+    initial = {n: f32(p) for n, p in model.state_dict().items()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    model = DistributedDataParallel(model)
+    losses = []
+    for epoch in range(max_epochs):
+        b = len(next(iter(train_dataloader))[0])
+        print(f"[CPU: {rank} Epoch: {epoch}, Batch size: {b} | Steps {len(train_dataloader)}]", flush=True)
+        train_dataloader.sampler.set_epoch(epoch)
+        for xs, ys in train_dataloader:
+            optimizer.zero_grad()
+            output = model(xs)
+            loss = F.cross_entropy(output, ys) if loss_name == 'ce-probs' else F.mse_loss(output, ys)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    with open(os.path.join(out_dir, f'rank{rank}.json'), 'w') as f:
+        json.dump({'losses': losses, 'initial': initial,
+                   'params': {n: f32(p) for n, p in model.module.state_dict().items()}}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--world-size', type=int, default=4)
+    ap.add_argument('--max-epochs', type=int, default=5)
+    ap.add_argument('--batch-size', type=int, default=32)
+    ap.add_argument('--loss', choices=['mse', 'ce-probs'], default='mse')
+    ap.add_argument('--notebook-bugs', action='store_true')
+    ap.add_argument('--dump')
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(main, args=(a.world_size, a.max_epochs, a.batch_size, a.loss, a.notebook_bugs,
+                             os.path.join(d, 'init'), d), nprocs=a.world_size, join=True)
+        ranks = [json.load(open(os.path.join(d, f'rank{r}.json'))) for r in range(a.world_size)]
+    if a.dump:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.dump)))
+        with os.fdopen(fd, 'w') as f:
+            json.dump({'world_size': a.world_size, 'ranks': ranks}, f)
+        os.replace(tmp, a.dump)

@@ -1,0 +1,93 @@
+#include "notebooks_ported/lab.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "verify/gloo_comm.h"
+#include "verify/nccl_backend.h"
+#include "verify/runner.h"
+
+namespace ddplab::lab {
+
+std::set<std::string> lab_flag_names() {
+  auto names = verify::runner_flag_names();
+  names.insert("world-size");
+  return names;
+}
+
+std::string lab_usage() {
+  return std::string(R"(where it runs:
+  --backend sim|gloo|nccl   the simulator in one process [sim], or one process per rank
+  --world-size N            simulated ranks (sim)       --nproc N  real ranks (gloo, nccl)
+)") + verify::runner_usage();
+}
+
+int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**)) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 2;
+  } catch (const verify::SetupError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 2;
+  } catch (const comm::CommError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+}
+
+void print_line(const std::string& line) {
+  const std::string l = line + "\n";
+  std::fwrite(l.data(), 1, l.size(), stdout);
+  std::fflush(stdout);
+}
+
+int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Progress& progress,
+            const std::function<int(RankView&)>& report) {
+  const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
+  if (backend == "sim") {
+    if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
+    cfg.world_size = flags.get_int("world-size", cfg.world_size, 1, ddp::kMaxWorldSize);
+    ddp::validate(cfg);
+    ddp::SimResult sim = ddp::simulate(cfg, false);
+    if (progress) {
+      for (const auto& l : sim.log) {
+        if (std::string line = progress(l); !line.empty()) print_line(line);
+      }
+    }
+    int status = 0;
+    for (int r = 0; r < cfg.world_size; ++r) {
+      std::vector<ddp::BatchLog> log;
+      for (const auto& l : sim.log) {
+        if (l.rank == r) log.push_back(l);
+      }
+      std::vector<std::vector<int64_t>> indices;
+      for (const auto& e : sim.sampler_indices) indices.push_back(e[static_cast<size_t>(r)]);
+      RankView v{r, static_cast<int>(cfg.world_size), sim.replicas[static_cast<size_t>(r)].get(), &log, &indices, nullptr};
+      status = std::max(status, report(v));
+    }
+    return status;
+  }
+  return verify::run_ranks(
+      flags, argc, argv,
+      [&](int world_size) {
+        cfg.world_size = world_size;
+        ddp::validate(cfg);
+        return ddp::to_args(cfg);
+      },
+      [&](verify::Rank& rank) {
+        ddp::RankResult res = ddp::train_rank(cfg, *rank.comm,
+                                              rank.backend == "nccl" ? &verify::nccl_kernels(cfg.kernels) : nullptr);
+        if (progress) {
+          for (const auto& l : res.log) {
+            if (std::string line = progress(l); !line.empty()) print_line(line);
+          }
+        }
+        RankView v{rank.env.rank, rank.env.world_size, res.replica.get(), &res.log, &res.sampler_indices, rank.comm.get()};
+        return report(v);
+      });
+}
+
+}  // namespace ddplab::lab

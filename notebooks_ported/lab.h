@@ -1,0 +1,43 @@
+// What every notebook lab shares: run a DDP configuration on the simulator (--backend sim, the default)
+// or as real ranks (--backend gloo|nccl --nproc N, through verify/runner), then let the lab print what
+// its notebook prints, rank by rank.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "src/comm/communicator.h"
+#include "src/ddp/config.h"
+#include "src/ddp/trainer.h"
+#include "src/flags.h"
+
+namespace ddplab::lab {
+
+struct RankView {
+  int rank = 0, world_size = 1;
+  ddp::Replica* replica = nullptr;                     // after training
+  const std::vector<ddp::BatchLog>* log = nullptr;     // this rank's batches
+  const std::vector<std::vector<int64_t>>* indices = nullptr;  // this rank's sampler indices per epoch
+  comm::Communicator* comm = nullptr;                  // real ranks only
+};
+
+std::set<std::string> lab_flag_names();  // backend, nproc, world-size and the runner's
+std::string lab_usage();
+
+// main() for a lab: runs `run`, turning bad input and failed rendezvous into one line and status 2, and a
+// failed collective into one line and status 1.
+int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**));
+
+// Runs `cfg`, prints `progress(batch)` (unless empty) for every batch of every rank (simulator: in the order the ranks
+// would interleave; real: as each rank finishes), then calls `report(view)` once per rank: in rank order in
+// one process (simulator), or in each rank's own process. Returns the exit status (max over ranks).
+using Progress = std::function<std::string(const ddp::BatchLog&)>;
+int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Progress& progress,
+            const std::function<int(RankView&)>& report);
+
+// One line written with one write, so concurrent ranks never cut into each other's lines.
+void print_line(const std::string& line);
+
+}  // namespace ddplab::lab
