@@ -9,7 +9,7 @@ The notebook's own code, changed only where it cannot run here or has a bug:
   - sampler.set_epoch(epoch) every epoch (the notebook never calls it); --notebook-bugs restores that.
 Writes JSON with --dump FILE: per rank the loss of every batch, final state_dict, accuracies, indices.
 
-    /usr/bin/python3 notebooks_ported/001_toy_ddp/reference.py --world-size 2 --dump out.json
+    /usr/bin/python3 notebooks_ported/001/reference.py --world-size 2 --dump out.json
 """
 import argparse
 import datetime

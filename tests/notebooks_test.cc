@@ -1,0 +1,208 @@
+// The notebook labs against their notebooks' own PyTorch code (notebooks_ported/*/reference.py and the
+// goldens it wrote), live against the same scripts when torch is importable, on real ranks, and bad input.
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing.h"
+
+namespace ddplab {
+namespace {
+
+using testing::CommandResult;
+using testing::json;
+
+CommandResult lab(const std::string& name, std::vector<std::string> args) {
+  args.insert(args.begin(), "notebooks_ported/" + name);
+  return testing::run_command(args);
+}
+
+json lab_dump(const std::string& name, std::vector<std::string> args) {
+  const std::string out = testing::temp_dir() + "/dump.json";
+  args.insert(args.end(), {"--dump", out});
+  const CommandResult r = lab(name, args);
+  EXPECT_EQ(r.status, 0) << r.err;
+  return testing::load_json(out);
+}
+
+// Every parameter's values, in key order (json objects sort their keys): for comparing two dumps of one lab.
+std::vector<float> values(const json& params) {
+  std::vector<float> out;
+  for (const auto& [name, v] : params.items()) {
+    const auto f = testing::floats(v);
+    out.insert(out.end(), f.begin(), f.end());
+  }
+  return out;
+}
+
+std::vector<float> ordered_values(const json& params, const std::vector<std::string>& names) {
+  std::vector<float> out;
+  for (const auto& n : names) {
+    const auto f = testing::floats(params[n]);
+    out.insert(out.end(), f.begin(), f.end());
+  }
+  return out;
+}
+
+void compare_001(const std::string& label, const json& got, const json& want) {
+  ASSERT_EQ(got["ranks"].size(), want["ranks"].size());
+  for (size_t r = 0; r < want["ranks"].size(); ++r) {
+    const json &g = got["ranks"][r], &w = want["ranks"][r];
+    EXPECT_EQ(g["indices"], w["indices"]) << label << " rank " << r;
+    EXPECT_TRUE(testing::match(label + " losses rank" + std::to_string(r), testing::floats(g["losses"]),
+                               testing::floats(w["losses"]), 1e-4, 1e-6).allclose);
+    EXPECT_EQ(g["train_acc"].get<double>(), w["train_acc"].get<double>()) << label;
+    EXPECT_EQ(g["test_acc"].get<double>(), w["test_acc"].get<double>()) << label;
+    const std::vector<std::string> names = {"layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias",
+                                            "layers.4.weight", "layers.4.bias"};
+    EXPECT_TRUE(testing::match(label + " params rank" + std::to_string(r), ordered_values(g["params"], names),
+                               ordered_values(w["params"], names), 1.3e-6, 1e-5).allclose);
+  }
+}
+
+void compare_003(const std::string& label, const json& got, const json& want) {
+  ASSERT_EQ(got["ranks"].size(), want["ranks"].size());
+  for (size_t r = 0; r < want["ranks"].size(); ++r) {
+    const json &g = got["ranks"][r], &w = want["ranks"][r];
+    const std::vector<std::string> ours = {"layers.0.weight", "layers.0.bias"};
+    const auto init = testing::match(label + " initial rank" + std::to_string(r), ordered_values(g["initial"], ours),
+                                     ordered_values(w["initial"], {"weight", "bias"}));
+    EXPECT_EQ(init.equal, init.total) << "Linear(20, 1) after MyTrainDataset's draws must be bit-exact";
+    EXPECT_TRUE(testing::match(label + " final rank" + std::to_string(r), ordered_values(g["params"], ours),
+                               ordered_values(w["params"], {"weight", "bias"}), 1.3e-6, 1e-5).allclose);
+    EXPECT_TRUE(testing::match(label + " losses rank" + std::to_string(r), testing::floats(g["losses"]),
+                               testing::floats(w["losses"]), 1e-4, 1e-7).allclose);
+  }
+}
+
+TEST(Notebooks, LabsMatchTheirNotebooksGoldens) {
+  const json configs = testing::load_json("tests/golden/notebooks/configs.json");
+  for (const auto& [name, c] : configs.items()) {
+    const std::string which = c["lab"];
+    const json want = testing::load_json("tests/golden/notebooks/" + name + ".json");
+    const json got = lab_dump(which, c["args"].get<std::vector<std::string>>());
+    if (which == "001_toy_ddp") compare_001(name, got, want);
+    if (which == "003_trainer") compare_003(name, got, want);
+    if (which == "002_checkpoint") {
+      EXPECT_NEAR(got["loss"].get<double>(), want["loss"].get<double>(), 1e-6);
+      EXPECT_TRUE(testing::match(name + " params", ordered_values(got["params"], {"net.weight", "net.bias"}),
+                                 ordered_values(want["params"], {"net.weight", "net.bias"}), 1.3e-6, 1e-5).allclose);
+    }
+  }
+}
+
+TEST(Notebooks, Lab003CrossEntropyOnOneColumnLearnsNothing) {
+  const json got = lab_dump("003_trainer", {"--world-size", "2", "--max-epochs", "1", "--loss", "ce-probs"});
+  for (const auto& r : got["ranks"]) {
+    EXPECT_EQ(values(r["params"]), values(r["initial"])) << "every gradient is exactly 0";
+    for (float l : testing::floats(r["losses"])) EXPECT_EQ(l, 0.0f);
+  }
+  const CommandResult out = lab("003_trainer", {"--world-size", "2", "--max-epochs", "1", "--loss", "ce-probs"});
+  EXPECT_NE(out.out.find("layers.0.weight | exact: True"), std::string::npos) << out.out;
+}
+
+TEST(Notebooks, Lab003StepsPerEpoch) {
+  EXPECT_NE(lab("003_trainer", {"--max-epochs", "1"}).out.find("[CPU: 3 Epoch: 0, Batch size: 32 | Steps 16]"), std::string::npos);
+  EXPECT_NE(lab("003_trainer", {"--max-epochs", "1", "--world-size", "1"}).out.find("[CPU: 0 Epoch: 0, Batch size: 32 | Steps 64]"),
+            std::string::npos);
+  const CommandResult bug = lab("003_trainer", {"--notebook-bugs"});
+  EXPECT_EQ(bug.status, 1);
+  EXPECT_NE(bug.err.find("ValueError: sampler option is mutually exclusive with shuffle"), std::string::npos);
+}
+
+TEST(Notebooks, LiveAgainstReferenceScripts) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live notebook checks skipped";
+  const std::string dir = testing::temp_dir();
+  const CommandResult py = testing::run_command({"/usr/bin/python3", "notebooks_ported/001/reference.py",
+                                                 "--world-size", "4", "--epochs", "2", "--dump", dir + "/001.json"});
+  ASSERT_EQ(py.status, 0) << py.err;
+  compare_001("live 001 ws4", lab_dump("001_toy_ddp", {"--world-size", "4", "--epochs", "2"}),
+              testing::load_json(dir + "/001.json"));
+  const CommandResult py3 = testing::run_command({"/usr/bin/python3", "notebooks_ported/003/reference.py",
+                                                  "--world-size", "3", "--max-epochs", "1", "--batch-size", "50",
+                                                  "--dump", dir + "/003.json"});
+  ASSERT_EQ(py3.status, 0) << py3.err;
+  compare_003("live 003 ws3 b50", lab_dump("003_trainer", {"--world-size", "3", "--max-epochs", "1", "--batch-size", "50"}),
+              testing::load_json(dir + "/003.json"));
+}
+
+TEST(Notebooks, Lab002CheckpointReadsBackInTorch) {
+  const std::string path = testing::temp_dir() + "/model.safetensors";
+  const CommandResult r = lab("002_checkpoint", {"--checkpoint", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank1] checkpoint vs own parameters:\nmodule.net.weight | exact: True"), std::string::npos) << r.out;
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: reading the checkpoint in torch skipped";
+  const CommandResult py = testing::run_command({"/usr/bin/python3", "tests/read_checkpoint.py", path});
+  EXPECT_EQ(py.status, 0) << py.out << py.err;
+  std::printf("%s", py.out.c_str());
+}
+
+TEST(Notebooks, Lab002RefusesCorruptCheckpoints) {
+  const std::string dir = testing::temp_dir(), good = dir + "/good.safetensors";
+  ASSERT_EQ(lab("002_checkpoint", {"--checkpoint", good}).status, 0);
+  std::ifstream in(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto write = [&](const std::string& name, const std::string& content) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << content;
+    return dir + "/" + name;
+  };
+  std::string flipped = bytes;
+  flipped[flipped.size() - 3] ^= 0x01;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {write("truncated", bytes.substr(0, bytes.size() - 10)), "data_offsets"},
+      {write("short", bytes.substr(0, 5)), "truncated: 5 bytes"},
+      {write("headless", bytes.substr(0, 60)), "truncated: header says"},
+      {write("flipped", flipped), "checksum mismatch"},
+      {write("garbage", std::string(8, '\x04') + "{not json"), "truncated"},
+  };
+  for (const auto& [path, expect] : cases) {
+    const CommandResult r = lab("002_checkpoint", {"--load", path});
+    EXPECT_EQ(r.status, 2) << path;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_EQ(lab("002_checkpoint", {"--load", good}).status, 0);
+}
+
+TEST(Notebooks, Lab002SkewedRankTimesOut) {
+  for (const std::vector<std::string>& where : {std::vector<std::string>{}, std::vector<std::string>{"--backend", "gloo", "--nproc", "2"}}) {
+    std::vector<std::string> args = where;
+    args.insert(args.end(), {"--skew-rank", "1", "--skew-seconds", "3", "--timeout", "0.5"});
+    const CommandResult r = lab("002_checkpoint", args);
+    EXPECT_EQ(r.status, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("rank 0: barrier #"), std::string::npos) << r.err;
+  }
+}
+
+TEST(Notebooks, LabsRunOnRealGlooRanks) {
+  const CommandResult a = lab("001_toy_ddp", {"--backend", "gloo", "--nproc", "2"});
+  EXPECT_EQ(a.status, 0) << a.err;
+  EXPECT_NE(a.out.find("[rank1] Test accuracy 1.0"), std::string::npos) << a.out;
+  const CommandResult b = lab("003_trainer", {"--backend", "gloo", "--nproc", "2", "--max-epochs", "1"});
+  EXPECT_EQ(b.status, 0) << b.err;
+  EXPECT_NE(b.out.find("[CPU: 1 Epoch: 0, Batch size: 32 | Steps 32]"), std::string::npos) << b.out;
+  const CommandResult c = lab("002_checkpoint", {"--backend", "gloo", "--nproc", "2"});
+  EXPECT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("[rank1] checkpoint vs own parameters"), std::string::npos) << c.out;
+}
+
+TEST(Notebooks, BadFlags) {
+  const std::vector<std::tuple<std::string, std::vector<std::string>, std::string>> cases = {
+      {"001_toy_ddp", {"--epochs", "0"}, "--epochs must be in [1, 1000] (got 0)"},
+      {"001_toy_ddp", {"--nproc", "2"}, "--nproc starts real ranks: use it with --backend gloo|nccl"},
+      {"001_toy_ddp", {"--world-size", "6"}, "--world-size 6 exceeds the dataset size 5"},
+      {"003_trainer", {"--loss", "hinge"}, "--loss must be one of mse|ce-probs"},
+      {"003_trainer", {"--batch-size", "600", "--world-size", "4"}, "--batch-size 600 is larger than a rank's shard"},
+      {"002_checkpoint", {"--checkpoint", "/nonexistent/x"}, "--checkpoint: cannot write in directory '/nonexistent'"},
+      {"002_checkpoint", {"--backend", "nccl", "--nproc", "2"}, "NCCL backend needs 2 CUDA devices"},
+  };
+  for (const auto& [which, args, expect] : cases) {
+    const CommandResult r = lab(which, args);
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find(expect), std::string::npos) << which << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace ddplab
