@@ -83,6 +83,11 @@ TEST(Notebooks, LabsMatchTheirNotebooksGoldens) {
     const json got = lab_dump(which, c["args"].get<std::vector<std::string>>());
     if (which == "001_toy_ddp") compare_001(name, got, want);
     if (which == "003_trainer") compare_003(name, got, want);
+    if (which == "004_parallelism") {
+      for (const auto& [key, v] : want.items()) {
+        EXPECT_TRUE(testing::match(name + " " + key, testing::floats(got[key]), testing::floats(v), 1e-5, 1e-6).allclose);
+      }
+    }
     if (which == "002_checkpoint") {
       EXPECT_NEAR(got["loss"].get<double>(), want["loss"].get<double>(), 1e-6);
       EXPECT_TRUE(testing::match(name + " params", ordered_values(got["params"], {"net.weight", "net.bias"}),
@@ -124,6 +129,27 @@ TEST(Notebooks, LiveAgainstReferenceScripts) {
   ASSERT_EQ(py3.status, 0) << py3.err;
   compare_003("live 003 ws3 b50", lab_dump("003_trainer", {"--world-size", "3", "--max-epochs", "1", "--batch-size", "50"}),
               testing::load_json(dir + "/003.json"));
+}
+
+TEST(Notebooks, Lab004ShowsWhatIsExactAndWhy) {
+  const CommandResult r = lab("004_parallelism", {"--world-size", "3", "--notebook-bugs"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto section = [&](const std::string& title) {
+    const size_t a = r.out.find(title);
+    EXPECT_NE(a, std::string::npos) << title << "\n" << r.out;
+    return r.out.substr(a, r.out.find("\n#", a + 1) - a);
+  };
+  // Model parallelism and ZeRO are bitwise the computations they replace; DDP's ranks are bitwise equal.
+  for (const char* t : {"# model parallelism", "# ZeRO", "# DDP basic"}) {
+    EXPECT_EQ(section(t).find("exact: False"), std::string::npos) << section(t);
+  }
+  // Column parallel: forward and weight grads exact, input grad approximate; the async race is wrong.
+  const std::string col = section("# ColumnParallelLinear over 3 ranks vs one Linear(12, 12)\n");
+  EXPECT_NE(col.find("output          | exact: True"), std::string::npos) << col;
+  EXPECT_NE(col.find("input.grad      | exact: False | approximate: True"), std::string::npos) << col;
+  EXPECT_NE(section("un-waited async all-reduce").find("input.grad      | exact: False | approximate: False"),
+            std::string::npos);
+  EXPECT_NE(section("# RowParallelLinear").find("output          | exact: False | approximate: True"), std::string::npos);
 }
 
 TEST(Notebooks, Lab002CheckpointReadsBackInTorch) {
@@ -184,6 +210,9 @@ TEST(Notebooks, LabsRunOnRealGlooRanks) {
   const CommandResult c = lab("002_checkpoint", {"--backend", "gloo", "--nproc", "2"});
   EXPECT_EQ(c.status, 0) << c.err;
   EXPECT_NE(c.out.find("[rank1] checkpoint vs own parameters"), std::string::npos) << c.out;
+  const CommandResult d = lab("004_parallelism", {"--backend", "gloo", "--nproc", "3"});
+  EXPECT_EQ(d.status, 0) << d.err;
+  EXPECT_NE(d.out.find("# ZeRO (optimizer state, gradients, parameters sharded over 3 ranks)"), std::string::npos) << d.out;
 }
 
 TEST(Notebooks, BadFlags) {
@@ -195,6 +224,8 @@ TEST(Notebooks, BadFlags) {
       {"003_trainer", {"--batch-size", "600", "--world-size", "4"}, "--batch-size 600 is larger than a rank's shard"},
       {"002_checkpoint", {"--checkpoint", "/nonexistent/x"}, "--checkpoint: cannot write in directory '/nonexistent'"},
       {"002_checkpoint", {"--backend", "nccl", "--nproc", "2"}, "NCCL backend needs 2 CUDA devices"},
+      {"004_parallelism", {"--part", "pipeline"}, "--part must be one of all|dp|ddp|lightning|model|tensor|zero"},
+      {"004_parallelism", {"--dp-devices", "0"}, "--dp-devices must be in [1, 64] (got 0)"},
   };
   for (const auto& [which, args, expect] : cases) {
     const CommandResult r = lab(which, args);

@@ -22,6 +22,10 @@ CONFIGS = {
     '002_ws2': ('002_checkpoint', ['--world-size', '2'], ['--world-size', '2']),
     '003_ws4_epochs2': ('003_trainer', ['--world-size', '4', '--max-epochs', '2'], ['--world-size', '4', '--max-epochs', '2']),
     '003_ws1_epochs1': ('003_trainer', ['--world-size', '1', '--max-epochs', '1'], ['--world-size', '1', '--max-epochs', '1']),
+    '004_ws2': ('004_parallelism', ['--world-size', '2', '--dp-devices', '2'],
+                ['--world-size', '2', '--dp-devices', '2', '--part', 'all']),
+    '004_ws3_dp4': ('004_parallelism', ['--world-size', '3', '--dp-devices', '4'],
+                    ['--world-size', '3', '--dp-devices', '4', '--part', 'all']),
     '003_ws2_cross_entropy': ('003_trainer', ['--world-size', '2', '--max-epochs', '1', '--loss', 'ce-probs'],
                               ['--world-size', '2', '--max-epochs', '1', '--loss', 'ce-probs']),
 }

@@ -1,0 +1,192 @@
+// bazel run //notebooks_ported:004_parallelism -- seed notebook 004: DataParallel, DDP's basic example,
+// the Lightning example as a DDP configuration, model parallelism, tensor parallelism and ZeRO, each next
+// to the single-device computation it replaces, in the notebook's cmp format.
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "notebooks_ported/004/parallel.h"
+#include "notebooks_ported/lab.h"
+#include "src/comm/local_group.h"
+#include "src/io.h"
+#include "src/ddp/reducer.h"
+#include "src/loss.h"
+#include "src/optim.h"
+#include "verify/runner.h"
+
+namespace ddplab::lab004 {
+// Sections end with a newline; print_line adds its own.
+inline void print(const std::string& s) { lab::print_line(s.empty() || s.back() != '\n' ? s : s.substr(0, s.size() - 1)); }
+}  // namespace ddplab::lab004
+
+namespace {
+
+using namespace ddplab;
+
+constexpr const char* kUsage = R"(usage: 004_parallelism [flags]
+Seed notebook 004 in C++: every section, 2 ranks by default.
+  --part all|dp|ddp|lightning|model|tensor|zero   one section [all]
+  --notebook-bugs           tensor parallelism as the notebook wrote it: all_reduce(async_op=True), never waited
+  --dp-devices N            DataParallel devices [2]
+  --dump FILE               tensors of the DataParallel and tensor-parallel sections (JSON, for the tests)
+)";
+
+std::map<std::string, std::vector<float>> g_dump;  // rank 0's sections' tensors
+
+std::string keep(const lab004::Section& s) {
+  g_dump.insert(s.tensors.begin(), s.tensors.end());
+  return lab004::render(s);
+}
+
+// demo_basic: ToyModel (10-10-ReLU-5), SGD 0.001, one step on randn(20, 10) -> randn(20, 5).
+std::string ddp_basic(comm::Communicator& c) {
+  lab::print_line(fmt::format("Start running basic DDP example on rank {}.", c.rank()));
+  Generator g(kDefaultSeed);  // a fresh process: every rank builds the same ToyModel and draws the same batch
+  MLP model({10, 10, 5}, true, {"net1", "net2"}, g);
+  for (Parameter* p : model.parameters()) c.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);
+  Matrix x(20, 10), y(20, 5);
+  g.normal_(x.data(), x.size());
+  g.normal_(y.data(), y.size());
+  ddp::Reducer red(model.parameters(), c.world_size(), 25.0, ddp::Average::predivide);
+  SGD opt(model.parameters(), SGDOptions{0.001});
+  opt.zero_grad();
+  model.backward(mse_loss(model.forward(x), y).grad);
+  std::vector<float> bucket(red.max_bucket_numel());
+  for (size_t b = 0; b < red.num_buckets(); ++b) {
+    red.prepare_bucket(b, bucket.data());
+    c.all_reduce(bucket.data(), red.bucket(b).numel, comm::ReduceOp::sum);
+    red.finalize_bucket(b, bucket.data());
+  }
+  opt.step();
+  std::vector<float> mine;
+  for (const Parameter* p : model.parameters()) mine.insert(mine.end(), p->data(), p->data() + p->numel());
+  std::vector<float> all(mine.size() * static_cast<size_t>(c.world_size()));
+  c.all_gather(mine.data(), mine.size() * sizeof(float), all.data());
+  if (c.rank() != 0) return "";
+  lab004::Section s;
+  s.title = fmt::format("DDP basic (ToyModel 10-10-ReLU-5, one step): rank {} vs rank 0", c.world_size() - 1);
+  size_t o = 0;
+  const size_t last = mine.size() * static_cast<size_t>(c.world_size() - 1);
+  for (const Parameter* p : model.parameters()) {
+    s.rows.push_back(cmp(p->name, all.data() + last + o, all.data() + o, p->numel()));
+    o += static_cast<size_t>(p->numel());
+  }
+  s.note = "Every rank drew the same \"random\" batch: a fresh process starts from torch's default seed, and\n"
+           "the notebook seeds nothing. DDP keeps the replicas bitwise equal either way.\n";
+  return lab004::render(s);
+}
+
+// The Lightning example (Model = Linear(100, 10), MSE, Adam lr 0.02, 1000 random samples, batch 32,
+// max_epochs 1, strategy "ddp") is plain DDP with Lightning's DistributedSampler (shuffle off for an
+// unshuffled loader): run it as that DDP configuration on these ranks.
+std::string lightning(comm::Communicator& c) {
+  ddp::Config cfg;
+  cfg.world_size = c.world_size();
+  cfg.layers = {100, 10};
+  cfg.optimizer = "adam";
+  cfg.lr = 0.02;
+  cfg.samples = 1000;
+  cfg.batch_size = 32;
+  cfg.shuffle = false;
+  cfg.epochs = 1;
+  ddp::validate(cfg);
+  const ddp::RankResult res = ddp::train_rank(cfg, c);
+  const float last = res.log.back().loss;
+  std::vector<float> losses(static_cast<size_t>(c.world_size()));
+  c.all_gather(&last, sizeof last, losses.data());
+  if (c.rank() != 0) return "";
+  return fmt::format(
+      "\n# the Lightning example as DDP: {} optimizer steps per rank; last batch loss per rank: {}\n"
+      "the same run in the simulator: bazel run //sim:ddp_sim -- --world-size {} --layers 100,10 --optimizer adam "
+      "--lr 0.02 --samples 1000 --batch-size 32 --shuffle false\n",
+      res.optimizer_steps, fmt::join(losses, " "), c.world_size());
+}
+
+int body(const Flags& flags, comm::Communicator& c) {
+  const std::string part = flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"});
+  const auto want = [&](const char* p) { return part == "all" || part == p; };
+  const bool r0 = c.rank() == 0;
+  if (want("dp") && r0) lab004::print(keep(lab004::data_parallel(static_cast<int>(flags.get_int("dp-devices", 2, 1, 64)))));
+  if (want("ddp")) {
+    if (std::string s = ddp_basic(c); r0) lab004::print(s);
+  }
+  if (want("lightning")) {
+    if (std::string s = lightning(c); r0) lab004::print(s);
+  }
+  if (want("model")) {
+    if (c.world_size() < 2) {
+      if (r0) lab::print_line("\n# model parallelism needs 2 ranks: skipped");
+    } else if (auto s = lab004::model_parallel(c); r0) {
+      lab004::print(lab004::render(s));
+    }
+  }
+  if (want("tensor")) {
+    const bool race = flags.get_bool("notebook-bugs", false);
+    if (auto s = lab004::column_parallel(c, false); r0) lab004::print(keep(s));
+    if (race) {
+      if (auto s = lab004::column_parallel(c, true); r0) lab004::print(lab004::render(s));
+    }
+    if (auto s = lab004::row_parallel(c); r0) lab004::print(keep(s));
+  }
+  if (want("zero")) {
+    if (auto s = lab004::zero(c); r0) lab004::print(lab004::render(s));
+  }
+  if (r0 && flags.has("dump")) {
+    std::vector<std::string> items;
+    for (const auto& [k, v] : g_dump) {
+      std::vector<std::string> f;
+      for (float x : v) f.push_back(json_float(x));
+      items.push_back(fmt::format("\"{}\": [{}]", k, fmt::join(f, ", ")));
+    }
+    if (std::string why = write_file_atomic(flags.get_string("dump", ""), fmt::format("{{{}}}\n", fmt::join(items, ",\n")));
+        !why.empty()) {
+      throw UsageError("--dump: " + why);
+    }
+  }
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  auto known = lab::lab_flag_names();
+  for (const char* f : {"part", "notebook-bugs", "dp-devices", "dump"}) known.insert(f);
+  const Flags flags(argc, argv, known, {"notebook-bugs"});
+  if (flags.help()) {
+    std::printf("%s%s", kUsage, lab::lab_usage().c_str());
+    return 0;
+  }
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"});
+  flags.get_int("dp-devices", 2, 1, 64);
+  if (flags.has("dump")) {
+    if (std::string why = check_writable(flags.get_string("dump", "")); !why.empty()) throw UsageError("--dump: " + why);
+  }
+  const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
+  if (backend != "sim") {
+    return verify::run_ranks(
+        flags, argc, argv, [&](int) { return std::vector<std::string>{"--part", flags.get_string("part", "all")}; },
+        [&](verify::Rank& r) { return body(flags, *r.comm); });
+  }
+  if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
+  const int ws = static_cast<int>(flags.get_int("world-size", 2, 1, 64));
+  comm::LocalGroup group(ws, collective::Algorithm::ring);
+  std::vector<int> status(static_cast<size_t>(ws), 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ws; ++r) {
+    threads.emplace_back([&, r] {
+      auto c = group.communicator(r);
+      try {
+        status[static_cast<size_t>(r)] = body(flags, *c);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "004_parallelism: %s\n", e.what());
+        status[static_cast<size_t>(r)] = 1;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return *std::max_element(status.begin(), status.end());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ddplab::lab::guarded_main("004_parallelism", argc, argv, run); }
