@@ -1,10 +1,13 @@
 #include "notebooks_ported/lab.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include <fmt/format.h>
 
-#include "verify/gloo_comm.h"
+#include "src/comm/local_group.h"
 #include "verify/nccl_backend.h"
 #include "verify/runner.h"
 
@@ -23,19 +26,33 @@ std::string lab_usage() {
 )") + verify::runner_usage();
 }
 
-int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**)) {
-  try {
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return 2;
-  } catch (const verify::SetupError& e) {
-    std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return 2;
-  } catch (const comm::CommError& e) {
-    std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return 1;
+int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
+                 const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body) {
+  const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
+  if (backend != "sim") {
+    return verify::run_ranks(
+        flags, argc, argv, [&](int) { return agreement; }, [&](verify::Rank& r) { return body(*r.comm); });
   }
+  if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
+  const int ws = static_cast<int>(flags.get_int("world-size", 2, 1, ddp::kMaxWorldSize));
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
+  comm::LocalGroup group(ws, collective::Algorithm::ring);
+  std::vector<int> status(static_cast<size_t>(ws), 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ws; ++r) {
+    threads.emplace_back([&, r] {
+      auto c = group.communicator(r);
+      c->timeout = timeout;
+      try {
+        status[static_cast<size_t>(r)] = body(*c);
+      } catch (const std::exception& e) {  // a rank that fails reports, the others time out and report
+        std::fprintf(stderr, "%s: %s\n", program, e.what());
+        status[static_cast<size_t>(r)] = dynamic_cast<const UsageError*>(&e) ? 2 : 1;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return *std::max_element(status.begin(), status.end());
 }
 
 void print_line(const std::string& line) {

@@ -26,9 +26,11 @@ struct RankView {
 std::set<std::string> lab_flag_names();  // backend, nproc, world-size and the runner's
 std::string lab_usage();
 
-// main() for a lab: runs `run`, turning bad input and failed rendezvous into one line and status 2, and a
-// failed collective into one line and status 1.
-int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**));
+// Runs `body` on every rank of the group: threads over LocalGroup (the simulator's ring) for --backend
+// sim (--world-size ranks, default 2), one process per rank over Gloo/NCCL otherwise (verify/runner);
+// `agreement` lists the flags every real rank must have been started with. Returns the exit status.
+int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
+                 const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body);
 
 // Runs `cfg`, prints `progress(batch)` (unless empty) for every batch of every rank (simulator: in the order the ranks
 // would interleave; real: as each rank finishes), then calls `report(view)` once per rank: in rank order in

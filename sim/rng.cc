@@ -44,11 +44,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const ddplab::UsageError& e) {
-    std::fprintf(stderr, "rng: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return ddplab::guarded_main("rng", argc, argv, run); }

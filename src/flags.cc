@@ -2,9 +2,12 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include <fmt/format.h>
+
+#include "src/comm/communicator.h"
 
 namespace ddplab {
 
@@ -37,6 +40,18 @@ Flags::Flags(int argc, char** argv, const std::set<std::string>& known, const st
     if (!known.count(name)) throw UsageError(fmt::format("unknown flag --{} (see --help)", name));
     if (values_.count(name)) throw UsageError(fmt::format("--{} given twice", name));
     values_[name] = value;
+  }
+}
+
+int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**)) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 2;
+  } catch (const comm::CommError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
   }
 }
 

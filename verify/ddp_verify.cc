@@ -174,17 +174,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const ddplab::UsageError& e) {
-    std::fprintf(stderr, "ddp_verify: %s\n", e.what());
-    return 2;
-  } catch (const ddplab::verify::SetupError& e) {
-    std::fprintf(stderr, "ddp_verify: %s\n", e.what());
-    return 2;
-  } catch (const ddplab::comm::CommError& e) {
-    std::fprintf(stderr, "ddp_verify: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return ddplab::guarded_main("ddp_verify", argc, argv, run); }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "src/comm/communicator.h"
+#include "src/flags.h"
 
 namespace ddplab::verify {
 
@@ -27,8 +28,8 @@ void store_set(Store& s, const std::string& key, const std::string& value);
 std::string store_get(Store& s, const std::string& key, std::chrono::milliseconds timeout);  // throws on timeout
 
 // Rendezvous and connection failures: reported as one line, exit status 2.
-struct SetupError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct SetupError : UsageError {
+  using UsageError::UsageError;
 };
 
 std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, int rank, int world_size,

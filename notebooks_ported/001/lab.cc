@@ -122,4 +122,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return ddplab::lab::guarded_main("001_toy_ddp", argc, argv, run); }
+int main(int argc, char** argv) { return ddplab::guarded_main("001_toy_ddp", argc, argv, run); }

@@ -125,34 +125,10 @@ int run(int argc, char** argv) {
   const std::string checkpoint = flags.get_string(
       "checkpoint", fmt::format("{}/model.checkpoint.{}.safetensors", tmp && *tmp ? tmp : "/tmp",
                                 run_id ? std::string(run_id) : std::to_string(getpid())));
-  const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
-  if (backend != "sim") {
-    return verify::run_ranks(
-        flags, argc, argv, [&](int) { return std::vector<std::string>{"--checkpoint", checkpoint}; },
-        [&](verify::Rank& r) { return rank_body(flags, *r.comm, checkpoint); });
-  }
-  // The simulator: ranks are threads over LocalGroup (the simulator's ring), same body.
-  const int ws = static_cast<int>(flags.get_int("world-size", 2, 1, 64));
-  comm::LocalGroup group(ws, collective::Algorithm::ring);
-  std::vector<int> status(static_cast<size_t>(ws), 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ws; ++r) {
-    threads.emplace_back([&, r] {
-      auto c = group.communicator(r);
-      c->timeout = timeout;
-      try {
-        status[static_cast<size_t>(r)] = rank_body(flags, *c, checkpoint);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "002_checkpoint: %s\n", e.what());
-        status[static_cast<size_t>(r)] = 1;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return *std::max_element(status.begin(), status.end());
+  return lab::run_on_ranks(flags, argc, argv, "002_checkpoint", {"--checkpoint", checkpoint},
+                           [&](comm::Communicator& c) { return rank_body(flags, c, checkpoint); });
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return ddplab::lab::guarded_main("002_checkpoint", argc, argv, run); }
+int main(int argc, char** argv) { return ddplab::guarded_main("002_checkpoint", argc, argv, run); }

@@ -109,4 +109,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return ddplab::lab::guarded_main("003_trainer", argc, argv, run); }
+int main(int argc, char** argv) { return ddplab::guarded_main("003_trainer", argc, argv, run); }

@@ -161,32 +161,10 @@ int run(int argc, char** argv) {
   if (flags.has("dump")) {
     if (std::string why = check_writable(flags.get_string("dump", "")); !why.empty()) throw UsageError("--dump: " + why);
   }
-  const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
-  if (backend != "sim") {
-    return verify::run_ranks(
-        flags, argc, argv, [&](int) { return std::vector<std::string>{"--part", flags.get_string("part", "all")}; },
-        [&](verify::Rank& r) { return body(flags, *r.comm); });
-  }
-  if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
-  const int ws = static_cast<int>(flags.get_int("world-size", 2, 1, 64));
-  comm::LocalGroup group(ws, collective::Algorithm::ring);
-  std::vector<int> status(static_cast<size_t>(ws), 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ws; ++r) {
-    threads.emplace_back([&, r] {
-      auto c = group.communicator(r);
-      try {
-        status[static_cast<size_t>(r)] = body(flags, *c);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "004_parallelism: %s\n", e.what());
-        status[static_cast<size_t>(r)] = 1;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return *std::max_element(status.begin(), status.end());
+  return lab::run_on_ranks(flags, argc, argv, "004_parallelism", {"--part", flags.get_string("part", "all")},
+                           [&](comm::Communicator& c) { return body(flags, c); });
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return ddplab::lab::guarded_main("004_parallelism", argc, argv, run); }
+int main(int argc, char** argv) { return ddplab::guarded_main("004_parallelism", argc, argv, run); }
