@@ -129,6 +129,14 @@ TEST(Notebooks, LiveAgainstReferenceScripts) {
   ASSERT_EQ(py3.status, 0) << py3.err;
   compare_003("live 003 ws3 b50", lab_dump("003_trainer", {"--world-size", "3", "--max-epochs", "1", "--batch-size", "50"}),
               testing::load_json(dir + "/003.json"));
+  const CommandResult py4 = testing::run_command({"/usr/bin/python3", "notebooks_ported/004/reference.py", "--world-size",
+                                                  "4", "--dp-devices", "3", "--dump", dir + "/004.json"});
+  ASSERT_EQ(py4.status, 0) << py4.err;
+  const json got4 = lab_dump("004_parallelism", {"--world-size", "4", "--dp-devices", "3"});
+  const json want4 = testing::load_json(dir + "/004.json");
+  for (const auto& [key, v] : want4.items()) {
+    EXPECT_TRUE(testing::match("live 004 " + key, testing::floats(got4[key]), testing::floats(v), 1e-5, 1e-6).allclose);
+  }
 }
 
 TEST(Notebooks, Lab004ShowsWhatIsExactAndWhy) {
