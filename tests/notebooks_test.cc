@@ -96,6 +96,14 @@ TEST(Notebooks, LabsMatchTheirNotebooksGoldens) {
   }
 }
 
+TEST(Notebooks, Lab001BroadcastIsWhatMakesPerRankInitsEqual) {
+  const CommandResult without = lab("001_toy_ddp", {"--init", "per-rank", "--broadcast", "false"});
+  EXPECT_NE(without.out.find("# rank 1 vs rank 0 after training\nlayers.0.weight | exact: False | approximate: False"),
+            std::string::npos) << without.out;
+  const CommandResult with = lab("001_toy_ddp", {"--init", "per-rank"});
+  EXPECT_NE(with.out.find("# rank 1 vs rank 0 after training\nlayers.0.weight | exact: True"), std::string::npos) << with.out;
+}
+
 TEST(Notebooks, Lab003CrossEntropyOnOneColumnLearnsNothing) {
   const json got = lab_dump("003_trainer", {"--world-size", "2", "--max-epochs", "1", "--loss", "ce-probs"});
   for (const auto& r : got["ranks"]) {

@@ -75,6 +75,7 @@ int run(int argc, char** argv) {
   test.x << -0.8f, 2.8f, 2.6f, -1.6f;
   test.labels = {0, 1};
   std::vector<std::string> rank_json;
+  std::vector<float> rank0_params;
   const int status = lab::run_lab(
       flags, argc, argv, cfg,
       [&](const ddp::BatchLog& l) {
@@ -99,6 +100,25 @@ int run(int argc, char** argv) {
         lab::print_line(fmt::format("[rank{}] Training accuracy {}", v.rank, python_float_repr(train_acc)));
         const float test_acc = accuracy(rep.model, test, {{0, 1}}, v.rank);
         lab::print_line(fmt::format("[rank{}] Test accuracy {}", v.rank, python_float_repr(test_acc)));
+        // DDP's promise: the last rank's parameters vs rank 0's (both in this process, or gathered).
+        std::vector<float> mine;
+        for (const Parameter* p : rep.model.parameters()) mine.insert(mine.end(), p->data(), p->data() + p->numel());
+        if (v.comm) {
+          std::vector<float> all(mine.size() * static_cast<size_t>(v.world_size));
+          v.comm->all_gather(mine.data(), mine.size() * sizeof(float), all.data());
+          rank0_params.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(mine.size()));
+        } else if (v.rank == 0) {
+          rank0_params = mine;
+        }
+        if (v.rank + 1 == v.world_size && v.world_size > 1) {
+          std::string table;
+          size_t o = 0;
+          for (const Parameter* p : rep.model.parameters()) {
+            table += "\n" + format_cmp(cmp(p->name, mine.data() + o, rank0_params.data() + o, p->numel()));
+            o += static_cast<size_t>(p->numel());
+          }
+          lab::print_line(fmt::format("# rank {} vs rank 0 after training{}", v.rank, table));
+        }
         std::vector<std::string> losses, params;
         for (const auto& l : *v.log) losses.push_back(json_float(l.loss));
         for (const Parameter* p : rep.model.parameters()) params.push_back(fmt::format("\"{}\": {}", p->name, json_tensor(*p)));
