@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "src/comm/local_group.h"
+#include "src/io.h"
 #include "verify/nccl_backend.h"
 #include "verify/runner.h"
 
@@ -55,6 +56,16 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
   return *std::max_element(status.begin(), status.end());
 }
 
+int write_ranks_dump(const Flags& flags, const char* program, const std::string& path, const std::vector<std::string>& ranks) {
+  if (path.empty() || flags.get_string("backend", "sim") != "sim") return 0;
+  const std::string doc = fmt::format("{{\"world_size\": {}, \"ranks\": [{}]}}\n", ranks.size(), fmt::join(ranks, ",\n"));
+  if (std::string why = write_file_atomic(path, doc); !why.empty()) {
+    std::fprintf(stderr, "%s: --dump: %s\n", program, why.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 void print_line(const std::string& line) {
   const std::string l = line + "\n";
   std::fwrite(l.data(), 1, l.size(), stdout);
@@ -89,11 +100,7 @@ int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Pr
   }
   return verify::run_ranks(
       flags, argc, argv,
-      [&](int world_size) {
-        cfg.world_size = world_size;
-        ddp::validate(cfg);
-        return ddp::to_args(cfg);
-      },
+      verify::ddp_config_agreement(cfg),
       [&](verify::Rank& rank) {
         ddp::RankResult res = ddp::train_rank(cfg, *rank.comm,
                                               rank.backend == "nccl" ? &verify::nccl_kernels(cfg.kernels) : nullptr);

@@ -39,6 +39,11 @@ using Progress = std::function<std::string(const ddp::BatchLog&)>;
 int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Progress& progress,
             const std::function<int(RankView&)>& report);
 
+// --dump for labs whose ranks all report in this process (the simulator): {"world_size", "ranks": [...]}.
+// Returns 0, or 1 after one line on stderr when the file cannot be written; no file when `path` is empty
+// or the ranks ran as separate processes.
+int write_ranks_dump(const Flags& flags, const char* program, const std::string& path, const std::vector<std::string>& ranks);
+
 // One line written with one write, so concurrent ranks never cut into each other's lines.
 void print_line(const std::string& line);
 

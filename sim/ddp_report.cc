@@ -1,5 +1,7 @@
 #include "sim/ddp_report.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "sim/explain.h"
@@ -86,10 +88,7 @@ std::string dump_json(const ddp::Config& cfg, const ddp::SimResult& res) {
   for (size_t i = 0; i < args.size(); ++i) out += fmt::format("{}\"{}\"", i ? ", " : "", args[i]);
   out += "],\n \"replicas\": [\n";
   for (size_t k = 0; k < res.replicas.size(); ++k) {
-    out += "  {";
-    const auto ps = res.replicas[k]->model.parameters();
-    for (size_t i = 0; i < ps.size(); ++i) out += fmt::format("{}\"{}\": {}", i ? ", " : "", ps[i]->name, json_tensor(*ps[i]));
-    out += k + 1 < res.replicas.size() ? "},\n" : "}\n";
+    out += "  " + json_params(std::as_const(res.replicas[k]->model).parameters()) + (k + 1 < res.replicas.size() ? ",\n" : "\n");
   }
   out += " ],\n \"sampler_indices\": [";
   for (size_t e = 0; e < res.sampler_indices.size(); ++e) {

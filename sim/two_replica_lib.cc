@@ -101,15 +101,7 @@ TwoReplicaResult run_two_replica(const TwoReplicaConfig& cfg) {
 
 namespace {
 
-std::string json_model(const MLP& m) {
-  const auto names = notebook_param_names();
-  const auto params = m.parameters();
-  std::string out = "{";
-  for (size_t i = 0; i < params.size(); ++i) {
-    out += fmt::format("{}\"{}\": {}", i ? ", " : "", names[i], json_tensor(*params[i]));
-  }
-  return out + "}";
-}
+std::string json_model(const MLP& m) { return json_params(m.parameters(), notebook_param_names()); }
 
 }  // namespace
 

@@ -87,4 +87,12 @@ std::string json_tensor(const Parameter& p) {
   return out;
 }
 
+std::string json_params(const std::vector<const Parameter*>& params, const std::vector<std::string>& names) {
+  std::string out = "{";
+  for (size_t i = 0; i < params.size(); ++i) {
+    out += fmt::format("{}\"{}\": {}", i ? ", " : "", names.empty() ? params[i]->name : names[i], json_tensor(*params[i]));
+  }
+  return out + "}";
+}
+
 }  // namespace ddplab

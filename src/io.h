@@ -20,5 +20,7 @@ std::string check_writable(const std::string& path);
 std::string json_float(float v);
 // A parameter as nested JSON lists: [[...], ...] for a weight [out][in], [...] for a bias.
 std::string json_tensor(const Parameter& p);
+// A state_dict as a JSON object, {"layers.0.weight": [[...]], ...}; `names` overrides the keys.
+std::string json_params(const std::vector<const Parameter*>& params, const std::vector<std::string>& names = {});
 
 }  // namespace ddplab

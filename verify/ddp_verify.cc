@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -41,13 +42,11 @@ struct Exit {
 };
 
 std::string fmt_rank_json(const ddp::RankResult& r) {  // this rank's entries of the dump
-  std::string params = "{";
-  const auto ps = r.replica->model.parameters();
-  for (size_t i = 0; i < ps.size(); ++i) params += fmt::format("{}\"{}\": {}", i ? ", " : "", ps[i]->name, json_tensor(*ps[i]));
+  const std::string params = json_params(std::as_const(r.replica->model).parameters());
   std::vector<std::string> idx, losses;
   for (const auto& e : r.sampler_indices) idx.push_back(fmt::format("[{}]", fmt::join(e, ", ")));
   for (const auto& l : r.log) losses.push_back(json_float(l.loss));
-  return fmt::format("{}}}\n{}\n[{}]", params, fmt::format("[{}]", fmt::join(idx, ", ")), fmt::join(losses, ", "));
+  return fmt::format("{}\n{}\n[{}]", params, fmt::format("[{}]", fmt::join(idx, ", ")), fmt::join(losses, ", "));
 }
 
 // The e-th inner list of "[[..], [..], ...]" (flat integer lists, no nesting below).
@@ -164,11 +163,7 @@ int run(int argc, char** argv) {
   }
   return verify::run_ranks(
       flags, argc, argv,
-      [&](int world_size) {
-        cfg.world_size = world_size;
-        ddp::validate(cfg);
-        return ddp::to_args(cfg);
-      },
+      verify::ddp_config_agreement(cfg),
       [&](verify::Rank& rank) { return body(flags, cfg, rank); });
 }
 

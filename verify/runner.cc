@@ -101,6 +101,14 @@ int worker(const Flags& flags, const RankEnv& env,
 
 }  // namespace
 
+std::function<std::vector<std::string>(int)> ddp_config_agreement(ddp::Config& cfg) {
+  return [&cfg](int world_size) {
+    cfg.world_size = world_size;
+    ddp::validate(cfg);
+    return ddp::to_args(cfg);
+  };
+}
+
 int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std::vector<std::string>(int)>& prepare,
               const std::function<int(Rank&)>& body) {
   flags.get_choice("backend", "gloo", {"gloo", "nccl"});

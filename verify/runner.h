@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "src/comm/communicator.h"
+#include "src/ddp/config.h"
 #include "src/flags.h"
 #include "verify/launcher.h"
 
@@ -28,6 +29,9 @@ struct Rank {
 // `prepare(world_size)` validates the program's configuration for that world size (throwing UsageError)
 // and returns the flags every rank must agree on. `body` runs in each rank; its return value is the
 // rank's exit status. Returns this process's exit status: 2 bad input, 3 backend unavailable.
+// The usual `prepare`: the DDP configuration with world_size set, validated; ranks agree on all its flags.
+std::function<std::vector<std::string>(int)> ddp_config_agreement(ddp::Config& cfg);
+
 int run_ranks(const Flags& flags, int argc, char** argv,
               const std::function<std::vector<std::string>(int world_size)>& prepare,
               const std::function<int(Rank&)>& body);

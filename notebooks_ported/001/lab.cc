@@ -2,6 +2,7 @@
 // A 2-30-20-2 ReLU MLP, cross-entropy, SGD lr 0.5, 3 epochs, DistributedSampler with a drop_last loader
 // (batch 2), per-rank loss lines, then train and test accuracy per rank.
 #include <cstdio>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -119,25 +120,17 @@ int run(int argc, char** argv) {
           }
           lab::print_line(fmt::format("# rank {} vs rank 0 after training{}", v.rank, table));
         }
-        std::vector<std::string> losses, params;
+        std::vector<std::string> losses;
         for (const auto& l : *v.log) losses.push_back(json_float(l.loss));
-        for (const Parameter* p : rep.model.parameters()) params.push_back(fmt::format("\"{}\": {}", p->name, json_tensor(*p)));
         std::vector<std::string> epochs;
         for (const auto& e : *v.indices) epochs.push_back(fmt::format("[{}]", fmt::join(e, ", ")));
         rank_json.push_back(fmt::format("{{\"losses\": [{}], \"indices\": [{}], \"train_acc\": {}, \"test_acc\": {}, "
-                                        "\"params\": {{{}}}}}",
+                                        "\"params\": {}}}",
                                         fmt::join(losses, ", "), fmt::join(epochs, ", "), json_float(train_acc),
-                                        json_float(test_acc), fmt::join(params, ", ")));
+                                        json_float(test_acc), json_params(std::as_const(rep.model).parameters())));
         return 0;
       });
-  if (!dump.empty() && flags.get_string("backend", "sim") == "sim") {  // all ranks reported in this process
-    const std::string doc = fmt::format("{{\"world_size\": {}, \"ranks\": [{}]}}\n", rank_json.size(), fmt::join(rank_json, ",\n"));
-    if (std::string why = write_file_atomic(dump, doc); !why.empty()) {
-      std::fprintf(stderr, "001_toy_ddp: --dump: %s\n", why.c_str());
-      return 1;
-    }
-  }
-  return status;
+  return std::max(status, lab::write_ranks_dump(flags, "001_toy_ddp", dump, rank_json));
 }
 
 }  // namespace

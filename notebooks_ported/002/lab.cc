@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -87,9 +88,8 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
   lab::print_line(fmt::format("[rank{}] loss {} | net.weight[0][:3] after the step: {} {} {}", rank,
                               python_float_repr(l.loss), w.data()[0], w.data()[1], w.data()[2]));
   if (flags.has("dump") && rank == 0) {
-    std::vector<std::string> params;
-    for (const Parameter* p : model.parameters()) params.push_back(fmt::format("\"{}\": {}", p->name, json_tensor(*p)));
-    const std::string doc = fmt::format("{{\"loss\": {}, \"params\": {{{}}}}}\n", json_float(l.loss), fmt::join(params, ", "));
+    const std::string doc = fmt::format("{{\"loss\": {}, \"params\": {}}}\n", json_float(l.loss),
+                                        json_params(std::as_const(model).parameters()));
     if (std::string why = write_file_atomic(flags.get_string("dump", ""), doc); !why.empty()) throw UsageError("--dump: " + why);
   }
   return 0;

@@ -3,6 +3,7 @@
 // DistributedSampler with set_epoch; 4 ranks -> "Steps 16" per epoch, 1 rank -> "Steps 64".
 #include <cstdio>
 #include <map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -89,22 +90,14 @@ int run(int argc, char** argv) {
                 "gradient is 0. The weights above never moved (exact: True). --loss mse trains for real.");
           }
         }
-        std::vector<std::string> losses, params, init;
+        std::vector<std::string> losses;
         for (const auto& l : *v.log) losses.push_back(json_float(l.loss));
-        for (const Parameter* p : v.replica->model.parameters()) params.push_back(fmt::format("\"{}\": {}", p->name, json_tensor(*p)));
-        for (const Parameter* p : initial.parameters()) init.push_back(fmt::format("\"{}\": {}", p->name, json_tensor(*p)));
-        rank_json.push_back(fmt::format("{{\"losses\": [{}], \"initial\": {{{}}}, \"params\": {{{}}}}}", fmt::join(losses, ", "),
-                                        fmt::join(init, ", "), fmt::join(params, ", ")));
+        rank_json.push_back(fmt::format("{{\"losses\": [{}], \"initial\": {}, \"params\": {}}}", fmt::join(losses, ", "),
+                                        json_params(initial.parameters()),
+                                        json_params(std::as_const(v.replica->model).parameters())));
         return 0;
       });
-  if (!dump.empty() && flags.get_string("backend", "sim") == "sim") {
-    const std::string doc = fmt::format("{{\"world_size\": {}, \"ranks\": [{}]}}\n", rank_json.size(), fmt::join(rank_json, ",\n"));
-    if (std::string why = write_file_atomic(dump, doc); !why.empty()) {
-      std::fprintf(stderr, "003_trainer: --dump: %s\n", why.c_str());
-      return 1;
-    }
-  }
-  return status;
+  return std::max(status, lab::write_ranks_dump(flags, "003_trainer", dump, rank_json));
 }
 
 }  // namespace
