@@ -85,6 +85,20 @@ TEST(Verify, AgainstTorchDdpOnGloo) {
   }
 }
 
+TEST(Verify, DumpIsDdpSimsDumpForTheSameRun) {
+  const std::string dir = testing::temp_dir();
+  const std::vector<std::string> args = {"--world-size", "3", "--epochs", "2", "--layers", "6,8,2", "--activation", "relu"};
+  auto v = args;
+  v.insert(v.end(), {"--nproc", "3", "--quiet", "--dump-params", dir + "/real.json"});
+  ASSERT_EQ(verify(v).status, 0);
+  auto s = args;
+  s.insert(s.begin(), "sim/ddp_sim");
+  s.insert(s.end(), {"--quiet", "--dump-params", dir + "/sim.json"});
+  ASSERT_EQ(testing::run_command(s).status, 0);
+  const json real = testing::load_json(dir + "/real.json"), sim = testing::load_json(dir + "/sim.json");
+  for (const char* key : {"replicas", "sampler_indices", "losses", "args"}) EXPECT_EQ(real[key], sim[key]) << key;
+}
+
 int free_port() {
   const int s = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

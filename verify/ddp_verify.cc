@@ -37,26 +37,6 @@ constexpr const char* kTail = R"(output:
   --quiet                   no per-batch lines
 )";
 
-struct Exit {
-  int code;
-};
-
-std::string fmt_rank_json(const ddp::RankResult& r) {  // this rank's entries of the dump
-  const std::string params = json_params(std::as_const(r.replica->model).parameters());
-  std::vector<std::string> idx, losses;
-  for (const auto& e : r.sampler_indices) idx.push_back(fmt::format("[{}]", fmt::join(e, ", ")));
-  for (const auto& l : r.log) losses.push_back(json_float(l.loss));
-  return fmt::format("{}\n{}\n[{}]", params, fmt::format("[{}]", fmt::join(idx, ", ")), fmt::join(losses, ", "));
-}
-
-// The e-th inner list of "[[..], [..], ...]" (flat integer lists, no nesting below).
-std::string nth_list(const std::string& lists, size_t e) {
-  size_t pos = 1;
-  for (size_t i = 0; i < e; ++i) pos = lists.find(']', pos) + 1;
-  const size_t open = lists.find('[', pos), close = lists.find(']', open);
-  return lists.substr(open, close - open + 1);
-}
-
 int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
   const verify::RankEnv& env = rank.env;
   const std::string& backend = rank.backend;
@@ -79,7 +59,15 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
   for (const Parameter* p : mine.replica->model.parameters()) flat.insert(flat.end(), p->data(), p->data() + p->numel());
   std::vector<float> everyone(flat.size() * static_cast<size_t>(env.world_size));
   comm->all_gather(flat.data(), flat.size() * sizeof(float), everyone.data());
-  const auto dumps = comm::all_gather_strings(*comm, fmt_rank_json(mine));
+  // For the dump, as ddp_sim writes it: state_dicts by rank, sampler indices by [epoch][rank], losses by rank.
+  const auto params_json = comm::all_gather_strings(*comm, json_params(std::as_const(mine.replica->model).parameters()));
+  std::vector<std::string> indices_json;
+  for (const auto& epoch : mine.sampler_indices) {
+    indices_json.push_back(fmt::format("[{}]", fmt::join(comm::all_gather_strings(*comm, fmt::format("[{}]", fmt::join(epoch, ", "))), ", ")));
+  }
+  std::vector<std::string> my_losses;
+  for (const auto& l : mine.log) my_losses.push_back(json_float(l.loss));
+  const auto losses_json = comm::all_gather_strings(*comm, fmt::format("[{}]", fmt::join(my_losses, ", ")));
 
   float verdict = 0.0f;
   if (env.rank == 0) {
@@ -119,22 +107,8 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
     if (!dump.empty()) {
       std::string out = fmt::format("{{\"world_size\": {},\n \"backend\": \"{}\",\n \"args\": [\"{}\"],\n \"replicas\": [\n",
                                     env.world_size, backend, fmt::join(args, "\", \""));
-      std::vector<std::string> params, idx, losses;
-      for (const std::string& d : dumps) {
-        const size_t a = d.find('\n'), b = d.find('\n', a + 1);
-        params.push_back("  " + d.substr(0, a));
-        idx.push_back(d.substr(a + 1, b - a - 1));
-        losses.push_back(d.substr(b + 1));
-      }
-      // sampler_indices as ddp_sim writes them: [epoch][rank][...]
-      std::vector<std::string> by_epoch;
-      for (size_t e = 0; e < static_cast<size_t>(cfg.epochs); ++e) {
-        std::vector<std::string> ranks;
-        for (const std::string& per_rank : idx) ranks.push_back(nth_list(per_rank, e));
-        by_epoch.push_back(fmt::format("[{}]", fmt::join(ranks, ", ")));
-      }
-      out += fmt::format("{}\n ],\n \"sampler_indices\": [{}],\n \"losses\": [{}]}}\n", fmt::join(params, ",\n"),
-                         fmt::join(by_epoch, ", "), fmt::join(losses, ", "));
+      out += fmt::format("  {}\n ],\n \"sampler_indices\": [{}],\n \"losses\": [{}]}}\n", fmt::join(params_json, ",\n  "),
+                         fmt::join(indices_json, ", "), fmt::join(losses_json, ", "));
       if (std::string why = write_file_atomic(dump, out); !why.empty()) {
         std::fprintf(stderr, "ddp_verify: --dump-params: %s\n", why.c_str());
         verdict = 1.0f;
