@@ -4,7 +4,6 @@
 
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,11 +18,13 @@
 namespace ddplab::ddp {
 
 // random: manual_seed(seed), then per sample randn(in), randn(out) (notebook 000); labels = argmax(y).
+// rand: manual_seed(seed), then per sample rand(in), rand(out) (notebook 003's MyTrainDataset).
 // toy: notebook 001's five 2-d points with labels 0,0,0,1,1 (y = one-hot labels).
 // `gen` plays the process's global generator (each real rank has its own; so does each simulated one).
 Dataset make_dataset(const Config& cfg, Generator& gen);
 
-// manual_seed(seed) (or seed + rank with --init per-rank), then the MLP with state_dict names layers.N.
+// manual_seed(seed) (or seed + rank with --init per-rank; or, with --init continue, the draws right after
+// the dataset's), then the MLP with state_dict names layers.N.
 MLP make_model(const Config& cfg, int64_t rank, Generator& gen);
 std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model);
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx);
@@ -43,7 +44,7 @@ struct Replica {
   std::unique_ptr<Optimizer> optimizer;
   DistributedSampler sampler;
   DataLoader loader;
-  std::unique_ptr<Reducer> reducer;  // created by start_ddp(), after the broadcast
+  std::unique_ptr<Reducer> reducer;  // created after DDP's broadcast (simulate, train_rank)
   const Config& cfg;
 };
 
