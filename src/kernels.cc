@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "src/gemm.h"
+#include "src/torch_sum.h"
 
 namespace ddplab {
 
@@ -62,8 +63,11 @@ void ref_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, 
   }
 }
 
+// PyTorch's bias gradient is grad_output.sum(0) through its cascade sum.
+void fast_grad_bias(const float* gy, float* gb, int64_t batch, int64_t out) { torch_sum_dim0(gy, gb, batch, out); }
+
 const LinearKernels kFast = {"fast (OpenBLAS sgemm, PyTorch's calls)", fast_forward, gemm::linear_grad_input,
-                             gemm::linear_grad_weight, grad_bias_rows};
+                             gemm::linear_grad_weight, fast_grad_bias};
 const LinearKernels kReference = {"reference (fixed-order loops)", ref_forward, ref_grad_input, ref_grad_weight,
                                   grad_bias_rows};
 

@@ -7,7 +7,8 @@
 //   y[b,o]  = (((0 + x[b,0]*W[o,0]) + x[b,1]*W[o,1]) + ... + x[b,in-1]*W[o,in-1]) + bias[o]
 //   gx[b,i] = ((0 + gy[b,0]*W[0,i]) + ...) + gy[b,out-1]*W[out-1,i]
 //   gW[o,i] = ((0 + gy[0,o]*x[0,i]) + ...) + gy[B-1,o]*x[B-1,i]
-//   gb[o]   = ((0 + gy[0,o]) + gy[1,o]) + ... + gy[B-1,o]          (the fast table uses this one too)
+//   gb[o]   = ((0 + gy[0,o]) + gy[1,o]) + ... + gy[B-1,o]
+// The fast table's bias gradient is PyTorch's own grad_output.sum(0) order (src/torch_sum.h).
 #pragma once
 
 #include <cstdint>

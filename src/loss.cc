@@ -1,5 +1,7 @@
 #include "src/loss.h"
 
+#include "src/torch_sum.h"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -10,17 +12,13 @@ LossResult mse_loss(const Matrix& input, const Matrix& target) {
     throw std::invalid_argument("mse_loss: input and target shapes differ");
   }
   const Matrix diff = input - target;
-  // Sum of squares in double, rounded once: PyTorch's float cascade sum rounds differently in the last
-  // bit at most for these sizes, and the loss is only reported, never fed back into the weights.
-  double sum = 0.0;
-  for (Eigen::Index i = 0; i < diff.size(); ++i) {
-    const float sq = diff.data()[i] * diff.data()[i];
-    sum += sq;
-  }
-  const auto n = static_cast<double>(diff.size());
+  // (input - target).pow(2).mean(): squares in float, PyTorch's cascade sum, then one float division.
+  const Matrix sq = diff.cwiseProduct(diff);
+  float sum = 0.0f;
+  torch_sum_dim0(sq.data(), &sum, sq.size(), 1);
   LossResult r;
-  r.loss = static_cast<float>(sum / n);
-  r.grad = diff * static_cast<float>(2.0 / n);
+  r.loss = sum / static_cast<float>(diff.size());
+  r.grad = diff * static_cast<float>(2.0 / static_cast<double>(diff.size()));
   return r;
 }
 

@@ -13,7 +13,8 @@ struct LossResult {
   Matrix grad;  // d loss / d input, same shape as the input
 };
 
-// mean((input - target)^2); grad = (input - target) * float(2 / numel), as mse_loss_backward computes it.
+// mean((input - target)^2) with PyTorch's cascade sum; grad = (input - target) * float(2 / numel), as
+// mse_loss_backward computes it.
 LossResult mse_loss(const Matrix& input, const Matrix& target);
 
 // -mean_i log_softmax(input)[i, target[i]]; grad = (softmax - one_hot(target)) / batch.

@@ -148,6 +148,19 @@ def adam():
     write('adam.json', {'cases': cases})
 
 
+def column_sums():
+    """tensor.sum(0) of [rows, cols] float32: PyTorch's cascade order, for nn's bias gradients. The inputs
+    are torch.randn(rows, cols) drawn in order from one Generator seeded 31: the test redraws them."""
+    cases = []
+    g = torch.Generator()
+    g.manual_seed(31)
+    for rows in [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100, 257]:
+        for cols in [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 32, 33, 40, 70]:
+            x = torch.randn(rows, cols, generator=g)
+            cases.append({'rows': rows, 'cols': cols, 'sum0': f32(x.sum(0))})
+    write('column_sums.json', {'cases': cases})
+
+
 def samplers():
     cases = []
     for n in [5, 10, 64, 101]:
@@ -228,6 +241,7 @@ if __name__ == '__main__':
     mlp_grads()
     sgd()
     adam()
+    column_sums()
     samplers()
     compare()
     two_replica()
