@@ -67,6 +67,29 @@ TEST(DdpSim, LiveAgainstTorchDdp) {
   compare_with_torch("live", sim_dump(args), testing::load_json(out));
 }
 
+TEST(DdpSim, LiveMseRunIsBitwiseTorchDdp) {
+  // Same machine, same OpenBLAS: for MSE models every float of the run is PyTorch's (the static goldens
+  // only assert allclose, since another CPU may pick another OpenBLAS kernel than the one that wrote them).
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  const std::vector<std::string> args = {"--world-size", "3", "--samples", "45", "--batch-size", "4", "--layers",
+                                         "7,24,12,3", "--activation", "relu", "--epochs", "2", "--momentum", "0.9",
+                                         "--lr", "0.05", "--no-sync", "2"};
+  const std::string out = testing::temp_dir() + "/torch.json";
+  std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  cmd.insert(cmd.end(), {"--dump-params", out});
+  const CommandResult r = testing::run_command(cmd);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json torch = testing::load_json(out), sim = sim_dump(args);
+  compare_with_torch("live mse", sim, torch);
+  for (size_t k = 0; k < 3; ++k) {
+    for (const auto& [name, want] : torch["replicas"][k].items()) {
+      EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << "rank " << k << " " << name;
+    }
+  }
+  EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"]));
+}
+
 TEST(DdpSim, BroadcastIsWhatMakesPerRankInitsEqual) {
   const json with = sim_dump({"--world-size", "3", "--init", "per-rank"});
   const json without = sim_dump({"--world-size", "3", "--init", "per-rank", "--broadcast", "false"});
