@@ -9,6 +9,8 @@ import argparse
 import statistics
 import time
 
+import os
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
 import torch
 import torch.nn as nn
 

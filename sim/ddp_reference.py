@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp

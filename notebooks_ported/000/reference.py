@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
 import torch
 import torch.nn as nn
 import torch.optim as optim

@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp

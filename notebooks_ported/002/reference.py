@@ -15,6 +15,7 @@ import json
 import os
 import tempfile
 
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp

@@ -18,6 +18,7 @@ import math
 import os
 import tempfile
 
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
