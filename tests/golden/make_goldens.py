@@ -110,43 +110,39 @@ def mlp_grads():
     write('mlp_grads.json', {'cases': cases})
 
 
-def sgd():
-    """SGD on fixed parameters and gradients: the update itself must be bitwise."""
+def replay_optimizer(optimizer, option_sets, seed, numel, steps, grad_scale):
+    """One case per option set: a parameter and `steps` gradients drawn after manual_seed(seed), and the
+    parameter after each optimizer step. The update itself must be bitwise."""
     cases = []
-    for opts in [dict(lr=0.01), dict(lr=0.5), dict(lr=0.1, momentum=0.9), dict(lr=0.1, momentum=0.9, dampening=0.1),
-                 dict(lr=0.05, momentum=0.9, nesterov=True), dict(lr=0.01, weight_decay=1e-4),
-                 dict(lr=0.03, momentum=0.8, weight_decay=0.01, nesterov=True)]:
-        torch.manual_seed(7)
-        p = torch.nn.Parameter(torch.randn(37))
+    for opts in option_sets:
+        torch.manual_seed(seed)
+        p = torch.nn.Parameter(torch.randn(numel))
         p0 = f32(p)
-        grads = [torch.randn(37) for _ in range(3)]
-        opt = torch.optim.SGD([p], **opts)
+        grads = [torch.randn(numel) * grad_scale for _ in range(steps)]
+        opt = optimizer([p], **opts)
         after = []
         for g in grads:
             p.grad = g.clone()
             opt.step()
             after.append(f32(p))
         cases.append({'options': opts, 'param': p0, 'grads': [f32(g) for g in grads], 'after_each_step': after})
-    write('sgd.json', {'cases': cases})
+    return {'cases': cases}
+
+
+def sgd():
+    write('sgd.json', replay_optimizer(
+        torch.optim.SGD,
+        [dict(lr=0.01), dict(lr=0.5), dict(lr=0.1, momentum=0.9), dict(lr=0.1, momentum=0.9, dampening=0.1),
+         dict(lr=0.05, momentum=0.9, nesterov=True), dict(lr=0.01, weight_decay=1e-4),
+         dict(lr=0.03, momentum=0.8, weight_decay=0.01, nesterov=True)],
+        seed=7, numel=37, steps=3, grad_scale=1.0))
 
 
 def adam():
-    """Adam on fixed parameters and gradients: the update itself must be bitwise."""
-    cases = []
-    for opts in [dict(lr=0.02), dict(lr=0.001), dict(lr=0.1, betas=(0.8, 0.99), eps=1e-6),
-                 dict(lr=0.01, weight_decay=0.01)]:
-        torch.manual_seed(8)
-        p = torch.nn.Parameter(torch.randn(41))
-        p0 = f32(p)
-        grads = [torch.randn(41) * 0.1 for _ in range(4)]
-        opt = torch.optim.Adam([p], **opts)
-        after = []
-        for g in grads:
-            p.grad = g.clone()
-            opt.step()
-            after.append(f32(p))
-        cases.append({'options': opts, 'param': p0, 'grads': [f32(g) for g in grads], 'after_each_step': after})
-    write('adam.json', {'cases': cases})
+    write('adam.json', replay_optimizer(
+        torch.optim.Adam,
+        [dict(lr=0.02), dict(lr=0.001), dict(lr=0.1, betas=(0.8, 0.99), eps=1e-6), dict(lr=0.01, weight_decay=0.01)],
+        seed=8, numel=41, steps=4, grad_scale=0.1))
 
 
 def column_sums():
