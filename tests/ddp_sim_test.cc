@@ -193,7 +193,7 @@ TEST(DdpSim, BadInputGetsOneLineAndExit2) {
       {{"--world-size", "0"}, "--world-size must be in [1, 64] (got 0)"},
       {{"--world-size", "65"}, "--world-size must be in [1, 64] (got 65)"},
       {{"--batch-size", "40"}, "--batch-size 40 is larger than a rank's shard of 32 samples"},
-      {{"--allreduce", "butterfly"}, "--allreduce must be one of naive|ring|halving-doubling|tree"},
+      {{"--allreduce", "butterfly"}, "--allreduce must be one of naive|ring|halving-doubling|tree|nccl-ring"},
       {{"--no-sync", "0"}, "--no-sync must be in [1, 1048576] (got 0)"},
       {{"--lr", "-1"}, "--lr must be in [0, 1000000] (got -1)"},
       {{"--trace", "/nonexistent-dir/t.json"}, "--trace: cannot write in directory '/nonexistent-dir'"},

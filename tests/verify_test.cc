@@ -221,6 +221,10 @@ TEST(Verify, BadInputAndUnavailableBackends) {
       {{}, {"--nproc", "2", "--backend", "mpi"}, 2, "--backend must be one of gloo|nccl"},
       {{}, {"--nproc", "2", "--timeout", "0"}, 2, "--timeout must be in"},
       {{}, {"--nproc", "2", "--backend", "nccl"}, 3, "NCCL backend needs 2 CUDA devices"},
+      {{}, {"--nproc", "2", "--share-gpus"}, 2, "--share-gpus needs --backend nccl"},
+      {{}, {"--nproc", "2", "--nccl-exact"}, 2, "--nccl-exact needs --backend nccl"},
+      {{}, {"--nproc", "2", "--backend", "nccl", "--nccl-exact", "--allreduce", "ring"}, 2,
+       "--nccl-exact compares with the simulator's --allreduce nccl-ring (got ring)"},
   };
   for (const BadInput& c : cases) {
     const CommandResult r = c.env.empty() ? verify(c.args) : verify_env(c.env, c.args);

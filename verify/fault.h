@@ -25,19 +25,30 @@ class FaultyComm : public comm::Communicator {
   std::string backend() const override { return inner_->backend(); }
   bool native_avg() const override { return inner_->native_avg(); }
   void all_reduce(float* d, size_t n, comm::ReduceOp op) override {
-    if (++count_ == at_) {
-      std::fprintf(stderr, "rank %d: injected fault: %s at all_reduce %d\n", rank(), fault_.c_str(), at_);
-      std::fflush(stderr);
-      if (fault_ == "exit") _exit(1);
-      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hang: only a kill ends this
-    }
+    maybe_fail();
     inner_->all_reduce(d, n, op);
   }
   void broadcast(float* d, size_t n, int root) override { inner_->broadcast(d, n, root); }
+  bool device_resident() const override { return inner_->device_resident(); }
+  void all_reduce_device(float* d, size_t n, comm::ReduceOp op) override {
+    maybe_fail();
+    inner_->all_reduce_device(d, n, op);
+  }
+  void broadcast_device(float* d, size_t n, int root) override { inner_->broadcast_device(d, n, root); }
+  void* device_stream() override { return inner_->device_stream(); }
   void all_gather(const void* in, size_t bytes, void* out) override { inner_->all_gather(in, bytes, out); }
   void barrier() override { inner_->barrier(); }
 
  private:
+  // Host and device all-reduces count alike: --fault-at K is the K-th gradient all-reduce either way.
+  void maybe_fail() {
+    if (++count_ != at_) return;
+    std::fprintf(stderr, "rank %d: injected fault: %s at all_reduce %d\n", rank(), fault_.c_str(), at_);
+    std::fflush(stderr);
+    if (fault_ == "exit") _exit(1);
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hang: only a kill ends this
+  }
+
   std::unique_ptr<comm::Communicator> inner_;
   std::string fault_;
   int at_, count_ = 0;

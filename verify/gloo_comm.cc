@@ -147,6 +147,26 @@ std::string store_get(Store& s, const std::string& key, std::chrono::millisecond
   return std::string(v.begin(), v.end());
 }
 
+std::string name_silent_peers(Store& store, uint64_t seq, int rank, int world_size) {
+  std::vector<int> silent;
+  try {
+    store_set(store, fmt::format("failed_{}_{}", seq, rank), "1");
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (int r = 0; r < world_size; ++r) {
+      if (r == rank) continue;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      try {
+        store.get().wait({fmt::format("failed_{}_{}", seq, r)}, std::max(left, std::chrono::milliseconds(1)));
+      } catch (const std::exception&) {
+        silent.push_back(r);
+      }
+    }
+  } catch (const std::exception&) {  // the store itself is gone: say what we know
+  }
+  if (silent.empty()) return "every peer reports the same failure";
+  return fmt::format("rank{} {} exited or hangs", silent.size() > 1 ? "s" : "", fmt::join(silent, ", "));
+}
+
 namespace {
 
 class GlooComm : public comm::Communicator {
@@ -199,36 +219,15 @@ class GlooComm : public comm::Communicator {
   }
 
  private:
-  // When a collective fails, every survivor leaves a mark in the store and looks for the others' marks for
-  // up to a second: a rank that leaves none has exited or hangs, and the message names it. (Marks only on
-  // failure: a mark per collective would cost a file write on every all-reduce.)
   template <typename F>
   void run(const char* name, F f) {
     const uint64_t seq = seq_++;
     try {
       f(static_cast<uint32_t>(seq));
     } catch (const std::exception& e) {
-      const std::string what = gloo_message(e);
-      std::vector<int> silent;
-      try {
-        store_set(*store_, fmt::format("failed_{}_{}", seq, ctx_->rank), "1");
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-        for (int r = 0; r < ctx_->size; ++r) {
-          if (r == ctx_->rank) continue;
-          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-          try {
-            store_->get().wait({fmt::format("failed_{}_{}", seq, r)}, std::max(left, std::chrono::milliseconds(1)));
-          } catch (const std::exception&) {
-            silent.push_back(r);
-          }
-        }
-      } catch (const std::exception&) {  // the store itself is gone: say what we know
-      }
-      throw comm::CommError(fmt::format(
-          "rank {}: {} #{} failed after at most {} ms: {} (gloo: {})", ctx_->rank, name, seq, timeout.count(),
-          silent.empty() ? std::string("every peer reports the same failure")
-                         : fmt::format("rank{} {} exited or hangs", silent.size() > 1 ? "s" : "", fmt::join(silent, ", ")),
-          what));
+      throw comm::CommError(fmt::format("rank {}: {} #{} failed after at most {} ms: {} (gloo: {})", ctx_->rank, name,
+                                        seq, timeout.count(),
+                                        name_silent_peers(*store_, seq, ctx_->rank, ctx_->size), gloo_message(e)));
     }
   }
 

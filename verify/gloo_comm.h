@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,11 @@ class Store;
 std::shared_ptr<Store> open_store(const StoreSpec& spec, const std::string& prefix);  // throws SetupError
 void store_set(Store& s, const std::string& key, const std::string& value);
 std::string store_get(Store& s, const std::string& key, std::chrono::milliseconds timeout);  // throws on timeout
+
+// After collective #seq failed: leave a mark in the store and look for the peers' marks for up to a
+// second. A peer that leaves none has exited or hangs: "rank 2 exited or hangs" (or "every peer reports
+// the same failure"). Marks only on failure: a mark per collective would cost a store write each time.
+std::string name_silent_peers(Store& store, uint64_t seq, int rank, int world_size);
 
 // Rendezvous and connection failures: reported as one line, exit status 2.
 struct SetupError : UsageError {

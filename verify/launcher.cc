@@ -64,7 +64,8 @@ std::optional<RankEnv> rank_from_env() {
   return e;
 }
 
-int launch_local(int nproc, const std::vector<std::string>& args, const std::vector<std::string>& extra_env) {
+int launch_local(int nproc, const std::vector<std::string>& args, const std::vector<std::string>& extra_env,
+                 double grace_s) {
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = fork();
@@ -88,8 +89,9 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
     }
     pids.push_back(pid);
   }
-  // After the first failure the others get 2 s to notice it themselves (a peer's closed connection fails
-  // their collective at once, and their message names it), then SIGTERM, then SIGKILL 5 s later.
+  // After the first failure the others get `grace_s` to notice it themselves and name it, then SIGTERM,
+  // then SIGKILL 5 s later.
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
   int first_status = 0, remaining = nproc;
   using Clock = std::chrono::steady_clock;
   constexpr auto kNever = Clock::time_point::max();
@@ -116,7 +118,7 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
           std::fprintf(stderr, "%s: rank %d %s %d; stopping the other ranks\n", program_invocation_short_name, rank,
                        WIFEXITED(status) ? "exited with status" : "was killed by signal",
                        WIFEXITED(status) ? code : WTERMSIG(status));
-          term_at = Clock::now() + std::chrono::seconds(2);
+          term_at = Clock::now() + grace;
         }
       }
       continue;

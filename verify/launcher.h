@@ -20,8 +20,10 @@ struct RankEnv {
 std::optional<RankEnv> rank_from_env();
 
 // Starts `nproc` copies of this program with RANK/WORLD_SIZE/LOCAL_RANK set and `extra_env` added, waits,
-// and returns 0 when all exit 0. When one fails, the others get SIGTERM (then SIGKILL after 5 s) and the
-// first failure's status is returned, after one line naming the rank.
-int launch_local(int nproc, const std::vector<std::string>& args, const std::vector<std::string>& extra_env);
+// and returns 0 when all exit 0. When one fails, the others get `grace_s` to report the failure themselves,
+// then SIGTERM, then SIGKILL 5 s later; the first failure's status is returned, after one line naming the
+// rank.
+int launch_local(int nproc, const std::vector<std::string>& args, const std::vector<std::string>& extra_env,
+                 double grace_s);
 
 }  // namespace ddplab::verify

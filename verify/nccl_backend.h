@@ -1,5 +1,6 @@
-// The NCCL backend: one process per GPU, cudaSetDevice(local_rank), rank 0's ncclUniqueId shared through
-// the same store as Gloo's rendezvous, ncclCommInitRank. Built only where CUDA is found at build time
+// The NCCL backend: one process per GPU (or, with --share-gpus, several ranks per GPU, each posing as its
+// own host), rank 0's ncclUniqueId shared through the same store as Gloo's rendezvous, a non-blocking
+// ncclCommInitRankConfig polled against the timeout. Built only where CUDA is found at build time
 // (//third_party/cuda); elsewhere these functions say so.
 #pragma once
 
@@ -13,15 +14,20 @@
 
 namespace ddplab::verify {
 
-// "" when this process can use NCCL with `world_size` GPUs on its host, else why not, e.g.
+// "" when this process can use NCCL with `local_world_size` ranks on its host (one GPU each, or any number
+// of GPUs with `share_gpus`), else why not, e.g.
 // "NCCL backend needs 2 CUDA devices; cudaGetDeviceCount: CUDA driver version is insufficient ...".
-std::string nccl_unavailable_reason(int local_rank, int local_world_size);
+std::string nccl_unavailable_reason(int local_rank, int local_world_size, bool share_gpus = false);
+// CUDA devices visible to this process (0 without CUDA or a driver).
+int cuda_device_count();
 
 // Linear's products on this process's GPU (verify/cuda_kernels.h), for --kernels fast|reference.
 const LinearKernels& nccl_kernels(Kernels k);
 
-// Host-pointer collectives: buffers are staged to the device, reduced by NCCL in place there, copied back.
+// A communicator on GPU `device`. Host-pointer collectives are staged through pinned memory; the device
+// ones (Communicator::all_reduce_device) run on device memory directly. Every wait is bounded by
+// `timeout`: a peer that exits or hangs becomes a CommError naming it, after ncclCommAbort.
 std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, int rank, int world_size,
-                                                 int local_rank, std::chrono::milliseconds timeout);
+                                                 int device, std::chrono::milliseconds timeout);
 
 }  // namespace ddplab::verify

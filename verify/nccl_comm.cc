@@ -1,6 +1,16 @@
 // NCCL communicator. Every CUDA and NCCL call is checked; a failure becomes a CommError (collectives)
-// or SetupError (initialisation) naming the call and the library's own error string. Collectives are
-// enqueued on one stream and waited for with a deadline (ncclCommAbort on timeout), so nothing hangs.
+// or SetupError (initialisation) naming the call and the library's own error string.
+//
+// Why nothing here can hang: a peer that dies or hangs leaves an NCCL kernel spinning on this rank's
+// stream, and any host call that synchronises with that stream (cudaStreamSynchronize, a cudaMemcpy to or
+// from pageable memory, cudaFree) then blocks forever. So the host never waits on the stream directly:
+//  - host buffers are staged through pinned memory (cudaMemcpyAsync from/to pinned memory never waits);
+//  - completion is an event, polled with cudaEventQuery (never blocks) against the deadline, while
+//    ncclCommGetAsyncError reports a peer's broken connection;
+//  - the communicator is non-blocking (ncclCommInitRankConfig with blocking = 0): init is polled with the
+//    same deadline, and a call that answers ncclInProgress is polled too;
+//  - on timeout or error: ncclCommAbort (it makes the spinning kernel exit), and nothing is freed after
+//    that (cudaFree would synchronise); the process is about to exit anyway.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -15,45 +25,71 @@
 namespace ddplab::verify {
 namespace {
 
-std::string cuda_error(const char* call, cudaError_t e) { return fmt::format("{}: {}", call, cudaGetErrorString(e)); }
+using Clock = std::chrono::steady_clock;
 
-#define DDPLAB_CUDA(call, Error)                                      \
-  do {                                                                \
+std::string cuda_error(const char* call, cudaError_t e) { return fmt::format("{}: {}", call, cudaGetErrorString(e)); }
+std::string nccl_error(const char* call, ncclResult_t r) {
+  return fmt::format("{}: {} ({})", call, ncclGetErrorString(r), ncclGetLastError(nullptr));
+}
+
+#define DDPLAB_CUDA(call, Error)                                                         \
+  do {                                                                                   \
     if (cudaError_t e_ = (call); e_ != cudaSuccess) throw Error(cuda_error(#call, e_)); \
   } while (0)
 
-std::string nccl_error(const char* call, ncclResult_t r) { return fmt::format("{}: {}", call, ncclGetErrorString(r)); }
+// Polls a non-blocking communicator until its last call has finished: "" when it succeeded, else why not
+// ("timed out" after the deadline). Never blocks on the GPU.
+std::string poll_comm(ncclComm_t comm, Clock::time_point deadline, cudaEvent_t done = nullptr) {
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) {
+      return nccl_error("ncclCommGetAsyncError", r);
+    }
+    if (state != ncclSuccess && state != ncclInProgress) return nccl_error("NCCL", state);
+    if (state == ncclSuccess) {
+      if (!done) return "";
+      const cudaError_t q = cudaEventQuery(done);
+      if (q == cudaSuccess) return "";
+      if (q != cudaErrorNotReady) return cuda_error("cudaEventQuery", q);
+    }
+    if (Clock::now() > deadline) return "timed out";
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
 
 class NcclComm : public comm::Communicator {
  public:
-  NcclComm(int rank, int world_size, int device, ncclComm_t nccl, cudaStream_t stream)
-      : rank_(rank), world_size_(world_size), device_(device), nccl_(nccl), stream_(stream) {}
+  NcclComm(std::shared_ptr<Store> store, int rank, int world_size, int device, ncclComm_t nccl, cudaStream_t stream)
+      : store_(std::move(store)), rank_(rank), world_size_(world_size), device_(device), nccl_(nccl), stream_(stream) {
+    DDPLAB_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), SetupError);
+  }
   ~NcclComm() override {
+    if (!nccl_) return;  // aborted: free nothing (it could synchronise with a kernel that never ends)
+    ncclCommDestroy(nccl_);
     if (dev_) cudaFree(dev_);
-    if (nccl_) ncclCommDestroy(nccl_);
-    if (stream_) cudaStreamDestroy(stream_);
+    if (pinned_) cudaFreeHost(pinned_);
+    cudaEventDestroy(done_);
+    cudaStreamDestroy(stream_);
   }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "nccl"; }
   bool native_avg() const override { return true; }  // ncclAvg: pre-multiply by float(1/nranks), then sum
 
+  // Host buffers: staged through pinned memory into one device buffer, reduced there in place.
   void all_reduce(float* data, size_t n, comm::ReduceOp op) override {
-    staged("ncclAllReduce", data, n * sizeof(float), [&](void* dev) {
-      return ncclAllReduce(dev, dev, n, ncclFloat32, op == comm::ReduceOp::avg ? ncclAvg : ncclSum, nccl_, stream_);
-    });
+    staged("ncclAllReduce", data, n * sizeof(float), [&](void* dev) { enqueue_all_reduce(static_cast<float*>(dev), n, op); });
   }
   void broadcast(float* data, size_t n, int root) override {
-    staged("ncclBroadcast", data, n * sizeof(float),
-           [&](void* dev) { return ncclBroadcast(dev, dev, n, ncclFloat32, root, nccl_, stream_); });
+    staged("ncclBroadcast", data, n * sizeof(float), [&](void* dev) { enqueue_broadcast(static_cast<float*>(dev), n, root); });
   }
   void all_gather(const void* in, size_t bytes, void* out) override {
     const size_t total = bytes * static_cast<size_t>(world_size_);
     std::memcpy(static_cast<char*>(out) + bytes * static_cast<size_t>(rank_), in, bytes);
     staged("ncclAllGather", out, total, [&](void* dev) {
       // In place: this rank's contribution already sits at its offset of the output.
-      return ncclAllGather(static_cast<char*>(dev) + bytes * static_cast<size_t>(rank_), dev, bytes, ncclChar, nccl_,
-                           stream_);
+      call("ncclAllGather", ncclAllGather(static_cast<char*>(dev) + bytes * static_cast<size_t>(rank_), dev, bytes,
+                                          ncclChar, nccl_, stream_));
     });
   }
   void barrier() override {
@@ -61,74 +97,125 @@ class NcclComm : public comm::Communicator {
     all_reduce(&one, 1, comm::ReduceOp::sum);  // NCCL has no barrier: a one-float all-reduce is one
   }
 
+  // Device buffers: no staging; enqueued on stream_ after whatever the caller enqueued there.
+  bool device_resident() const override { return true; }
+  void all_reduce_device(float* dev, size_t n, comm::ReduceOp op) override {
+    begin("ncclAllReduce");
+    enqueue_all_reduce(dev, n, op);
+    wait();
+  }
+  void broadcast_device(float* dev, size_t n, int root) override {
+    begin("ncclBroadcast");
+    enqueue_broadcast(dev, n, root);
+    wait();
+  }
+  void* device_stream() override { return stream_; }
+
  private:
-  // Copies `bytes` of `host` to the device, runs `op` there in place, waits up to the timeout, copies back.
-  template <typename Op>
-  void staged(const char* name, void* host, size_t bytes, Op op) {
-    const uint64_t seq = seq_++;
-    DDPLAB_CUDA(cudaSetDevice(device_), comm::CommError);
-    if (bytes > capacity_) {
-      if (dev_) DDPLAB_CUDA(cudaFree(dev_), comm::CommError);
-      dev_ = nullptr;
-      DDPLAB_CUDA(cudaMalloc(&dev_, bytes), comm::CommError);
-      capacity_ = bytes;
-    }
-    DDPLAB_CUDA(cudaMemcpyAsync(dev_, host, bytes, cudaMemcpyHostToDevice, stream_), comm::CommError);
-    if (ncclResult_t r = op(dev_); r != ncclSuccess) {
-      throw comm::CommError(fmt::format("rank {}: {} #{}: {}", rank_, name, seq, nccl_error(name, r)));
-    }
-    DDPLAB_CUDA(cudaMemcpyAsync(host, dev_, bytes, cudaMemcpyDeviceToHost, stream_), comm::CommError);
-    // Wait with a deadline: a peer that died leaves the kernel spinning forever otherwise.
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      const cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) throw comm::CommError(fmt::format("rank {}: {} #{}: {}", rank_, name, seq,
-                                                                   cuda_error("cudaStreamQuery", q)));
-      ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(nccl_, &async) == ncclSuccess && async != ncclSuccess) {
-        ncclCommAbort(nccl_);
-        nccl_ = nullptr;
-        throw comm::CommError(fmt::format("rank {}: {} #{}: {}", rank_, name, seq, nccl_error("async", async)));
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        ncclCommAbort(nccl_);  // unblocks the stream; the communicator is unusable afterwards
-        nccl_ = nullptr;
-        throw comm::CommError(fmt::format("rank {}: {} #{} timed out after {} ms (a peer is gone or hangs)", rank_,
-                                          name, seq, timeout.count()));
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+  void enqueue_all_reduce(float* dev, size_t n, comm::ReduceOp op) {
+    call("ncclAllReduce", ncclAllReduce(dev, dev, n, ncclFloat32, op == comm::ReduceOp::avg ? ncclAvg : ncclSum,
+                                        nccl_, stream_));
+  }
+  void enqueue_broadcast(float* dev, size_t n, int root) {
+    call("ncclBroadcast", ncclBroadcast(dev, dev, n, ncclFloat32, root, nccl_, stream_));
   }
 
+  void begin(const char* name) {
+    if (!nccl_) throw comm::CommError(fmt::format("rank {}: {}: the communicator was aborted by an earlier failure", rank_, name));
+    name_ = name;
+    seq_ += 1;
+    deadline_ = Clock::now() + timeout;
+    DDPLAB_CUDA(cudaSetDevice(device_), comm::CommError);
+  }
+  // A non-blocking communicator may answer ncclInProgress while it enqueues: poll that to the end too.
+  void call(const char* what, ncclResult_t r) {
+    if (r == ncclSuccess) return;
+    if (r == ncclInProgress) {
+      if (std::string why = poll_comm(nccl_, deadline_); !why.empty()) fail(why);
+      return;
+    }
+    fail(nccl_error(what, r));
+  }
+  // Waits for everything enqueued so far, up to the deadline, without blocking on the stream.
+  void wait() {
+    if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) fail(cuda_error("cudaEventRecord", e));
+    if (std::string why = poll_comm(nccl_, deadline_, done_); !why.empty()) fail(why);
+  }
+  // Names the silent peers (through the store's failure marks, as Gloo does), aborts, throws.
+  [[noreturn]] void fail(const std::string& why) {
+    const std::string peers = name_silent_peers(*store_, seq_ - 1, rank_, world_size_);
+    ncclCommAbort(nccl_);  // makes the spinning kernel return; the communicator is unusable afterwards
+    nccl_ = nullptr;
+    if (why == "timed out") {
+      throw comm::CommError(fmt::format("rank {}: {} #{} failed after at most {} ms: {} (nccl: no completion)", rank_,
+                                        name_, seq_ - 1, timeout.count(), peers));
+    }
+    throw comm::CommError(fmt::format("rank {}: {} #{} failed: {} ({})", rank_, name_, seq_ - 1, peers, why));
+  }
+
+  template <typename Op>
+  void staged(const char* name, void* host, size_t bytes, Op op) {
+    begin(name);
+    if (bytes > capacity_) {
+      // Growing happens only between collectives (the last one finished), so freeing cannot block.
+      if (dev_) DDPLAB_CUDA(cudaFree(dev_), comm::CommError);
+      if (pinned_) DDPLAB_CUDA(cudaFreeHost(pinned_), comm::CommError);
+      dev_ = pinned_ = nullptr;
+      DDPLAB_CUDA(cudaMalloc(&dev_, bytes), comm::CommError);
+      DDPLAB_CUDA(cudaMallocHost(&pinned_, bytes), comm::CommError);
+      capacity_ = bytes;
+    }
+    std::memcpy(pinned_, host, bytes);
+    DDPLAB_CUDA(cudaMemcpyAsync(dev_, pinned_, bytes, cudaMemcpyHostToDevice, stream_), comm::CommError);
+    op(dev_);
+    DDPLAB_CUDA(cudaMemcpyAsync(pinned_, dev_, bytes, cudaMemcpyDeviceToHost, stream_), comm::CommError);
+    wait();
+    std::memcpy(host, pinned_, bytes);
+  }
+
+  std::shared_ptr<Store> store_;
   int rank_, world_size_, device_;
   ncclComm_t nccl_;
   cudaStream_t stream_;
+  cudaEvent_t done_ = nullptr;
   void* dev_ = nullptr;
+  void* pinned_ = nullptr;
   size_t capacity_ = 0;
   uint64_t seq_ = 0;
+  const char* name_ = "";
+  Clock::time_point deadline_;
 };
 
 }  // namespace
 
 const LinearKernels& nccl_kernels(Kernels k) { return cuda_kernels(k); }
 
-std::string nccl_unavailable_reason(int local_rank, int local_world_size) {
+std::string nccl_unavailable_reason(int local_rank, int local_world_size, bool share_gpus) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
+  const int needed = share_gpus ? 1 : local_world_size;
   if (e != cudaSuccess) {
-    return fmt::format("NCCL backend needs {} CUDA devices; cudaGetDeviceCount: {}", local_world_size,
+    return fmt::format("NCCL backend needs {} CUDA device{}; cudaGetDeviceCount: {}", needed, needed > 1 ? "s" : "",
                        cudaGetErrorString(e));
   }
-  if (count < local_world_size || local_rank >= count) {
-    return fmt::format("NCCL backend needs {} CUDA devices; cudaGetDeviceCount: {} found", local_world_size, count);
+  if (count == 0) return fmt::format("NCCL backend needs {} CUDA devices; cudaGetDeviceCount: 0 found", needed);
+  if (!share_gpus && (count < local_world_size || local_rank >= count)) {
+    return fmt::format("NCCL backend needs {} CUDA devices; cudaGetDeviceCount: {} found (--share-gpus runs several "
+                       "ranks on one GPU)",
+                       local_world_size, count);
   }
   return "";
 }
 
-std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, int rank, int world_size,
-                                                 int local_rank, std::chrono::milliseconds timeout) {
-  DDPLAB_CUDA(cudaSetDevice(local_rank), SetupError);
+int cuda_device_count() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
+std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, int rank, int world_size, int device,
+                                                 std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  DDPLAB_CUDA(cudaSetDevice(device), SetupError);
   ncclUniqueId id;
   if (rank == 0) {
     if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) throw SetupError(nccl_error("ncclGetUniqueId", r));
@@ -141,16 +228,27 @@ std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, i
     throw SetupError(fmt::format("rank {}: no ncclUniqueId from rank 0 within {} ms: {}", rank, timeout.count(),
                                  e.what()));
   }
-  if (bytes.size() != sizeof id) throw SetupError("the ncclUniqueId in the store has the wrong size");
+  if (bytes.size() != sizeof id) {
+    throw SetupError(fmt::format("the ncclUniqueId in the store has {} bytes, not {}", bytes.size(), sizeof id));
+  }
   std::memcpy(&id, bytes.data(), sizeof id);
   cudaStream_t stream = nullptr;
   DDPLAB_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), SetupError);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // init and collectives return at once; poll_comm bounds every wait
   ncclComm_t nccl = nullptr;
-  if (ncclResult_t r = ncclCommInitRank(&nccl, world_size, id, rank); r != ncclSuccess) {
-    cudaStreamDestroy(stream);
-    throw SetupError(fmt::format("rank {}: {}", rank, nccl_error("ncclCommInitRank", r)));
+  ncclResult_t r = ncclCommInitRankConfig(&nccl, world_size, id, rank, &config);
+  std::string why = r == ncclSuccess || r == ncclInProgress ? poll_comm(nccl, deadline)
+                                                            : nccl_error("ncclCommInitRankConfig", r);
+  if (!why.empty()) {
+    if (nccl) ncclCommAbort(nccl);
+    throw SetupError(why == "timed out"
+                         ? fmt::format("rank {}: NCCL init of {} ranks did not finish within {} ms: a rank never "
+                                       "joined (exited, hangs, or cannot reach this host)",
+                                       rank, world_size, timeout.count())
+                         : fmt::format("rank {}: {}", rank, why));
   }
-  auto c = std::make_unique<NcclComm>(rank, world_size, local_rank, nccl, stream);
+  auto c = std::make_unique<NcclComm>(std::move(store), rank, world_size, device, nccl, stream);
   c->timeout = timeout;
   return c;
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -9,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "src/collective/nccl_ring.h"
 #include "src/ddp/config.h"
 #include "verify/fault.h"
 #include "verify/gloo_comm.h"
@@ -17,7 +19,13 @@
 namespace ddplab::verify {
 
 std::set<std::string> runner_flag_names() {
-  return {"backend", "nproc", "store", "run-id", "bind", "timeout", "fault", "fault-rank", "fault-at"};
+  return {"backend", "nproc", "store",      "run-id",     "bind",    "timeout",
+          "fault",   "fault-rank", "fault-at", "share-gpus", "nccl-exact"};
+}
+
+std::set<std::string> with_runner_bare_flags(std::set<std::string> program_bare) {
+  program_bare.insert({"share-gpus", "nccl-exact"});
+  return program_bare;
 }
 
 const char* runner_usage() {
@@ -28,6 +36,10 @@ const char* runner_usage() {
   --run-id ID               keeps runs sharing one Redis apart [ddplab]
   --bind ADDR               address this rank listens on [127.0.0.1]
   --timeout S               seconds any collective may wait before failing [30]
+  --share-gpus              (nccl) more ranks than GPUs: GPUs taken round-robin, each rank posing as its
+                            own host (NCCL_HOSTID), connected over sockets on loopback
+  --nccl-exact              (nccl) pin NCCL to one ring, one channel, the Simple protocol, so that its
+                            additions follow the order the simulator's --allreduce nccl-ring reproduces
   --fault exit|hang --fault-rank R --fault-at K   (tests) rank R exits or hangs at its K-th all-reduce
 )";
 }
@@ -59,6 +71,22 @@ void check_agreement(comm::Communicator& c, const std::vector<std::string>& args
   }
 }
 
+// NCCL refuses two ranks of one host on one GPU ("Duplicate GPU detected"). A rank with its own host id is
+// a host of its own; with P2P and shared memory off, NCCL's net transport (sockets) carries every message.
+// Variables the user set are kept, except the host id, which must differ per rank.
+void pose_as_own_host(const std::string& run_id, int rank) {
+  setenv("NCCL_HOSTID", fmt::format("{}-rank{}", run_id, rank).c_str(), 1);
+  setenv("NCCL_P2P_DISABLE", "1", 0);
+  setenv("NCCL_SHM_DISABLE", "1", 0);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+}
+
+// One ring, one channel, the Simple protocol: the order src/collective/nccl_ring.cc reproduces. Set before
+// NCCL's first call in this process (NCCL reads its variables once).
+void pin_nccl_order() {
+  for (const auto& [name, value] : collective::nccl_exact_environment()) setenv(name.c_str(), value.c_str(), 1);
+}
+
 int worker(const Flags& flags, const RankEnv& env,
            const std::function<std::vector<std::string>(int)>& prepare, const std::function<int(Rank&)>& body) {
   const int nproc = static_cast<int>(flags.get_int("nproc", env.world_size, 1, ddp::kMaxWorldSize));
@@ -82,12 +110,29 @@ int worker(const Flags& flags, const RankEnv& env,
   const std::string run_id = flags.get_string("run-id", std::getenv("DDPLAB_RUN_ID") ? std::getenv("DDPLAB_RUN_ID") : "ddplab");
   auto store = open_store(parse_store(store_text), run_id);
   if (rank.backend == "nccl") {
-    const std::string why = nccl_unavailable_reason(env.local_rank, env.local_world_size);
+    const bool share = flags.get_bool("share-gpus", false);
+    const std::string why = nccl_unavailable_reason(env.local_rank, env.local_world_size, share);
     if (!why.empty()) {
       std::fprintf(stderr, "rank %d: %s\n", env.rank, why.c_str());
       return 3;
     }
-    rank.comm = connect_nccl(store, env.rank, env.world_size, env.local_rank, timeout);
+    if (flags.get_bool("nccl-exact", false)) pin_nccl_order();
+    int device = env.local_rank;
+    if (share) {
+      const int gpus = cuda_device_count();
+      device = env.local_rank % gpus;
+      if (env.local_world_size > gpus) {
+        pose_as_own_host(run_id, env.rank);
+        if (env.rank == 0) {
+          fmt::print("nccl: {} local ranks share {} GPU{} (--share-gpus): each rank poses as its own host "
+                     "(NCCL_HOSTID), so NCCL connects them over sockets on loopback, not NVLink/PCIe/shared memory. "
+                     "The transport differs from a multi-GPU node; the additions are NCCL's all the same.\n",
+                     env.local_world_size, gpus, gpus > 1 ? "s" : "");
+          std::fflush(stdout);
+        }
+      }
+    }
+    rank.comm = connect_nccl(store, env.rank, env.world_size, device, timeout);
   } else {
     rank.comm = connect_gloo(store, env.rank, env.world_size, flags.get_string("bind", "127.0.0.1"), timeout);
   }
@@ -111,8 +156,11 @@ std::function<std::vector<std::string>(int)> ddp_config_agreement(ddp::Config& c
 
 int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std::vector<std::string>(int)>& prepare,
               const std::function<int(Rank&)>& body) {
-  flags.get_choice("backend", "gloo", {"gloo", "nccl"});
-  flags.get_double("timeout", 30, 0.1, 86400);
+  const std::string backend = flags.get_choice("backend", "gloo", {"gloo", "nccl"});
+  const double timeout_s = flags.get_double("timeout", 30, 0.1, 86400);
+  for (const char* f : {"share-gpus", "nccl-exact"}) {
+    if (flags.get_bool(f, false) && backend != "nccl") throw UsageError(fmt::format("--{} needs --backend nccl", f));
+  }
   if (const auto env = rank_from_env()) return worker(flags, *env, prepare, body);
   if (!flags.has("nproc")) {
     throw UsageError("no ranks: give --nproc N, or start under torchrun/mpirun (RANK and WORLD_SIZE are not set)");
@@ -123,7 +171,7 @@ int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std
   }
   prepare(nproc);  // bad configurations fail here, once, not once per rank
   if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {
-    const std::string why = nccl_unavailable_reason(0, nproc);
+    const std::string why = nccl_unavailable_reason(0, nproc, flags.get_bool("share-gpus", false));
     if (!why.empty()) {
       std::fprintf(stderr, "%s: %s\n", argv[0], why.c_str());
       return 3;
@@ -140,7 +188,9 @@ int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std
     extra.push_back("DDPLAB_STORE=file:" + dir);
   }
   extra.push_back(fmt::format("DDPLAB_RUN_ID=ddplab-{}-{}", getpid(), std::time(nullptr)));
-  const int status = launch_local(nproc, std::vector<std::string>(argv, argv + argc), extra);
+  // Gloo sees a peer's closed connection at once; NCCL may notice a dead peer only at the timeout.
+  const double grace_s = backend == "nccl" ? std::min(timeout_s, 60.0) + 2.0 : 2.0;
+  const int status = launch_local(nproc, std::vector<std::string>(argv, argv + argc), extra, grace_s);
   if (!dir.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(dir, ignored);

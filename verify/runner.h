@@ -17,7 +17,10 @@
 
 namespace ddplab::verify {
 
-std::set<std::string> runner_flag_names();  // backend nproc store run-id bind timeout fault fault-rank fault-at
+// backend nproc store run-id bind timeout fault fault-rank fault-at share-gpus nccl-exact
+std::set<std::string> runner_flag_names();
+// The runner flags that may stand alone (--share-gpus, --nccl-exact), added to a program's own bare flags.
+std::set<std::string> with_runner_bare_flags(std::set<std::string> program_bare = {});
 const char* runner_usage();
 
 struct Rank {

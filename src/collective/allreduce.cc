@@ -5,7 +5,7 @@
 namespace ddplab::collective {
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> names = {"naive", "ring", "halving-doubling", "tree"};
+  static const std::vector<std::string> names = {"naive", "ring", "halving-doubling", "tree", "nccl-ring"};
   return names;
 }
 
@@ -14,6 +14,7 @@ Algorithm parse_algorithm(const std::string& name) {
   if (name == "ring") return Algorithm::ring;
   if (name == "halving-doubling") return Algorithm::halving_doubling;
   if (name == "tree") return Algorithm::tree;
+  if (name == "nccl-ring") return Algorithm::nccl_ring;
   throw std::invalid_argument("unknown all-reduce algorithm '" + name + "'");
 }
 
@@ -25,6 +26,7 @@ void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n) {
     case Algorithm::ring: return ring_allreduce(bufs, n);
     case Algorithm::halving_doubling: return halving_doubling_allreduce(bufs, n);
     case Algorithm::tree: return tree_allreduce(bufs, n);
+    case Algorithm::nccl_ring: return nccl_ring_allreduce(bufs, n);
   }
 }
 

@@ -9,9 +9,10 @@
 
 namespace ddplab::collective {
 
-enum class Algorithm { naive, ring, halving_doubling, tree };
+enum class Algorithm { naive, ring, halving_doubling, tree, nccl_ring };
 
-const std::vector<std::string>& algorithm_names();  // "naive", "ring", "halving-doubling", "tree"
+// "naive", "ring", "halving-doubling", "tree", "nccl-ring"
+const std::vector<std::string>& algorithm_names();
 Algorithm parse_algorithm(const std::string& name);  // throws std::invalid_argument
 std::string algorithm_name(Algorithm a);
 
@@ -26,5 +27,7 @@ void ring_allreduce(const std::vector<float*>& bufs, size_t n);
 void halving_doubling_allreduce(const std::vector<float*>& bufs, size_t n);
 // tree.cc: binary-tree reduce to rank 0, then broadcast.
 void tree_allreduce(const std::vector<float*>& bufs, size_t n);
+// nccl_ring.cc: NCCL's ring pinned to one channel and the Simple protocol (see nccl_ring.h).
+void nccl_ring_allreduce(const std::vector<float*>& bufs, size_t n);
 
 }  // namespace ddplab::collective

@@ -6,6 +6,13 @@
 
 namespace ddplab::comm {
 
+void Communicator::all_reduce_device(float*, size_t, ReduceOp) {
+  throw CommError(backend() + " backend has no device-resident all_reduce");
+}
+void Communicator::broadcast_device(float*, size_t, int) {
+  throw CommError(backend() + " backend has no device-resident broadcast");
+}
+
 std::vector<std::string> all_gather_strings(Communicator& c, const std::string& mine) {
   const auto n = static_cast<size_t>(c.world_size());
   const uint64_t len = mine.size();

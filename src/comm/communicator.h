@@ -35,6 +35,17 @@ class Communicator {
   virtual void all_gather(const void* in, size_t bytes, void* out) = 0;
   virtual void barrier() = 0;
 
+  // Device-resident collectives (the NCCL backend): `dev` points at n floats in this rank's GPU memory and
+  // is reduced in place with no host staging; each call returns once the collective has finished, waiting
+  // at most `timeout` (a dead or hung peer becomes a CommError, never a hang). Backends whose buffers live
+  // on the host (LocalGroup, Gloo) say no.
+  virtual bool device_resident() const { return false; }
+  virtual void all_reduce_device(float* dev, size_t n, ReduceOp op);
+  virtual void broadcast_device(float* dev, size_t n, int root);
+  // The cudaStream_t (as void*) the device collectives run on: a trainer that enqueues its kernels on the
+  // same stream needs no extra synchronisation between compute and communication.
+  virtual void* device_stream() { return nullptr; }
+
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
 };
 

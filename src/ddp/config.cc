@@ -40,7 +40,8 @@ DDP:
   --average predivide|postdivide|avg   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | ncclAvg [predivide]
   --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [25]
   --no-sync K               all-reduce every K micro-batches (no_sync in between) [1]
-  --allreduce naive|ring|halving-doubling|tree   the simulator's algorithm; ring matches Gloo [ring]
+  --allreduce naive|ring|halving-doubling|tree|nccl-ring   the simulator's algorithm; ring matches Gloo,
+                            nccl-ring matches NCCL pinned by ddp_verify --nccl-exact [ring]
   --kernels fast|reference  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that a GPU
                             (ddp_verify --backend nccl) reproduces bit for bit [fast]
 )";

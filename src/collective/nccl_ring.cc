@@ -1,0 +1,55 @@
+// NCCL's ring all-reduce, chunk by chunk; the order and partition are stated in nccl_ring.h.
+#include "src/collective/nccl_ring.h"
+
+#include <algorithm>
+
+#include "src/collective/allreduce.h"
+
+namespace ddplab::collective {
+
+std::vector<std::pair<std::string, std::string>> nccl_exact_environment() {
+  return {{"NCCL_ALGO", "Ring"},
+          {"NCCL_PROTO", "Simple"},
+          {"NCCL_MIN_NCHANNELS", "1"},
+          {"NCCL_MAX_NCHANNELS", "1"}};
+}
+
+// NCCL_BUFFSIZE 4 MiB / NCCL_STEPS 8 = 512 KiB per step, times ALLREDUCE_CHUNKSTEPS 4 = 2 MiB.
+size_t nccl_ring_chunk_elems() { return (size_t{4} << 20) / 8 * 4 / sizeof(float); }
+
+std::vector<NcclChunk> nccl_ring_chunks(size_t n, size_t N, size_t C) {
+  std::vector<NcclChunk> out;
+  const size_t loop = N * C;
+  for (size_t offset = 0; offset < n; offset += loop) {
+    const size_t rem = n - offset;
+    size_t c_elems = C;
+    if (rem < loop) c_elems = (rem + N - 1) / N, c_elems = (c_elems + 3) / 4 * 4;  // alignUp(divUp(rem, N), 4)
+    for (size_t c = 0; c < N; ++c) {
+      const size_t b = std::min(rem, c * c_elems), e = std::min(rem, (c + 1) * c_elems);
+      if (b < e) out.push_back({offset + b, offset + e, (c + 1) % N, c});
+    }
+    if (rem < loop) break;  // the shortened loop covered the rest
+  }
+  return out;
+}
+
+void nccl_ring_allreduce(const std::vector<float*>& bufs, size_t n) {
+  const size_t N = bufs.size();
+  if (N == 1) return;
+  for (const NcclChunk& ch : nccl_ring_chunks(n, N)) {
+    // Reduce-scatter: the partial sum travels first, first + 1, ..., owner; each adds its own value.
+    float* acc = bufs[ch.first];
+    for (size_t s = 1; s < N; ++s) {
+      const float* mine = bufs[(ch.first + s) % N];
+      float* next = bufs[(ch.first + s) % N];
+      for (size_t i = ch.begin; i < ch.end; ++i) next[i] = acc[i] + mine[i];
+      acc = next;
+    }
+    // All-gather: the owner's result is copied to every other position.
+    for (size_t r = 0; r < N; ++r) {
+      if (r != ch.owner) std::copy(acc + ch.begin, acc + ch.end, bufs[r] + ch.begin);
+    }
+  }
+}
+
+}  // namespace ddplab::collective
