@@ -1,11 +1,20 @@
-// The GPU path. Our machines have no GPU: every test here skips with CUDA's own reason, and runs where a
-// GPU exists: the GPU reference kernels equal the CPU reference kernels bit for bit, and the NCCL
-// verifier with --kernels reference and 2 ranks (an order-free all-reduce) equals the simulator exactly.
+// The GPU path. Our machines have no GPU: the GPU tests skip with CUDA's own reason, and run where a GPU
+// exists: the GPU reference kernels equal the CPU reference kernels bit for bit, the device-resident
+// trainer equals the host trainer bit for bit, and the NCCL verifier with --kernels reference and 2 ranks
+// (an order-free all-reduce) equals the simulator exactly. The checks that need no GPU run everywhere.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "src/comm/local_group.h"
+#include "src/ddp/trainer.h"
 #include "src/kernels.h"
 #include "src/torch_rng.h"
 #include "tests/testing.h"
+#include "verify/gloo_comm.h"
+#include "verify/gpu_trainer.h"
 #include "verify/nccl_backend.h"
 
 namespace ddplab {
@@ -49,6 +58,123 @@ TEST(Gpu, NoGpuMeansExit3WithTheReason) {
   const auto r = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "2"});
   EXPECT_EQ(r.status, 3);
   EXPECT_NE(r.err.find("NCCL backend needs 2 CUDA devices"), std::string::npos) << r.err;
+}
+
+// A 1-rank NCCL communicator on GPU 0, meeting itself through a fresh file store.
+std::unique_ptr<comm::Communicator> nccl_one_rank() {
+  auto store = verify::open_store(verify::parse_store("file:" + testing::temp_dir()), "gpu_test");
+  return verify::connect_nccl(store, 0, 1, 0, std::chrono::seconds(30));
+}
+
+ddp::Config small_config(const std::string& optimizer, double momentum) {
+  ddp::Config cfg;
+  cfg.world_size = 1;
+  cfg.layers = {5, 32, 16, 3};
+  cfg.relu = true;
+  cfg.optimizer = optimizer;
+  cfg.momentum = momentum;
+  cfg.lr = optimizer == "adam" ? 0.01 : 0.05;
+  cfg.samples = 40;
+  cfg.batch_size = 6;  // 7 batches, the last of 4: a short batch, and no_sync ends on an odd batch
+  cfg.no_sync = 2;
+  cfg.epochs = 2;
+  cfg.kernels = Kernels::reference;
+  return cfg;
+}
+
+std::vector<float> flat_params(const ddp::RankResult& r) {
+  std::vector<float> out;
+  for (const Parameter* p : std::as_const(r.replica->model).parameters()) {
+    out.insert(out.end(), p->data(), p->data() + p->numel());
+  }
+  return out;
+}
+
+TEST(Gpu, DeviceTrainerWithReferenceKernelsEqualsTheHostTrainerBitForBit) {
+  if (std::string why = gpu_missing(1); !why.empty()) GTEST_SKIP() << why;
+  auto nccl = nccl_one_rank();
+  struct Case {
+    std::string label, optimizer;
+    double momentum;
+    ddp::Average average;
+  };
+  for (const Case& c : {Case{"sgd momentum 0.9", "sgd", 0.9, ddp::Average::predivide},
+                        Case{"adam", "adam", 0.0, ddp::Average::predivide},
+                        Case{"sgd, --average avg (ncclAvg)", "sgd", 0.0, ddp::Average::avg},
+                        Case{"sgd, --average postdivide", "sgd", 0.0, ddp::Average::postdivide}}) {
+    ddp::Config cfg = small_config(c.optimizer, c.momentum);
+    cfg.average = c.average;
+    comm::LocalGroup group(1, collective::Algorithm::ring);
+    const auto host_comm = group.communicator(0);
+    const ddp::RankResult host = ddp::train_rank(cfg, *host_comm);
+    const ddp::RankResult dev = verify::train_rank_on_device(cfg, *nccl, Kernels::reference);
+    const testing::Match m = testing::match("device vs host trainer, " + c.label, flat_params(dev), flat_params(host));
+    EXPECT_EQ(m.equal, m.total) << c.label;
+    EXPECT_EQ(dev.sampler_indices, host.sampler_indices) << c.label;
+    EXPECT_EQ(dev.optimizer_steps, host.optimizer_steps) << c.label;
+    ASSERT_EQ(dev.log.size(), host.log.size()) << c.label;
+    for (size_t i = 0; i < host.log.size(); ++i) {
+      EXPECT_EQ(dev.log[i].batch_size, host.log[i].batch_size) << c.label << " batch " << i;
+      EXPECT_EQ(dev.log[i].epoch, host.log[i].epoch) << c.label << " batch " << i;
+      // The logged loss is a device sum in another order than PyTorch's cascade: close, not bitwise.
+      EXPECT_NEAR(dev.log[i].loss, host.log[i].loss, 1e-5 * std::abs(host.log[i].loss) + 1e-7)
+          << c.label << " batch " << i;
+    }
+    EXPECT_GT(dev.train_seconds, 0.0) << c.label;
+  }
+}
+
+TEST(Gpu, DeviceTrainerWithCublasIsCloseToTheHost) {
+  if (std::string why = gpu_missing(1); !why.empty()) GTEST_SKIP() << why;
+  auto nccl = nccl_one_rank();
+  ddp::Config cfg = small_config("sgd", 0.9);
+  cfg.kernels = Kernels::fast;
+  comm::LocalGroup group(1, collective::Algorithm::ring);
+  const auto host_comm = group.communicator(0);
+  const ddp::RankResult host = ddp::train_rank(cfg, *host_comm);
+  const ddp::RankResult dev = verify::train_rank_on_device(cfg, *nccl, Kernels::fast);
+  const testing::Match m =
+      testing::match("device (cuBLAS) vs host (OpenBLAS)", flat_params(dev), flat_params(host), 1e-4, 1e-6);
+  EXPECT_TRUE(m.allclose) << "maxdiff " << m.maxdiff;
+}
+
+TEST(Gpu, NcclVerifierPrintsTheGpuTimingLine) {
+  if (std::string why = gpu_missing(1); !why.empty()) GTEST_SKIP() << why;
+  const auto r = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "1", "--kernels",
+                                       "reference", "--epochs", "2", "--no-sync", "2", "--optimizer", "adam",
+                                       "--quiet"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("timing: real training "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" ms (GPU, nccl), simulator "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("exact: False"), std::string::npos) << r.out;
+}
+
+// No GPU needed from here on.
+TEST(GpuTrainer, SupportsMseWithSgdAndAdamOnly) {
+  ddp::Config cfg;
+  EXPECT_EQ(verify::gpu_trainer_unsupported(cfg), "");
+  cfg.optimizer = "adam";
+  EXPECT_EQ(verify::gpu_trainer_unsupported(cfg), "");
+  cfg.loss = "ce";
+  EXPECT_EQ(verify::gpu_trainer_unsupported(cfg),
+            "--backend nccl keeps the model on the GPU for --loss mse only (got ce)");
+  cfg.loss = "ce-probs";
+  EXPECT_NE(verify::gpu_trainer_unsupported(cfg).find("(got ce-probs)"), std::string::npos);
+}
+
+TEST(GpuTrainer, DdpVerifyRefusesCrossEntropyOnNcclBeforeStartingRanks) {
+  // Exit 2 (bad input) with the reason, even where no GPU exists (which would otherwise be exit 3).
+  const auto r = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "2", "--loss", "ce"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--backend nccl keeps the model on the GPU for --loss mse only (got ce)"), std::string::npos)
+      << r.err;
+}
+
+TEST(GpuTrainer, GlooVerifierPrintsTheCpuTimingLine) {
+  const auto r = testing::run_command({"verify/ddp_verify", "--backend", "gloo", "--nproc", "2", "--quiet"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("timing: real training "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" ms (CPU, gloo), simulator "), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -83,82 +83,74 @@ __global__ void fill_bias_rows(const float* bias, float* y, int64_t batch, int64
 
 void launched(const char* name) { check(cudaGetLastError(), name); }
 
-void gpu_ref_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
-                     int64_t out) {
-  float* dx = to_device(0, x, batch * in);
-  float* dw = to_device(1, w, out * in);
-  float* db = to_device(2, bias, out);
-  float* dy = scratch.get(3, batch * out);
-  ref_forward<<<blocks(batch * out), 256>>>(dx, dw, db, dy, batch, in, out);
-  launched("ref_forward");
-  to_host(y, dy, batch * out);
-}
-void gpu_ref_grad_input(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
-  float* dgy = to_device(0, gy, batch * out);
-  float* dw = to_device(1, w, out * in);
-  float* dgx = scratch.get(3, batch * in);
-  ref_grad_input<<<blocks(batch * in), 256>>>(dgy, dw, dgx, batch, in, out);
-  launched("ref_grad_input");
-  to_host(gx, dgx, batch * in);
-}
-void gpu_ref_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
-  float* dgy = to_device(0, gy, batch * out);
-  float* dx = to_device(1, x, batch * in);
-  float* dgw = scratch.get(3, out * in);
-  ref_grad_weight<<<blocks(out * in), 256>>>(dgy, dx, dgw, batch, in, out);
-  launched("ref_grad_weight");
-  to_host(gw, dgw, out * in);
-}
-void gpu_grad_bias(const float* gy, float* gb, int64_t batch, int64_t out) {
-  float* dgy = to_device(0, gy, batch * out);
-  float* dgb = scratch.get(3, out);
-  ref_grad_bias<<<blocks(out), 256>>>(dgy, dgb, batch, out);
-  launched("ref_grad_bias");
-  to_host(gb, dgb, out);
-}
-
 // --- fast: cuBLAS, with the column-major mapping of src/gemm.cc -------------------------------------
-cublasHandle_t handle() {
-  thread_local cublasHandle_t h = [] {
+cublasHandle_t handle(cudaStream_t stream) {
+  static const cublasHandle_t h = [] {
     cublasHandle_t created = nullptr;
     CHECK(cublasCreate(&created));
     // No TF32 or other reduced-precision paths: float32 in, float32 math.
     CHECK(cublasSetMathMode(created, CUBLAS_DEFAULT_MATH));
     return created;
   }();
+  CHECK(cublasSetStream(h, stream));
   return h;
 }
-void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-           int64_t ldb, float beta, float* c, int64_t ldc) {
+void sgemm(cudaStream_t s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const float one = 1.0f;
-  CHECK(cublasSgemm(handle(), ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(m),
+  CHECK(cublasSgemm(handle(s), ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(m),
                     static_cast<int>(n), static_cast<int>(k), &one, a, static_cast<int>(lda), b, static_cast<int>(ldb),
                     &beta, c, static_cast<int>(ldc)));
 }
-void gpu_fast_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
-                      int64_t out) {
+
+// --- the host table: stage, run the device entry point on the default stream, copy back ------------
+void gpu_forward(Kernels k, const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
+                 int64_t out) {
   float* dx = to_device(0, x, batch * in);
   float* dw = to_device(1, w, out * in);
   float* db = to_device(2, bias, out);
   float* dy = scratch.get(3, batch * out);
-  fill_bias_rows<<<blocks(batch * out), 256>>>(db, dy, batch, out);
-  launched("fill_bias_rows");
-  sgemm(true, false, out, batch, in, dw, in, dx, in, 1.0f, dy, out);
+  dev::linear_forward(k, dx, dw, db, dy, batch, in, out, nullptr);
   to_host(y, dy, batch * out);
 }
-void gpu_fast_grad_input(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
+void gpu_grad_input(Kernels k, const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
   float* dgy = to_device(0, gy, batch * out);
   float* dw = to_device(1, w, out * in);
   float* dgx = scratch.get(3, batch * in);
-  sgemm(false, false, in, batch, out, dw, in, dgy, out, 0.0f, dgx, in);
+  dev::linear_grad_input(k, dgy, dw, dgx, batch, in, out, nullptr);
   to_host(gx, dgx, batch * in);
 }
-void gpu_fast_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
+void gpu_grad_weight(Kernels k, const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
   float* dgy = to_device(0, gy, batch * out);
   float* dx = to_device(1, x, batch * in);
   float* dgw = scratch.get(3, out * in);
-  sgemm(false, true, in, out, batch, dx, in, dgy, out, 0.0f, dgw, in);
+  dev::linear_grad_weight(k, dgy, dx, dgw, batch, in, out, nullptr);
   to_host(gw, dgw, out * in);
+}
+void gpu_grad_bias(const float* gy, float* gb, int64_t batch, int64_t out) {
+  float* dgy = to_device(0, gy, batch * out);
+  float* dgb = scratch.get(3, out);
+  dev::linear_grad_bias(dgy, dgb, batch, out, nullptr);
+  to_host(gb, dgb, out);
+}
+
+void gpu_ref_forward(const float* x, const float* w, const float* b, float* y, int64_t batch, int64_t in, int64_t out) {
+  gpu_forward(Kernels::reference, x, w, b, y, batch, in, out);
+}
+void gpu_ref_grad_input(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
+  gpu_grad_input(Kernels::reference, gy, w, gx, batch, in, out);
+}
+void gpu_ref_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
+  gpu_grad_weight(Kernels::reference, gy, x, gw, batch, in, out);
+}
+void gpu_fast_forward(const float* x, const float* w, const float* b, float* y, int64_t batch, int64_t in, int64_t out) {
+  gpu_forward(Kernels::fast, x, w, b, y, batch, in, out);
+}
+void gpu_fast_grad_input(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
+  gpu_grad_input(Kernels::fast, gy, w, gx, batch, in, out);
+}
+void gpu_fast_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
+  gpu_grad_weight(Kernels::fast, gy, x, gw, batch, in, out);
 }
 
 const LinearKernels kGpuReference = {"reference on the GPU (fixed-order kernels, --fmad=false)", gpu_ref_forward,
@@ -169,5 +161,50 @@ const LinearKernels kGpuFast = {"fast on the GPU (cuBLAS)", gpu_fast_forward, gp
 }  // namespace
 
 const LinearKernels& cuda_kernels(Kernels k) { return k == Kernels::fast ? kGpuFast : kGpuReference; }
+
+namespace dev {
+
+void linear_forward(Kernels k, const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
+                    int64_t out, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (batch * out == 0) return;
+  if (k == Kernels::reference) {
+    ref_forward<<<blocks(batch * out), 256, 0, s>>>(x, w, bias, y, batch, in, out);
+    launched("ref_forward");
+    return;
+  }
+  fill_bias_rows<<<blocks(batch * out), 256, 0, s>>>(bias, y, batch, out);  // addmm: beta = 1 on the bias rows
+  launched("fill_bias_rows");
+  sgemm(s, true, false, out, batch, in, w, in, x, in, 1.0f, y, out);
+}
+void linear_grad_input(Kernels k, const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out,
+                       void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (batch * in == 0) return;
+  if (k == Kernels::reference) {
+    ref_grad_input<<<blocks(batch * in), 256, 0, s>>>(gy, w, gx, batch, in, out);
+    launched("ref_grad_input");
+    return;
+  }
+  sgemm(s, false, false, in, batch, out, w, in, gy, out, 0.0f, gx, in);
+}
+void linear_grad_weight(Kernels k, const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out,
+                        void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (out * in == 0) return;
+  if (k == Kernels::reference) {
+    ref_grad_weight<<<blocks(out * in), 256, 0, s>>>(gy, x, gw, batch, in, out);
+    launched("ref_grad_weight");
+    return;
+  }
+  sgemm(s, false, true, in, out, batch, x, in, gy, out, 0.0f, gw, in);
+}
+void linear_grad_bias(const float* gy, float* gb, int64_t batch, int64_t out, void* stream) {
+  if (out == 0) return;
+  ref_grad_bias<<<blocks(out), 256, 0, static_cast<cudaStream_t>(stream)>>>(gy, gb, batch, out);
+  launched("ref_grad_bias");
+}
+
+}  // namespace dev
 
 }  // namespace ddplab::verify

@@ -5,6 +5,7 @@
 // 2 bad input or rendezvous; 3 backend unavailable.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -20,6 +21,7 @@
 #include "src/flags.h"
 #include "src/io.h"
 #include "verify/gloo_comm.h"
+#include "verify/gpu_trainer.h"
 #include "verify/nccl_backend.h"
 #include "verify/runner.h"
 
@@ -45,8 +47,10 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
   const bool quiet = flags.get_bool("quiet", false);
   if (env.rank == 0) fmt::print("ddp_verify: {} backend, {} ranks | {}\n", backend, env.world_size, ddp::describe(cfg));
   std::fflush(stdout);
-  const ddp::RankResult mine =
-      ddp::train_rank(cfg, *comm, backend == "nccl" ? &verify::nccl_kernels(cfg.kernels) : nullptr);
+  // NCCL keeps the model on the GPU (verify/gpu_trainer.h); Gloo trains on the host.
+  const bool on_gpu = comm->device_resident();
+  const ddp::RankResult mine = on_gpu ? verify::train_rank_on_device(cfg, *comm, cfg.kernels)
+                                      : ddp::train_rank(cfg, *comm, nullptr);
   if (!quiet) {
     std::string lines;
     for (const auto& l : mine.log) lines += ddp::progress_line(l, cfg.epochs) + "\n";
@@ -71,9 +75,12 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
 
   float verdict = 0.0f;
   if (env.rank == 0) {
+    const auto sim_start = std::chrono::steady_clock::now();
     const ddp::SimResult sim = ddp::simulate(cfg, false);
+    const double sim_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sim_start).count();
     bool ok = true;
-    std::string report;
+    std::string report = fmt::format("timing: real training {:.1f} ms ({}, {}), simulator {:.1f} ms (CPU)\n",
+                                     mine.train_seconds * 1e3, on_gpu ? "GPU" : "CPU", backend, sim_ms);
     for (int r = 0; r < env.world_size; ++r) {
       const auto ps = sim.replicas[static_cast<size_t>(r)]->model.parameters();
       const float* real = everyone.data() + static_cast<size_t>(r) * flat.size();
@@ -89,9 +96,10 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
       for (const auto& row : rank_rows) ok = ok && row.exact;
       if (r == 0 || r + 1 == env.world_size) {
         report += fmt::format("\n# sim vs real, rank {} (simulator all-reduce: {}{})\n", r, collective::algorithm_name(cfg.allreduce),
-                              backend == "nccl" ? "; NCCL picks its own ring/tree order, so only world_size 2 can be "
-                                                  "exact, with --kernels reference"
-                                                : ", the order of Gloo's ring");
+                              backend != "nccl" ? ", the order of Gloo's ring"
+                              : cfg.allreduce == collective::Algorithm::nccl_ring
+                                  ? "; NCCL pinned by --nccl-exact adds in this order"
+                                  : "; NCCL picks its own algorithm and order: --nccl-exact pins it to nccl-ring");
         for (const auto& row : sim_rows) report += format_cmp(row) + "\n";
       }
       if (r > 0 && r + 1 == env.world_size) {
@@ -123,17 +131,27 @@ int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
   for (const auto& f : verify::runner_flag_names()) known.insert(f);
   for (const char* f : {"dump-params", "quiet"}) known.insert(f);
-  const Flags flags(argc, argv, known, {"quiet"});
+  const Flags flags(argc, argv, known, verify::with_runner_bare_flags({"quiet"}));
   if (flags.help()) {
     std::printf("%s%s%s%s", kHead, ddp::config_usage(), verify::runner_usage(), kTail);
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   ddp::Config cfg = ddp::config_from_flags(flags);
+  if (flags.get_bool("nccl-exact", false)) {  // NCCL pinned to one ring: the simulator adds in that order
+    if (flags.has("allreduce") && cfg.allreduce != collective::Algorithm::nccl_ring) {
+      throw UsageError(fmt::format("--nccl-exact compares with the simulator's --allreduce nccl-ring (got {})",
+                                   collective::algorithm_name(cfg.allreduce)));
+    }
+    cfg.allreduce = collective::Algorithm::nccl_ring;
+  }
   if (flags.has("dump-params")) {
     if (std::string why = check_writable(flags.get_string("dump-params", "")); !why.empty()) {
       throw UsageError("--dump-params: " + why);
     }
+  }
+  if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {  // refused before any rank starts
+    if (std::string why = verify::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
   }
   return verify::run_ranks(
       flags, argc, argv,

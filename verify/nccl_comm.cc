@@ -40,6 +40,7 @@ std::string nccl_error(const char* call, ncclResult_t r) {
 // Polls a non-blocking communicator until its last call has finished: "" when it succeeded, else why not
 // ("timed out" after the deadline). Never blocks on the GPU.
 std::string poll_comm(ncclComm_t comm, Clock::time_point deadline, cudaEvent_t done = nullptr) {
+  const auto start = Clock::now();
   for (;;) {
     ncclResult_t state = ncclSuccess;
     if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) {
@@ -52,8 +53,15 @@ std::string poll_comm(ncclComm_t comm, Clock::time_point deadline, cudaEvent_t d
       if (q == cudaSuccess) return "";
       if (q != cudaErrorNotReady) return cuda_error("cudaEventQuery", q);
     }
-    if (Clock::now() > deadline) return "timed out";
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    const auto now = Clock::now();
+    if (now > deadline) return "timed out";
+    // Spin for the first 200 us (a bucket's all-reduce usually ends by then: sleeping would leave the GPU
+    // idle while the next kernels wait to be launched), then sleep between polls.
+    if (now - start < std::chrono::microseconds(200)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 }
 

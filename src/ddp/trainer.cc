@@ -1,5 +1,7 @@
 #include "src/ddp/trainer.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 namespace ddplab::ddp {
@@ -167,7 +169,9 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
     }
   };
   std::vector<std::vector<std::vector<int64_t>>> indices;
+  const auto t0 = std::chrono::steady_clock::now();
   run_epochs(cfg, data, {&rep}, nullptr, sync, indices, res.log, res.optimizer_steps);
+  res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (auto& e : indices) res.sampler_indices.push_back(e[0]);
   return res;
 }

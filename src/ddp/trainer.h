@@ -94,6 +94,7 @@ struct RankResult {
   std::vector<std::vector<int64_t>> sampler_indices;  // [epoch]
   std::vector<BatchLog> log;
   int64_t optimizer_steps = 0;
+  double train_seconds = 0;  // wall time of the training loop only (no data, model or connection setup)
 };
 // `kernels`, when given, replaces the CPU kernel table (the NCCL backend runs Linear on the GPU).
 RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels* kernels = nullptr);

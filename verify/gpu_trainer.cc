@@ -1,0 +1,358 @@
+// The device-resident trainer's host side: memory, uploads, and the loop of train_rank() with every tensor
+// operation enqueued on the communicator's stream (Linear: verify/cuda_kernels.h; the rest:
+// verify/gpu_trainer_ops.h).
+#include "verify/gpu_trainer.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "src/optim.h"
+#include "verify/cuda_kernels.h"
+#include "verify/gpu_trainer_ops.h"
+
+namespace ddplab::verify {
+namespace {
+
+void check(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", call, cudaGetErrorString(e)));
+}
+#define CUDA(call) check((call), #call)
+
+// Every allocation of a replica, made before training. Freed at the end unless a failure is unwinding:
+// cudaFree synchronises with the device, and a failed collective may have left a kernel behind (the
+// NCCL communicator frees nothing after an abort either; the process is about to exit).
+class Memory {
+ public:
+  float* device(size_t n) {
+    void* p = nullptr;
+    CUDA(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
+    device_.push_back(p);
+    return static_cast<float*>(p);
+  }
+  float* pinned(size_t n) {
+    void* p = nullptr;
+    CUDA(cudaMallocHost(&p, std::max<size_t>(n, 1) * sizeof(float)));
+    pinned_.push_back(p);
+    return static_cast<float*>(p);
+  }
+  cudaEvent_t event() {
+    cudaEvent_t e = nullptr;
+    CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+    return e;
+  }
+  bool keep = false;  // set after a failure
+  ~Memory() {
+    if (keep || std::uncaught_exceptions() > 0) return;
+    for (void* p : device_) cudaFree(p);
+    for (void* p : pinned_) cudaFreeHost(p);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+
+ private:
+  std::vector<void*> device_, pinned_;
+  std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace
+
+struct DeviceReplica::Impl {
+  const ddp::Config& cfg;
+  comm::Communicator& comm;
+  Kernels kernels;
+  void* stream = nullptr;
+  std::vector<Parameter*> params;  // host, model.parameters() order: W0, b0, W1, b1, ...
+  std::vector<size_t> offset;      // of each parameter in the flat device arrays
+  size_t total = 0;
+  std::vector<int64_t> sizes;  // cfg.layers
+  int64_t max_batch = 0, max_batches = 0, batches = 0;
+  std::unique_ptr<ddp::Reducer> reducer;  // bucket layout only
+  bool backend_avg = false;
+  bool has_grad = false;  // every parameter gets a gradient in every backward, so one flag serves all
+  bool momentum_ready = false;
+  int64_t adam_steps = 0;
+  Memory mem;  // declared before the pointers into it
+  float *p = nullptr, *g = nullptr, *bucket = nullptr, *scratch = nullptr;
+  float *momentum = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+  float *target = nullptr, *losses = nullptr, *gy[2] = {nullptr, nullptr};
+  std::vector<float*> act, pre;  // act[i]: input of Linear i (act[L]: output); pre[i]: before ReLU i
+  float *pinned_params = nullptr, *pinned_losses = nullptr, *pinned_batch[2] = {nullptr, nullptr};
+  cudaEvent_t uploaded[2] = {nullptr, nullptr};
+  bool slot_used[2] = {false, false};
+  int slot = 0;
+
+  Impl(const ddp::Config& c, comm::Communicator& cm, Kernels k) : cfg(c), comm(cm), kernels(k) {}
+  cudaStream_t s() const { return static_cast<cudaStream_t>(stream); }
+  float* weight(float* base, size_t layer) const { return base + offset[2 * layer]; }
+  float* bias(float* base, size_t layer) const { return base + offset[2 * layer + 1]; }
+
+  void upload_batch(const Dataset& data, const std::vector<int64_t>& idx);
+  void backward(float* grad_out, int64_t batch);
+  void step();
+};
+
+DeviceReplica::DeviceReplica(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels, ddp::Replica& host,
+                             int64_t max_batches)
+    : impl_(std::make_unique<Impl>(cfg, comm, kernels)) {
+  if (std::string why = gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
+  Impl& m = *impl_;
+  m.stream = comm.device_stream();
+  if (!comm.device_resident() || !m.stream) {
+    throw std::runtime_error("the device-resident trainer needs a device-resident communicator (NCCL), got " +
+                             comm.backend());
+  }
+  m.params = host.model.parameters();
+  size_t largest = 0;
+  for (const Parameter* p : m.params) {
+    m.offset.push_back(m.total);
+    m.total += static_cast<size_t>(p->numel());
+    largest = std::max(largest, static_cast<size_t>(p->numel()));
+  }
+  m.sizes = cfg.layers;
+  const size_t L = m.sizes.size() - 1;
+  m.max_batch = cfg.batch_size;
+  m.max_batches = max_batches >= 0 ? max_batches : cfg.epochs * host.loader.len();
+  const auto B = static_cast<size_t>(m.max_batch);
+  int64_t widest = 0;
+  for (int64_t w : m.sizes) widest = std::max(widest, w);
+
+  m.p = m.mem.device(m.total);
+  m.g = m.mem.device(m.total);
+  m.bucket = m.mem.device(m.total);  // iteration 0's single bucket holds every parameter: the largest one
+  if (cfg.no_sync > 1) m.scratch = m.mem.device(largest);  // a micro-batch's gradient before accumulation
+  if (cfg.optimizer == "adam") {
+    m.exp_avg = m.mem.device(m.total);
+    m.exp_avg_sq = m.mem.device(m.total);
+    CUDA(cudaMemsetAsync(m.exp_avg, 0, m.total * sizeof(float), m.s()));  // torch.zeros_like at step 1
+    CUDA(cudaMemsetAsync(m.exp_avg_sq, 0, m.total * sizeof(float), m.s()));
+  } else if (cfg.momentum != 0.0) {
+    m.momentum = m.mem.device(m.total);
+  }
+  for (size_t i = 0; i <= L; ++i) m.act.push_back(m.mem.device(B * static_cast<size_t>(m.sizes[i])));
+  if (cfg.relu) {
+    for (size_t i = 0; i + 1 < L; ++i) m.pre.push_back(m.mem.device(B * static_cast<size_t>(m.sizes[i + 1])));
+  }
+  for (float*& buf : m.gy) buf = m.mem.device(B * static_cast<size_t>(widest));
+  m.target = m.mem.device(B * static_cast<size_t>(m.sizes.back()));
+  m.losses = m.mem.device(static_cast<size_t>(m.max_batches));
+  m.pinned_losses = m.mem.pinned(static_cast<size_t>(m.max_batches));
+  m.pinned_params = m.mem.pinned(m.total);
+  for (float*& buf : m.pinned_batch) buf = m.mem.pinned(B * static_cast<size_t>(m.sizes.front() + m.sizes.back()));
+  for (cudaEvent_t& e : m.uploaded) e = m.mem.event();
+
+  // make_model's weights, uploaded once; the pinned copy is not touched again until the final download.
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    std::memcpy(m.pinned_params + m.offset[i], m.params[i]->data(), m.params[i]->numel() * sizeof(float));
+  }
+  CUDA(cudaMemcpyAsync(m.p, m.pinned_params, m.total * sizeof(float), cudaMemcpyHostToDevice, m.s()));
+  if (cfg.broadcast) {  // DDP's constructor: rank 0's parameters to everyone, one tensor at a time
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      comm.broadcast_device(m.p + m.offset[i], static_cast<size_t>(m.params[i]->numel()), 0);
+    }  // a failure unwinds through ~Memory, which then frees nothing
+  }
+  m.reducer = std::make_unique<ddp::Reducer>(m.params, cfg.world_size, cfg.bucket_cap_mb, cfg.average);
+  m.backend_avg = cfg.average == ddp::Average::avg && comm.native_avg();
+  m.reducer->set_backend_averages(m.backend_avg);
+}
+
+DeviceReplica::~DeviceReplica() = default;
+
+// The batch's rows of x and y (what gather_x/gather_y stack), through one of two pinned buffers. Before
+// refilling a buffer the host waits for its previous copy: an event recorded after that copy, so it never
+// waits on a collective (every one enqueued before it has already finished).
+void DeviceReplica::Impl::upload_batch(const Dataset& data, const std::vector<int64_t>& idx) {
+  slot ^= 1;
+  if (slot_used[slot]) CUDA(cudaEventSynchronize(uploaded[slot]));
+  const auto in = static_cast<size_t>(sizes.front()), out = static_cast<size_t>(sizes.back()), B = idx.size();
+  float* x = pinned_batch[slot];
+  float* y = x + B * in;
+  for (size_t r = 0; r < B; ++r) {
+    std::memcpy(x + r * in, data.x.row(idx[r]).data(), in * sizeof(float));
+    std::memcpy(y + r * out, data.y.row(idx[r]).data(), out * sizeof(float));
+  }
+  CUDA(cudaMemcpyAsync(act[0], x, B * in * sizeof(float), cudaMemcpyHostToDevice, s()));
+  CUDA(cudaMemcpyAsync(target, y, B * out * sizeof(float), cudaMemcpyHostToDevice, s()));
+  CUDA(cudaEventRecord(uploaded[slot], s()));
+  slot_used[slot] = true;
+}
+
+void DeviceReplica::forward_backward(const Dataset& data, const std::vector<int64_t>& idx) {
+  Impl& m = *impl_;
+  const auto B = static_cast<int64_t>(idx.size());
+  if (B == 0 || B > m.max_batch || m.batches >= m.max_batches) {
+    throw std::logic_error(fmt::format("DeviceReplica: batch of {} (at most {}), batch #{} (room for {})", B,
+                                       m.max_batch, m.batches, m.max_batches));
+  }
+  m.upload_batch(data, idx);
+  // MLP::forward: Linear, then ReLU between layers (its pre-activation kept for backward).
+  const size_t L = m.sizes.size() - 1;
+  for (size_t i = 0; i < L; ++i) {
+    const bool relu = m.cfg.relu && i + 1 < L;
+    float* y = relu ? m.pre[i] : m.act[i + 1];
+    dev::linear_forward(m.kernels, m.act[i], m.weight(m.p, i), m.bias(m.p, i), y, B, m.sizes[i], m.sizes[i + 1],
+                        m.stream);
+    if (relu) gpu::relu_forward(y, m.act[i + 1], static_cast<size_t>(B * m.sizes[i + 1]), m.stream);
+  }
+  // mse_loss: the gradient is (out - y) * float(2.0 / n), as src/loss.cc computes it.
+  const auto n = static_cast<size_t>(B * m.sizes.back());
+  gpu::mse(m.act[L], m.target, m.gy[0], m.losses + m.batches, n, static_cast<float>(2.0 / static_cast<double>(n)),
+           m.stream);
+  ++m.batches;
+  m.backward(m.gy[0], B);
+}
+
+// MLP::backward and Linear::backward: per layer the ReLU mask, grad_weight, grad_bias, then grad_input
+// (not for the first layer). The first backward since the last step writes .grad; later ones (no_sync)
+// compute the micro-batch's gradient apart and add it, as autograd's AccumulateGrad does.
+void DeviceReplica::Impl::backward(float* grad_out, int64_t B) {
+  float* gcur = grad_out;
+  float* gnext = gcur == gy[0] ? gy[1] : gy[0];
+  for (size_t i = sizes.size() - 1; i-- > 0;) {
+    const int64_t in = sizes[i], out = sizes[i + 1];
+    if (cfg.relu && i + 2 < sizes.size()) gpu::relu_backward(pre[i], gcur, static_cast<size_t>(B * out), stream);
+    if (!has_grad) {
+      dev::linear_grad_weight(kernels, gcur, act[i], weight(g, i), B, in, out, stream);
+      dev::linear_grad_bias(gcur, bias(g, i), B, out, stream);
+    } else {
+      dev::linear_grad_weight(kernels, gcur, act[i], scratch, B, in, out, stream);
+      gpu::add(weight(g, i), scratch, static_cast<size_t>(out * in), stream);
+      dev::linear_grad_bias(gcur, scratch, B, out, stream);
+      gpu::add(bias(g, i), scratch, static_cast<size_t>(out), stream);
+    }
+    if (i > 0) {
+      dev::linear_grad_input(kernels, gcur, weight(p, i), gnext, B, in, out, stream);
+      std::swap(gcur, gnext);
+    }
+  }
+  has_grad = true;
+}
+
+void DeviceReplica::sync_and_step() {
+  Impl& m = *impl_;
+  if (!m.has_grad) throw std::logic_error("DeviceReplica::sync_and_step before any forward_backward");
+  // Reducer::prepare_bucket / finalize_bucket, on the device; the bucket layout is the host Reducer's.
+  const ddp::Average avg = m.cfg.average;
+  const bool copy_only = avg == ddp::Average::postdivide || (avg == ddp::Average::avg && m.backend_avg);
+  const float scale = static_cast<float>(1.0 / static_cast<double>(m.cfg.world_size));
+  try {
+    for (size_t j = 0; j < m.reducer->num_buckets(); ++j) {
+      const ddp::Bucket& b = m.reducer->bucket(j);
+      for (size_t k = 0; k < b.params.size(); ++k) {
+        const size_t pi = b.params[k], n = static_cast<size_t>(m.params[pi]->numel());
+        if (copy_only) {
+          gpu::copy(m.bucket + b.offsets[k], m.g + m.offset[pi], n, m.stream);
+        } else {
+          gpu::scale_copy(m.bucket + b.offsets[k], m.g + m.offset[pi], n, scale, m.stream);
+        }
+      }
+      m.comm.all_reduce_device(m.bucket, b.numel, m.backend_avg ? comm::ReduceOp::avg : comm::ReduceOp::sum);
+      if (avg == ddp::Average::postdivide) {
+        gpu::divide(m.bucket, b.numel, static_cast<float>(m.cfg.world_size), m.stream);
+      }
+      for (size_t k = 0; k < b.params.size(); ++k) {
+        const size_t pi = b.params[k];
+        gpu::copy(m.g + m.offset[pi], m.bucket + b.offsets[k], static_cast<size_t>(m.params[pi]->numel()), m.stream);
+      }
+    }
+  } catch (...) {
+    m.mem.keep = true;
+    throw;
+  }
+  m.reducer->finish_sync();
+  m.step();
+  m.has_grad = false;  // optimizer.zero_grad(set_to_none=True)
+}
+
+// optim.cc's step for every parameter at once: the parameters are one flat array, each element's update
+// depends only on its own values, and every parameter has the same step count and hyperparameters.
+// Scalars are computed on the host exactly as optim.cc computes them (std::pow in double included).
+void DeviceReplica::Impl::step() {
+  if (cfg.optimizer == "adam") {
+    AdamOptions o;
+    o.lr = cfg.lr;
+    const auto t = static_cast<double>(++adam_steps);
+    const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
+    const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
+    gpu::AdamScalars sc{};
+    sc.beta1 = static_cast<float>(o.beta1);
+    sc.beta2 = static_cast<float>(o.beta2);
+    sc.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+    sc.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+    sc.neg_step_size = static_cast<float>(-(o.lr / bias_correction1));
+    sc.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+    sc.eps = static_cast<float>(o.eps);
+    gpu::adam(p, g, exp_avg, exp_avg_sq, total, sc, stream);
+    return;
+  }
+  SGDOptions o;  // weight_decay 0, dampening 0, no nesterov: the flags offer none of them
+  o.lr = cfg.lr;
+  o.momentum = cfg.momentum;
+  if (o.momentum == 0.0) {
+    gpu::sgd(p, g, total, static_cast<float>(-o.lr), stream);
+    return;
+  }
+  gpu::sgd_momentum(p, g, momentum, total, !momentum_ready, static_cast<float>(o.momentum),
+                    static_cast<float>(1.0 - o.dampening), static_cast<float>(-o.lr), stream);
+  momentum_ready = true;
+}
+
+void DeviceReplica::wait() {
+  CUDA(cudaStreamSynchronize(impl_->s()));
+}
+
+std::vector<float> DeviceReplica::download_losses() {
+  Impl& m = *impl_;
+  const auto n = static_cast<size_t>(m.batches);
+  if (n > 0) CUDA(cudaMemcpyAsync(m.pinned_losses, m.losses, n * sizeof(float), cudaMemcpyDeviceToHost, m.s()));
+  wait();
+  return std::vector<float>(m.pinned_losses, m.pinned_losses + n);
+}
+
+void DeviceReplica::download_parameters() {
+  Impl& m = *impl_;
+  CUDA(cudaMemcpyAsync(m.pinned_params, m.p, m.total * sizeof(float), cudaMemcpyDeviceToHost, m.s()));
+  wait();
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    std::memcpy(m.params[i]->data(), m.pinned_params + m.offset[i], m.params[i]->numel() * sizeof(float));
+  }
+}
+
+ddp::RankResult train_rank_on_device(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels) {
+  if (std::string why = gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
+  ddp::RankResult res;
+  Generator data_gen;
+  const Dataset data = ddp::make_dataset(cfg, data_gen);
+  res.replica = std::make_unique<ddp::Replica>(cfg, comm.rank());
+  ddp::Replica& rep = *res.replica;
+  DeviceReplica device(cfg, comm, kernels, rep);
+  // run_epochs for one local replica, the per-batch loss read back at the end.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+    if (cfg.set_epoch) rep.sampler.set_epoch(epoch);
+    res.sampler_indices.push_back(rep.sampler.indices());
+    const auto batches = rep.loader.iter();
+    for (size_t b = 0; b < batches.size(); ++b) {
+      device.forward_backward(data, batches[b]);
+      res.log.push_back({epoch, rep.rank, static_cast<int64_t>(batches[b].size()), 0.0f});
+      if (!ddp::is_sync_batch(cfg, b, batches.size())) continue;
+      device.sync_and_step();
+      ++res.optimizer_steps;
+    }
+  }
+  device.wait();  // the last epoch ended with a synchronised batch: no collective is pending
+  res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::vector<float> losses = device.download_losses();
+  for (size_t i = 0; i < res.log.size(); ++i) res.log[i].loss = losses[i];
+  device.download_parameters();
+  return res;
+}
+
+}  // namespace ddplab::verify

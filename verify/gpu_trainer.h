@@ -1,0 +1,74 @@
+// The NCCL backend's DDP training with the model on the GPU: parameters, gradients, bucket buffers and
+// optimizer state stay in device memory for the whole run; only batches go host -> device (through pinned
+// memory) and the parameters come back once, at the end. Everything runs on the communicator's stream.
+//
+// Semantics are train_rank()'s (src/ddp/trainer.cc): the host builds the data, the initial weights
+// (make_model), the DistributedSampler and DataLoader, and the bucket layout (a host Reducer, used only for
+// its buckets and the rebuild); the device mirrors Reducer::prepare_bucket/finalize_bucket, autograd's
+// gradient accumulation under no_sync, MSE, ReLU, SGD and Adam operation for operation. With
+// --kernels reference the result equals the host trainer's bit for bit; with --kernels fast Linear runs on
+// cuBLAS. Logged losses are close to, not bitwise equal to, the host's (a device sum, see gpu_trainer_ops.h).
+//
+// No host wait can hang on a dead peer: the host only waits on the stream (events, final copy) when every
+// collective enqueued so far has finished, which all_reduce_device guarantees when it returns.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/comm/communicator.h"
+#include "src/data.h"
+#include "src/ddp/config.h"
+#include "src/ddp/trainer.h"
+#include "src/kernels.h"
+
+namespace ddplab::verify {
+
+// "" when train_rank_on_device supports `cfg`, else one line saying why (for a UsageError).
+inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
+  if (cfg.loss != "mse") return "--backend nccl keeps the model on the GPU for --loss mse only (got " + cfg.loss + ")";
+  if (cfg.optimizer != "sgd" && cfg.optimizer != "adam") {
+    return "--backend nccl keeps the model on the GPU for --optimizer sgd|adam only (got " + cfg.optimizer + ")";
+  }
+  return "";
+}
+
+// One rank's replica in device memory, mirroring `host` (a freshly constructed ddp::Replica: its model
+// is uploaded as make_model made it, and later receives the final parameters; its sampler and loader
+// draw the batches; its optimizer and reducer stay unused). Construction also runs DDP's broadcast of
+// rank 0's parameters (broadcast_device, one tensor at a time) when cfg.broadcast, and builds the bucket
+// layout. `max_batches`: micro-batches (losses) to make room for; -1: cfg.epochs * host.loader.len().
+class DeviceReplica {
+ public:
+  DeviceReplica(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels, ddp::Replica& host,
+                int64_t max_batches = -1);
+  ~DeviceReplica();
+  DeviceReplica(const DeviceReplica&) = delete;
+  DeviceReplica& operator=(const DeviceReplica&) = delete;
+
+  // Forward, MSE loss and backward on the samples `idx`; gradients accumulate until sync_and_step.
+  void forward_backward(const Dataset& data, const std::vector<int64_t>& idx);
+  // The synchronised backward: every bucket prepared, all-reduced (all_reduce_device) and finalized, the
+  // bucket rebuild after the first one, one optimizer step, zero_grad(set_to_none=True).
+  void sync_and_step();
+  // Waits until the stream is idle. Only when no collective can be pending (e.g. after sync_and_step).
+  void wait();
+  // The losses of every forward_backward so far; the parameters into host.model. Both wait().
+  std::vector<float> download_losses();
+  void download_parameters();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// train_rank() on the device: the same epochs, batches, syncs and steps; returns the same RankResult
+// (final parameters in replica->model, sampler indices, per-batch losses, optimizer steps, and
+// train_seconds: the training loop including the wait for the GPU, not the setup or the final copy).
+// Throws UsageError for configurations gpu_trainer_unsupported() names, comm::CommError when a
+// collective fails, std::runtime_error for CUDA errors (or when built without CUDA).
+ddp::RankResult train_rank_on_device(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels);
+
+}  // namespace ddplab::verify

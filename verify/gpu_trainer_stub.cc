@@ -1,0 +1,45 @@
+// Built where no CUDA toolkit was found at build time: the device-resident trainer says so. Never reached
+// through ddp_verify (the NCCL backend stops earlier with exit status 3).
+#include <stdexcept>
+
+#include "verify/gpu_trainer.h"
+
+namespace ddplab::verify {
+namespace {
+
+[[noreturn]] void no_cuda() {
+  throw std::runtime_error(
+      "the device-resident trainer needs CUDA: this binary was built without it (no CUDA "
+      "toolkit at /usr/local/cuda or $CUDA_HOME when it was built)");
+}
+
+}  // namespace
+
+struct DeviceReplica::Impl {};
+
+DeviceReplica::DeviceReplica(const ddp::Config&, comm::Communicator&, Kernels, ddp::Replica&, int64_t) {
+  no_cuda();
+}
+DeviceReplica::~DeviceReplica() = default;
+void DeviceReplica::forward_backward(const Dataset&, const std::vector<int64_t>&) {
+  no_cuda();
+}
+void DeviceReplica::sync_and_step() {
+  no_cuda();
+}
+void DeviceReplica::wait() {
+  no_cuda();
+}
+std::vector<float> DeviceReplica::download_losses() {
+  no_cuda();
+}
+void DeviceReplica::download_parameters() {
+  no_cuda();
+}
+
+ddp::RankResult train_rank_on_device(const ddp::Config& cfg, comm::Communicator&, Kernels) {
+  if (std::string why = gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
+  no_cuda();
+}
+
+}  // namespace ddplab::verify
