@@ -95,4 +95,14 @@ std::string json_params(const std::vector<const Parameter*>& params, const std::
   return out + "}";
 }
 
+uint64_t fnv1a_bits(const float* v, size_t n) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[i], sizeof bits);
+    for (int b = 0; b < 4; ++b) h = (h ^ ((bits >> (8 * b)) & 0xffu)) * 1099511628211ull;
+  }
+  return h;
+}
+
 }  // namespace ddplab

@@ -1,6 +1,8 @@
 // Writing output files so that a reader never sees half a file, and small JSON helpers for dumps.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,5 +24,9 @@ std::string json_float(float v);
 std::string json_tensor(const Parameter& p);
 // A state_dict as a JSON object, {"layers.0.weight": [[...]], ...}; `names` overrides the keys.
 std::string json_params(const std::vector<const Parameter*>& params, const std::vector<std::string>& names = {});
+
+// 64-bit FNV-1a over the floats' bytes (little-endian bit patterns): a short fingerprint of exact results,
+// e.g. real NCCL's sums recorded on a GPU (tests/golden/nccl/) and recomputed without one.
+uint64_t fnv1a_bits(const float* v, size_t n);
 
 }  // namespace ddplab

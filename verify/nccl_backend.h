@@ -20,6 +20,8 @@ namespace ddplab::verify {
 std::string nccl_unavailable_reason(int local_rank, int local_world_size, bool share_gpus = false);
 // CUDA devices visible to this process (0 without CUDA or a driver).
 int cuda_device_count();
+// The NCCL library in use, "2.28.9" (ncclGetVersion), or "none" where built without CUDA.
+std::string nccl_version();
 
 // Linear's products on this process's GPU (verify/cuda_kernels.h), for --kernels fast|reference.
 const LinearKernels& nccl_kernels(Kernels k);

@@ -215,6 +215,12 @@ std::string nccl_unavailable_reason(int local_rank, int local_world_size, bool s
   return "";
 }
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);  // NCCL_VERSION_CODE since 2.9
+}
+
 int cuda_device_count() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;

@@ -13,6 +13,8 @@ std::string nccl_unavailable_reason(int, int local_world_size, bool share_gpus) 
 
 int cuda_device_count() { return 0; }
 
+std::string nccl_version() { return "none"; }
+
 const LinearKernels& nccl_kernels(Kernels k) { return cpu_kernels(k); }  // never reached: no CUDA
 
 std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store>, int, int, int, std::chrono::milliseconds) {
