@@ -6,7 +6,9 @@
 # nccl/wsN.json, the goldens of tests/golden/nccl/), faults (timed fault runs), bench (//bench:gpu_step, both kernel tables). Default: all.
 # Each step's log goes to OUTDIR/<step>.log; a step that runs past its limit is stopped and says so.
 set -uo pipefail
-targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_test //tests:nccl_test //bench:gpu_step)
+targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_test //tests:nccl_test //bench:gpu_step
+         //notebooks_ported:001_toy_ddp //notebooks_ported:002_checkpoint //notebooks_ported:003_trainer
+         //notebooks_ported:004_parallelism)
 
 case "${1:-}" in
   bundle)
@@ -14,9 +16,9 @@ case "${1:-}" in
   run)
     out=${2:?usage: $0 run OUTDIR [steps...]}; shift 2 ;;
   *)
-    echo "usage: $0 bundle | run OUTDIR [tests|order|faults|bench ...]" >&2; exit 2 ;;
+    echo "usage: $0 bundle | run OUTDIR [tests|order|faults|bench|labs ...]" >&2; exit 2 ;;
 esac
-steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(tests order faults bench)
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(tests order faults bench labs)
 root=$(pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -58,6 +60,11 @@ for s in "${steps[@]}"; do
     bench)
       step bench 240 ./bench/gpu_step --kernels fast --reference "$root/bench/gpu_step_reference.py"
       step bench 240 ./bench/gpu_step --kernels reference --steps 10 --reference "$root/bench/gpu_step_reference.py" ;;
+    labs)
+      step labs 60 ./notebooks_ported/001_toy_ddp --backend nccl --share-gpus --nproc 2
+      step labs 60 ./notebooks_ported/002_checkpoint --backend nccl --share-gpus --nproc 2
+      step labs 60 ./notebooks_ported/003_trainer --backend nccl --share-gpus --nproc 4
+      step labs 60 ./notebooks_ported/004_parallelism --backend nccl --share-gpus --nproc 2 ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
