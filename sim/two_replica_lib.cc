@@ -5,6 +5,7 @@
 #include "src/data.h"
 #include "src/flags.h"
 #include "src/io.h"
+#include "src/limits.h"
 #include "src/loss.h"
 #include "src/optim.h"
 
@@ -36,6 +37,13 @@ void validate(const TwoReplicaConfig& cfg) {
         "{} * {} > {}",
         cfg.replicas, cfg.batch_size, cfg.samples));
   }
+  Footprint f;
+  f.parameters = cfg.in_features * cfg.hidden + cfg.hidden + cfg.hidden * cfg.out_features + cfg.out_features;
+  f.replicas = cfg.replicas + 2;  // the replicas, the one-device model, the initial copy
+  f.copies = 2;                   // parameters and gradients
+  f.data = cfg.samples * (cfg.in_features + cfg.out_features);
+  f.activations = 2 * cfg.batch_size * (cfg.in_features + cfg.hidden + cfg.out_features);
+  check_footprint(f, "--in-features, --hidden, --out-features, --replicas, --samples");
 }
 
 std::vector<std::string> notebook_param_names() { return {"W1", "b1", "W2", "b2"}; }

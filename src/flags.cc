@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -51,6 +52,13 @@ int guarded_main(const char* program, int argc, char** argv, int (*run)(int, cha
     return 2;
   } catch (const comm::CommError& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The limits (src/limits.h) refuse runs that cannot fit before they start; this is what slipped past.
+    std::fprintf(stderr, "%s: out of memory (the run needed more than this machine could give)\n", program);
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: the run failed: %s\n", program, e.what());
     return 1;
   }
 }

@@ -42,7 +42,8 @@ class Flags {
 };
 
 // main() for every program: runs `run`; bad input (UsageError and its kinds) becomes one line on stderr
-// and status 2, a failed collective (comm::CommError) one line and status 1.
+// and status 2; a failed collective (comm::CommError), an allocation that failed, or any other exception
+// one line and status 1.
 int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**));
 
 // Parses a whole decimal integer or throws UsageError("<what> must be an integer (got 'x')").

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -20,34 +21,91 @@ std::string dir_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+constexpr const char* kTmpSuffix = ".tmp.XXXXXX";
+constexpr size_t kNameMax = 255;  // NAME_MAX of Linux file systems
+
+// Where a write to `path` really lands: a symbolic link is followed (the link stays a link and its target
+// gets the new content), up to 40 links like the kernel. "" when the chain loops.
+std::string resolve_links(std::string path) {
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st{};
+    if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;
+    std::string target(PATH_MAX, '\0');
+    const ssize_t n = readlink(path.c_str(), target.data(), target.size());
+    if (n < 0) return path;
+    target.resize(static_cast<size_t>(n));
+    path = target[0] == '/' ? target : dir_of(path) + "/" + target;
+  }
+  return "";
+}
+
+// A character device or FIFO (/dev/null, /dev/stdout, a pipe): written in place, never replaced.
+bool is_stream(const std::string& path) {
+  struct stat st{};
+  return stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode));
+}
+
+std::string write_all(int fd, const std::string& content, const std::string& name) {
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t w = write(fd, content.data() + done, content.size() - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return fmt::format("cannot write '{}': {}", name, std::strerror(errno));
+    }
+    done += static_cast<size_t>(w);
+  }
+  return "";
+}
+
 }  // namespace
 
-std::string check_writable(const std::string& path) {
-  if (path.empty()) return "empty path";
-  if (path.back() == '/') return fmt::format("'{}' is a directory, not a file", path);
+std::string check_writable(const std::string& given) {
+  if (given.empty()) return "empty path";
+  if (given.size() >= PATH_MAX) return fmt::format("the path is {} bytes long; the limit is {}", given.size(), PATH_MAX - 1);
+  if (given.back() == '/') return fmt::format("'{}' is a directory, not a file", given);
+  const std::string path = resolve_links(given);
+  if (path.empty()) return fmt::format("'{}' is a loop of symbolic links", given);
+  struct stat st{};
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return fmt::format("'{}' is a directory, not a file", given);
+    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+      return access(path.c_str(), W_OK) == 0 ? "" : fmt::format("cannot write '{}': {}", given, std::strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) return fmt::format("'{}' is neither a regular file, a character device nor a pipe", given);
+  }
+  const size_t slash = path.rfind('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const size_t limit = kNameMax - std::strlen(kTmpSuffix);
+  if (name.size() > limit) {
+    return fmt::format("the file name '{}...' is {} bytes long; the limit is {} (255 less the temporary file's suffix)",
+                       name.substr(0, 16), name.size(), limit);
+  }
   const std::string dir = dir_of(path);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return fmt::format("directory '{}' does not exist", dir);
   if (access(dir.c_str(), W_OK) != 0) {
     return fmt::format("cannot write in directory '{}': {}", dir, std::strerror(errno));
   }
   return "";
 }
 
-std::string write_file_atomic(const std::string& path, const std::string& content) {
-  if (std::string why = check_writable(path); !why.empty()) return why;
-  std::string tmp = path + ".tmp.XXXXXX";
+std::string write_file_atomic(const std::string& given, const std::string& content) {
+  if (std::string why = check_writable(given); !why.empty()) return why;
+  const std::string path = resolve_links(given);
+  if (is_stream(path)) {  // no rename onto a device or pipe: write through it
+    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return fmt::format("cannot open '{}': {}", given, std::strerror(errno));
+    const std::string why = write_all(fd, content, given);
+    close(fd);
+    return why;
+  }
+  std::string tmp = path + kTmpSuffix;
   const int fd = mkstemp(tmp.data());
-  if (fd < 0) return fmt::format("cannot create a temporary file beside '{}': {}", path, std::strerror(errno));
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t w = write(fd, content.data() + done, content.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
-      close(fd);
-      unlink(tmp.c_str());
-      return fmt::format("cannot write '{}': {}", tmp, why);
-    }
-    done += static_cast<size_t>(w);
+  if (fd < 0) return fmt::format("cannot create a temporary file beside '{}': {}", given, std::strerror(errno));
+  if (std::string why = write_all(fd, content, tmp); !why.empty()) {
+    close(fd);
+    unlink(tmp.c_str());
+    return why;
   }
   if (fsync(fd) != 0 || close(fd) != 0) {
     unlink(tmp.c_str());

@@ -10,12 +10,15 @@
 
 namespace ddplab {
 
-// Writes `content` to `path` through a temporary file in the same directory, fsync, then rename.
+// Writes `content` to `path` through a temporary file in the same directory, fsync, then rename, so a
+// reader never sees half a file. A symbolic link is followed: its target gets the content, the link stays.
+// A character device or FIFO (/dev/null, /dev/stdout) is written in place, never replaced by a file.
 // Returns "" on success, else a one-line reason (the temporary file is removed).
 std::string write_file_atomic(const std::string& path, const std::string& content);
 
-// True when `path` could be created: its directory exists and is writable. Checked before any work
-// starts, so a bad --dump-params path fails fast.
+// "" when write_file_atomic(path) can succeed: not a directory, not another special file, a name short
+// enough for the temporary file beside it, an existing writable directory; else a one-line reason.
+// Checked before any work starts, so a bad output path fails fast (exit 2), not after the run.
 std::string check_writable(const std::string& path);
 
 // A float32 with 9 significant digits (round-trips exactly), as JSON.

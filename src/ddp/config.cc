@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "src/limits.h"
+
 namespace ddplab::ddp {
 
 int64_t Config::num_samples_per_rank() const {
@@ -95,6 +97,21 @@ void validate(const Config& c) {
                                  "(dataset {} / world size {})",
                                  c.batch_size, shard, c.dataset_size(), c.world_size));
   }
+  check_footprint(footprint(c), "--layers, --world-size, --samples, --batch-size");
+}
+
+Footprint footprint(const Config& c) {
+  Footprint f;
+  int64_t widths = 0;
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    widths += c.layers[i];
+    if (i + 1 < c.layers.size()) f.parameters += c.layers[i] * c.layers[i + 1] + c.layers[i + 1];
+  }
+  f.replicas = c.world_size;  // the simulator holds them all; ddp_verify's rank 0 runs the simulator
+  f.copies = 3 + (c.momentum > 0 ? 1 : 0) + (c.optimizer == "adam" ? 2 : 0);
+  f.data = c.dataset_size() * (c.layers.front() + c.layers.back());
+  f.activations = 2 * c.batch_size * widths;  // outputs and their gradients
+  return f;
 }
 
 std::vector<std::string> to_args(const Config& c) {

@@ -10,6 +10,7 @@
 #include "src/ddp/reducer.h"
 #include "src/flags.h"
 #include "src/kernels.h"
+#include "src/limits.h"
 
 namespace ddplab::ddp {
 
@@ -52,8 +53,10 @@ constexpr int64_t kMaxWorldSize = 64;
 std::set<std::string> config_flag_names();
 // Reads and validates every flag; throws UsageError naming the flag and its limit.
 Config config_from_flags(const Flags& flags);
-// Cross-field checks (also run by config_from_flags).
+// Cross-field checks (also run by config_from_flags), and the size limits of src/limits.h.
 void validate(const Config& cfg);
+// What a simulation of `cfg` allocates, for the limits.
+Footprint footprint(const Config& cfg);
 // The config as the flags that reproduce it, in a fixed order (hashing, goldens, printing).
 std::vector<std::string> to_args(const Config& cfg);
 // One line for a learner: "world_size=2 | MLP 6-4-2 | mse | sgd lr=0.01 | ...".
