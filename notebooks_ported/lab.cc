@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -39,6 +40,7 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
   comm::LocalGroup group(ws, collective::Algorithm::ring);
   std::vector<int> status(static_cast<size_t>(ws), 0);
+  std::vector<std::string> errors(static_cast<size_t>(ws));
   std::vector<std::thread> threads;
   for (int r = 0; r < ws; ++r) {
     threads.emplace_back([&, r] {
@@ -47,12 +49,17 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
       try {
         status[static_cast<size_t>(r)] = body(*c);
       } catch (const std::exception& e) {  // a rank that fails reports, the others time out and report
-        std::fprintf(stderr, "%s: %s\n", program, e.what());
+        errors[static_cast<size_t>(r)] = e.what();
         status[static_cast<size_t>(r)] = dynamic_cast<const UsageError*>(&e) ? 2 : 1;
       }
     });
   }
   for (auto& t : threads) t.join();
+  // A check every rank makes fails in every rank: say it once, not once per rank.
+  std::set<std::string> said;
+  for (const std::string& e : errors) {
+    if (!e.empty() && said.insert(e).second) std::fprintf(stderr, "%s: %s\n", program, e.c_str());
+  }
   return *std::max_element(status.begin(), status.end());
 }
 

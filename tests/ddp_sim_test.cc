@@ -196,7 +196,7 @@ TEST(DdpSim, BadInputGetsOneLineAndExit2) {
       {{"--allreduce", "butterfly"}, "--allreduce must be one of naive|ring|halving-doubling|tree|nccl-ring"},
       {{"--no-sync", "0"}, "--no-sync must be in [1, 1048576] (got 0)"},
       {{"--lr", "-1"}, "--lr must be in [0, 1000000] (got -1)"},
-      {{"--trace", "/nonexistent-dir/t.json"}, "--trace: cannot write in directory '/nonexistent-dir'"},
+      {{"--trace", "/nonexistent-dir/t.json"}, "--trace: directory '/nonexistent-dir' does not exist"},
       {{"--dataset", "toy", "--layers", "3,2"}, "--dataset toy has 2 features and 2 classes"},
       {{"--average", "mean"}, "--average must be one of predivide|postdivide|avg"},
       {{"--wat"}, "unknown flag --wat"},

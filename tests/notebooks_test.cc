@@ -238,10 +238,12 @@ TEST(Notebooks, BadFlags) {
       {"001_toy_ddp", {"--world-size", "6"}, "--world-size 6 exceeds the dataset size 5"},
       {"003_trainer", {"--loss", "hinge"}, "--loss must be one of mse|ce-probs"},
       {"003_trainer", {"--batch-size", "600", "--world-size", "4"}, "--batch-size 600 is larger than a rank's shard"},
-      {"002_checkpoint", {"--checkpoint", "/nonexistent/x"}, "--checkpoint: cannot write in directory '/nonexistent'"},
+      {"002_checkpoint", {"--checkpoint", "/nonexistent/x"}, "--checkpoint: directory '/nonexistent' does not exist"},
       {"002_checkpoint", {"--backend", "nccl", "--nproc", "2"}, "NCCL backend needs 2 CUDA devices"},
       {"004_parallelism", {"--part", "pipeline"}, "--part must be one of all|dp|ddp|lightning|model|tensor|zero"},
       {"004_parallelism", {"--dp-devices", "0"}, "--dp-devices must be in [1, 64] (got 0)"},
+      // A check each simulated rank makes (here: the Lightning part's shard) is said once, not 64 times.
+      {"004_parallelism", {"--world-size", "64"}, "--batch-size 32 is larger than a rank's shard of 16 samples"},
   };
   for (const auto& [which, args, expect] : cases) {
     const CommandResult r = lab(which, args);

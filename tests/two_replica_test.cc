@@ -120,7 +120,7 @@ TEST(TwoReplica, BadInputGetsOneLineAndExit2) {
       {{"--lr", "fast"}, "--lr must be a finite number"},
       {{"--lr", "-0.1"}, "--lr must be in"},
       {{"--replicas", "3"}, "--replicas * --batch-size must be <= --samples"},
-      {{"--dump-params", "/nonexistent-dir/x.json"}, "--dump-params: cannot write in directory '/nonexistent-dir'"},
+      {{"--dump-params", "/nonexistent-dir/x.json"}, "--dump-params: directory '/nonexistent-dir' does not exist"},
       {{"extra"}, "unexpected argument 'extra'"},
   };
   for (const BadInput& c : cases) {
