@@ -1,7 +1,15 @@
 // Checkpoints in the safetensors layout: 8-byte little-endian header length, a JSON header naming each
-// tensor's dtype, shape and byte range (plus "__metadata__" with a checksum of the data), then the raw
-// little-endian float32 data. Written atomically (temporary file, fsync, rename); a corrupt or truncated
-// file is refused with one line saying what is wrong.
+// tensor's dtype, shape and byte range (plus "__metadata__", where ddplab writes a checksum of the data),
+// then the raw little-endian data. Written atomically (temporary file, fsync, rename).
+//
+// load() reads any standard safetensors file whose tensors are F32, whoever wrote it (ddplab, the
+// safetensors library, a hand-written one): the checksum is verified where "__metadata__" has one, and a
+// file without it is read unverified. Everything the header says is checked against the format's rules
+// and the file's real size before anything is allocated or read: header length at most kMaxHeaderBytes
+// and within the file, dtype known, shape entries non-negative integers whose element and byte counts
+// do not overflow, data_offsets [begin, end] matching shape x dtype and tiling the data exactly (no
+// overlap, no gap, no trailing bytes). Directories, devices, fifos and sockets are refused. Every
+// refusal is a FormatError of one line, "<path>: <what is wrong and the limit>".
 #pragma once
 
 #include <cstdint>
@@ -22,12 +30,21 @@ struct FormatError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The safetensors library's limit on the JSON header (its MAX_HEADER_SIZE).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
 // FNV-1a 64 over the data bytes, as 16 hex digits.
 std::string checksum(const std::string& bytes);
 
 // Returns "" or the reason the file could not be written.
 std::string save(const std::string& path, const TensorMap& tensors);
+
+// What load() found besides the tensors.
+struct LoadInfo {
+  bool checksum_verified = false;               // "__metadata__" had checksum_fnv1a64, and it matched
+  std::map<std::string, std::string> metadata;  // "__metadata__" as written (empty when absent)
+};
 // Throws FormatError("<path>: <what is wrong>").
-TensorMap load(const std::string& path);
+TensorMap load(const std::string& path, LoadInfo* info = nullptr);
 
 }  // namespace ddplab::safetensors

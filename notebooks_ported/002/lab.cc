@@ -3,12 +3,15 @@
 // parameters, then one training step. --skew-rank/--skew-seconds shows what a slow rank does to the others.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "notebooks_ported/lab.h"
 #include "src/comm/local_group.h"
@@ -28,8 +31,26 @@ constexpr const char* kUsage = R"(usage: 002_checkpoint [flags]
 Seed notebook 002 in C++ (demo_training_with_checkpoint), 2 ranks by default.
   --checkpoint FILE         where rank 0 saves (safetensors) [a file in $TMPDIR named after the run]
   --skew-rank R --skew-seconds S   rank R sleeps S seconds before the barrier
-  --load FILE               only read a checkpoint and list its tensors (refuses corrupt files)
+  --load FILE               only read a safetensors file and list its tensors: ddplab's checkpoints (their
+                            checksum verified) or any standard file of F32 tensors (read unverified);
+                            a corrupt or malformed file is refused with one line and status 2
+                            (with --dump OUT: the tensors as JSON, {"name": {"shape", "values"}})
 )";
+
+// --load's --dump: {"name": {"shape": [...], "values": [...]}, ...}, every float exact (9 digits, -0.0 kept).
+std::string tensors_json(const safetensors::TensorMap& tensors) {
+  std::string out = "{";
+  for (const auto& [name, t] : tensors) {
+    std::string values;
+    for (float v : t.data) {
+      values += (values.empty() ? "" : ", ") + (v == 0 && std::signbit(v) ? std::string("-0.0") : json_float(v));
+    }
+    out += fmt::format("{}{}: {{\"shape\": [{}], \"values\": [{}]}}", out.size() > 1 ? ", " : "",
+                       nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                       fmt::join(t.shape, ", "), values);
+  }
+  return out + "}\n";
+}
 
 int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& checkpoint) {
   const int rank = comm.rank(), ws = comm.world_size();
@@ -105,13 +126,28 @@ int run(int argc, char** argv) {
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   if (flags.has("load")) {
+    const std::string path = flags.get_string("load", "");
+    const std::string dump = flags.has("dump") ? flags.get_string("dump", "") : "";
+    if (!dump.empty()) {
+      if (std::string why = check_writable(dump); !why.empty()) throw UsageError("--dump: " + why);
+    }
+    safetensors::TensorMap tensors;
+    safetensors::LoadInfo info;
     try {
-      for (const auto& [name, t] : safetensors::load(flags.get_string("load", ""))) {
-        lab::print_line(fmt::format("{} {} {} floats", name, torch_size(t.shape), t.data.size()));
-      }
+      tensors = safetensors::load(path, &info);
     } catch (const safetensors::FormatError& e) {
       std::fprintf(stderr, "002_checkpoint: %s\n", e.what());
       return 2;
+    }
+    for (const auto& [name, t] : tensors) {  // a name with control characters is shown JSON-escaped: one line each
+      const bool plain = std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+      lab::print_line(fmt::format("{} {} {} floats", plain ? name : nlohmann::json(name).dump(), torch_size(t.shape), t.data.size()));
+    }
+    lab::print_line(info.checksum_verified
+                        ? "checksum_fnv1a64 verified"
+                        : "no checksum_fnv1a64 in __metadata__ (not written by ddplab): the data is read unverified");
+    if (!dump.empty()) {
+      if (std::string why = write_file_atomic(dump, tensors_json(tensors)); !why.empty()) throw UsageError("--dump: " + why);
     }
     return 0;
   }
