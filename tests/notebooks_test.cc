@@ -1,5 +1,6 @@
 // The notebook labs against their notebooks' own PyTorch code (notebooks_ported/*/reference.py and the
 // goldens it wrote), live against the same scripts when torch is importable, on real ranks, and bad input.
+#include <cstdlib>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -206,13 +207,26 @@ TEST(Notebooks, Lab002RefusesCorruptCheckpoints) {
   EXPECT_EQ(lab("002_checkpoint", {"--load", good}).status, 0);
 }
 
-TEST(Notebooks, Lab002SkewedRankTimesOut) {
+TEST(Notebooks, Lab002SkewedRankTimesOutAndLeavesNothingBehind) {
   for (const std::vector<std::string>& where : {std::vector<std::string>{}, std::vector<std::string>{"--backend", "gloo", "--nproc", "2"}}) {
-    std::vector<std::string> args = where;
+    const std::string tmp = testing::temp_dir();  // the lab's own checkpoint goes to $TMPDIR
+    std::vector<std::string> args = {"/usr/bin/env", "TMPDIR=" + tmp, "notebooks_ported/002_checkpoint"};
+    args.insert(args.end(), where.begin(), where.end());
     args.insert(args.end(), {"--skew-rank", "1", "--skew-seconds", "3", "--timeout", "0.5"});
-    const CommandResult r = lab("002_checkpoint", args);
+    const CommandResult r = testing::run_command(args);
     EXPECT_EQ(r.status, 1) << r.out << r.err;
     EXPECT_NE(r.err.find("rank 0: barrier #"), std::string::npos) << r.err;
+    EXPECT_EQ(std::system(("test -z \"$(ls -A " + tmp + ")\"").c_str()), 0) << "files left in " << tmp;
+  }
+}
+
+TEST(Notebooks, Lab002SkewRankMustBeARankOfTheRun) {
+  for (const std::vector<std::string>& where : {std::vector<std::string>{}, std::vector<std::string>{"--backend", "gloo", "--nproc", "2"}}) {
+    std::vector<std::string> args = where;
+    args.insert(args.end(), {"--skew-rank", "5", "--skew-seconds", "1"});
+    const CommandResult r = lab("002_checkpoint", args);
+    EXPECT_EQ(r.status, 2) << r.out << r.err;
+    EXPECT_EQ(r.err, "002_checkpoint: --skew-rank 5 is not a rank of this run (world size 2)\n");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <utility>
 
@@ -52,8 +53,18 @@ std::string tensors_json(const safetensors::TensorMap& tensors) {
   return out + "}\n";
 }
 
+// Removes a checkpoint the lab named itself when rank 0 leaves, also by an exception (a skewed rank that
+// outlasts the timeout): nothing is left in $TMPDIR.
+struct RemoveOnExit {
+  std::string path;
+  ~RemoveOnExit() {
+    if (!path.empty()) unlink(path.c_str());
+  }
+};
+
 int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& checkpoint) {
   const int rank = comm.rank(), ws = comm.world_size();
+  const RemoveOnExit ours{rank == 0 && !flags.has("checkpoint") ? checkpoint : ""};
   lab::print_line(fmt::format("Running training with checkpoint example on rank {}.", rank));
   // A fresh process: torch's default seed; SimpleLinearModel draws Linear(10, 10).
   Generator gen(kDefaultSeed);
@@ -103,8 +114,7 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
     reducer.finalize_bucket(b, bucket.data());
   }
   opt.step();
-  // Everyone loaded before this all-reduce could finish: a checkpoint we named ourselves can go.
-  if (rank == 0 && !flags.has("checkpoint")) unlink(checkpoint.c_str());
+  // Everyone loaded before this all-reduce could finish: a checkpoint we named ourselves goes with `ours`.
   const Parameter& w = model.linears[0].weight;
   lab::print_line(fmt::format("[rank{}] loss {} | net.weight[0][:3] after the step: {} {} {}", rank,
                               python_float_repr(l.loss), w.data()[0], w.data()[1], w.data()[2]));
@@ -161,6 +171,14 @@ int run(int argc, char** argv) {
   const std::string checkpoint = flags.get_string(
       "checkpoint", fmt::format("{}/model.checkpoint.{}.safetensors", tmp && *tmp ? tmp : "/tmp",
                                 run_id ? std::string(run_id) : std::to_string(getpid())));
+  // The skewed rank must exist: refused here, once, before any rank starts.
+  const int64_t world_size = flags.get_string("backend", "sim") == "sim" ? flags.get_int("world-size", 2, 1, ddp::kMaxWorldSize)
+                             : flags.has("nproc")                       ? flags.get_int("nproc", 2, 1, ddp::kMaxWorldSize)
+                             : std::getenv("WORLD_SIZE")                ? std::atoi(std::getenv("WORLD_SIZE"))
+                                                                        : ddp::kMaxWorldSize;
+  if (const int64_t skew_rank = flags.get_int("skew-rank", -1, -1, ddp::kMaxWorldSize - 1); skew_rank >= world_size) {
+    throw UsageError(fmt::format("--skew-rank {} is not a rank of this run (world size {})", skew_rank, world_size));
+  }
   return lab::run_on_ranks(flags, argc, argv, "002_checkpoint", {"--checkpoint", checkpoint},
                            [&](comm::Communicator& c) { return rank_body(flags, c, checkpoint); });
 }
