@@ -1,6 +1,8 @@
 #include "verify/launcher.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,11 +10,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "src/ddp/config.h"
 #include "src/flags.h"
+#include "verify/gloo_comm.h"
 
 extern char** environ;
 
@@ -51,30 +57,125 @@ std::optional<RankEnv> rank_from_env() {
   if (!r) throw UsageError(fmt::format("{} is set but {} is not", size_var, rank_var));
   if (!s) throw UsageError(fmt::format("{} is set but {} is not", rank_var, size_var));
   e.rank = env_int(rank_var, *r);
-  e.world_size = env_int(size_var, *s);
-  if (e.world_size < 1) throw UsageError(fmt::format("{} must be >= 1 (got {})", size_var, e.world_size));
+  const int64_t ws = parse_int(size_var, *s);
+  if (ws < 1 || ws > ddp::kMaxWorldSize) {  // the limit --nproc has
+    throw UsageError(fmt::format("{} must be in [1, {}] (got {})", size_var, ddp::kMaxWorldSize, ws));
+  }
+  e.world_size = static_cast<int>(ws);
   if (e.rank >= e.world_size) {
     throw UsageError(fmt::format("{}={} is not below {}={}", rank_var, e.rank, size_var, e.world_size));
   }
   e.local_rank = env(local_var) ? env_int(local_var, *env(local_var)) : e.rank;
   const char* local_size_var = e.source == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "LOCAL_WORLD_SIZE";
   e.local_world_size = env(local_size_var) ? env_int(local_size_var, *env(local_size_var)) : e.world_size;
+  if (e.local_world_size < 1 || e.local_world_size > e.world_size) {
+    throw UsageError(fmt::format("{} must be in [1, {}={}] (got {})", local_size_var, size_var, e.world_size,
+                                 e.local_world_size));
+  }
   e.master_addr = env("MASTER_ADDR").value_or("");
   e.master_port = env("MASTER_PORT").value_or("");
   return e;
 }
 
-int launch_local(int nproc, const std::vector<std::string>& args, const std::vector<std::string>& extra_env,
-                 double grace_s) {
+namespace {
+
+volatile sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
+
+// The launcher's handlers for SIGTERM/SIGINT/SIGHUP while ranks run (a signal the caller ignores, as
+// nohup ignores SIGHUP, stays ignored); restored by the destructor.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < std::size(kStopSignals); ++i) {
+      sigaction(kStopSignals[i], nullptr, &old_[i]);
+      if (old_[i].sa_handler != SIG_IGN) sigaction(kStopSignals[i], &sa, nullptr);
+    }
+  }
+  ~StopSignals() {
+    for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &old_[i], nullptr);
+  }
+  // In a child before exec: the caller's dispositions (exec would reset handlers to default anyway).
+  void restore_in_child() const {
+    for (size_t i = 0; i < std::size(kStopSignals); ++i) {
+      signal(kStopSignals[i], old_[i].sa_handler == SIG_IGN ? SIG_IGN : SIG_DFL);
+    }
+  }
+
+ private:
+  struct sigaction old_[std::size(kStopSignals)] {};
+};
+
+// A process that outlives a launcher killed with SIGKILL just long enough to remove its directory: it
+// blocks on a pipe only the launcher writes to, and the kernel closes that pipe however the launcher ends.
+pid_t start_watchdog(const std::string& dir, int* write_end) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid != 0) {
+    close(fds[0]);
+    if (pid < 0) {
+      close(fds[1]);
+      return -1;
+    }
+    *write_end = fds[1];
+    return pid;
+  }
+  close(fds[1]);
+  for (int sig : kStopSignals) signal(sig, SIG_IGN);  // it ends when the launcher does, not before
+  if (const int null = open("/dev/null", O_RDWR); null >= 0) {
+    dup2(null, 0), dup2(null, 1), dup2(null, 2);
+    if (null > 2) close(null);
+  }
+  char c;
+  while (read(fds[0], &c, 1) < 0 && errno == EINTR) {
+  }
+  // The ranks die with the launcher (PR_SET_PDEATHSIG); one may still be writing a key for a moment.
+  for (int i = 0; i < 100; ++i) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    if (!std::filesystem::exists(dir, ec)) break;
+    usleep(20000);
+  }
+  _exit(0);
+}
+
+}  // namespace
+
+int launch_local(int nproc, const std::vector<std::string>& args, std::vector<std::string> extra_env,
+                 double grace_s, bool fresh_store_dir) {
+  const StopSignals stop_signals;  // from here on an interrupted launcher stops its ranks and cleans up
+  std::string dir;
+  int watchdog_pipe = -1;
+  pid_t watchdog = -1;
+  if (fresh_store_dir) {
+    const char* base = std::getenv("TMPDIR");
+    dir = std::string(base && *base ? base : "/tmp") + "/ddplab_ranks.XXXXXX";
+    if (!mkdtemp(dir.data())) {
+      throw SetupError(fmt::format("cannot create a rendezvous directory {}: {}", dir, std::strerror(errno)));
+    }
+    extra_env.push_back("DDPLAB_STORE=file:" + dir);
+    watchdog = start_watchdog(dir, &watchdog_pipe);
+  }
+  const pid_t launcher = getpid();
   std::vector<pid_t> pids;
-  for (int r = 0; r < nproc; ++r) {
+  for (int r = 0; r < nproc && g_stop_signal == 0; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {
-      std::perror("fork");
-      for (pid_t p : pids) kill(p, SIGKILL);
-      return 1;
+      std::fprintf(stderr, "%s: fork: %s\n", program_invocation_short_name, std::strerror(errno));
+      g_stop_signal = SIGTERM;  // stop those already started, clean up, status 1
+      break;
     }
     if (pid == 0) {
+      // Die with the launcher, even by SIGKILL. If it died before this line, nobody would send the signal.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(1);
+      stop_signals.restore_in_child();
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
@@ -92,7 +193,8 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
   // After the first failure the others get `grace_s` to notice it themselves and name it, then SIGTERM,
   // then SIGKILL 5 s later.
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
-  int first_status = 0, remaining = nproc;
+  int first_status = 0, remaining = static_cast<int>(pids.size());
+  int interrupted = 0;
   using Clock = std::chrono::steady_clock;
   constexpr auto kNever = Clock::time_point::max();
   Clock::time_point term_at = kNever, kill_at = kNever;
@@ -102,27 +204,46 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
     }
   };
   while (remaining > 0) {
+    if (g_stop_signal != 0 && interrupted == 0) {
+      interrupted = g_stop_signal;
+      std::fprintf(stderr, "%s: interrupted by signal %d (%s): stopping %d rank%s\n", program_invocation_short_name,
+                   interrupted, strsignal(interrupted), remaining, remaining > 1 ? "s" : "");
+      signal_all(interrupted == SIGHUP ? SIGTERM : interrupted);
+      term_at = kNever;
+      kill_at = Clock::now() + std::chrono::seconds(5);
+    }
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
-      --remaining;
-      int rank = 0;
-      for (int r = 0; r < nproc; ++r) {
+      if (pid == watchdog) {  // it ended early (it should not): nothing left to remove the directory later
+        watchdog = -1;
+        continue;
+      }
+      int rank = -1;
+      for (int r = 0; r < static_cast<int>(pids.size()); ++r) {
         if (pids[static_cast<size_t>(r)] == pid) rank = r;
       }
+      if (rank < 0) continue;
+      --remaining;
       pids[static_cast<size_t>(rank)] = -1;
-      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (interrupted != 0) continue;  // stopped by the forwarded signal: not a failure of its own
+      // The promise is 0/1/2/3: a rank killed by a signal, or exiting with another status, failed: 1.
+      const bool exited = WIFEXITED(status);
+      const int raw = exited ? WEXITSTATUS(status) : WTERMSIG(status);
+      const int code = exited && raw <= 3 ? raw : 1;
       if (code != 0 && first_status == 0) {
         first_status = code;
-        if (remaining > 0) {
-          std::fprintf(stderr, "%s: rank %d %s %d; stopping the other ranks\n", program_invocation_short_name, rank,
-                       WIFEXITED(status) ? "exited with status" : "was killed by signal",
-                       WIFEXITED(status) ? code : WTERMSIG(status));
-          term_at = Clock::now() + grace;
+        if (remaining > 0 || !exited || raw > 3) {
+          std::fprintf(stderr, "%s: rank %d %s%s\n", program_invocation_short_name, rank,
+                       exited ? fmt::format("exited with status {}", raw).c_str()
+                              : fmt::format("was killed by signal {} ({})", raw, strsignal(raw)).c_str(),
+                       remaining > 0 ? "; stopping the other ranks" : "");
         }
+        if (remaining > 0) term_at = Clock::now() + grace;
       }
       continue;
     }
+    if (pid < 0 && errno == ECHILD) break;
     if (Clock::now() > term_at) {
       signal_all(SIGTERM);
       term_at = kNever;
@@ -134,7 +255,13 @@ int launch_local(int nproc, const std::vector<std::string>& args, const std::vec
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return first_status;
+  if (!dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+  if (watchdog_pipe >= 0) close(watchdog_pipe);  // the watchdog finds the directory gone and exits
+  if (watchdog > 0) waitpid(watchdog, nullptr, 0);
+  return interrupted != 0 ? 1 : first_status;
 }
 
 }  // namespace ddplab::verify

@@ -149,11 +149,13 @@ class NcclComm : public comm::Communicator {
     if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) fail(cuda_error("cudaEventRecord", e));
     if (std::string why = poll_comm(nccl_, deadline_, done_); !why.empty()) fail(why);
   }
-  // Names the silent peers (through the store's failure marks, as Gloo does), aborts, throws.
+  // Aborts, then names the silent peers (through the store's failure marks, as Gloo does), throws. Aborting
+  // first closes this rank's connections, so that peers blocked on it fail and report too.
   [[noreturn]] void fail(const std::string& why) {
-    const std::string peers = name_silent_peers(*store_, seq_ - 1, rank_, world_size_);
     ncclCommAbort(nccl_);  // makes the spinning kernel return; the communicator is unusable afterwards
     nccl_ = nullptr;
+    const std::string peers = name_silent_peers(*store_, rank_, world_size_, fmt::format("{} #{}", name_, seq_ - 1),
+                                                blame_window(timeout));
     if (why == "timed out") {
       throw comm::CommError(fmt::format("rank {}: {} #{} failed after at most {} ms: {} (nccl: no completion)", rank_,
                                         name_, seq_ - 1, timeout.count(), peers));
@@ -230,6 +232,9 @@ std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, i
                                                  std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   DDPLAB_CUDA(cudaSetDevice(device), SetupError);
+  // The run's handshake first (a fresh namespace, see gloo_comm.h): the id below is never a stale one.
+  join_run(*store, rank, world_size, timeout,
+           fmt::format("NCCL init of {} ranks did not finish within {} ms:", world_size, timeout.count()));
   ncclUniqueId id;
   if (rank == 0) {
     if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) throw SetupError(nccl_error("ncclGetUniqueId", r));
@@ -237,7 +242,8 @@ std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, i
   }
   std::string bytes;
   try {
-    bytes = store_get(*store, "nccl_unique_id", timeout);
+    bytes = store_get(*store, "nccl_unique_id", std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                                                         std::chrono::milliseconds(1)));
   } catch (const std::exception& e) {
     throw SetupError(fmt::format("rank {}: no ncclUniqueId from rank 0 within {} ms: {}", rank, timeout.count(),
                                  e.what()));

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -31,9 +30,10 @@ std::set<std::string> with_runner_bare_flags(std::set<std::string> program_bare)
 const char* runner_usage() {
   return R"(ranks:
   --backend gloo|nccl       [gloo]          --nproc N  local ranks to spawn (= world size)
-  --store file:DIR|redis://HOST:PORT  rendezvous; default: a fresh directory (local), or
-                            redis://MASTER_ADDR:MASTER_PORT under torchrun
-  --run-id ID               keeps runs sharing one Redis apart [ddplab]
+  --store file:DIR|redis://[[USER]:PASSWORD@]HOST:PORT  rendezvous (a trusted store); default: a fresh
+                            directory (local), or redis://MASTER_ADDR:MASTER_PORT under torchrun; the Redis
+                            password may come from DDPLAB_REDIS_PASSWORD instead
+  --run-id ID               keeps runs sharing one store apart (A-Z a-z 0-9 . _ -, at most 64) [ddplab]
   --bind ADDR               address this rank listens on [127.0.0.1]
   --timeout S               seconds any collective may wait before failing [30]
   --share-gpus              (nccl) more ranks than GPUs: GPUs taken round-robin, each rank posing as its
@@ -177,25 +177,19 @@ int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std
       return 3;
     }
   }
-  if (flags.has("store")) open_store(parse_store(flags.get_string("store", "")), "ddplab-check");
-  // A fresh rendezvous directory for this run (unless --store names one), removed afterwards.
+  // Checked once here rather than once per rank: the bind address, the run id, the store.
+  if (backend == "gloo") resolve_bind(flags.get_string("bind", "127.0.0.1"));
+  if (flags.has("run-id")) check_run_id(flags.get_string("run-id", ""));
+  if (flags.has("store")) check_store(parse_store(flags.get_string("store", "")));
   std::vector<std::string> extra;
-  std::string dir;
-  if (!flags.has("store")) {
-    const char* base = std::getenv("TMPDIR");
-    dir = std::string(base && *base ? base : "/tmp") + "/ddplab_ranks.XXXXXX";
-    if (!mkdtemp(dir.data())) throw SetupError("cannot create a rendezvous directory in " + dir);
-    extra.push_back("DDPLAB_STORE=file:" + dir);
-  }
   extra.push_back(fmt::format("DDPLAB_RUN_ID=ddplab-{}-{}", getpid(), std::time(nullptr)));
-  // Gloo sees a peer's closed connection at once; NCCL may notice a dead peer only at the timeout.
-  const double grace_s = backend == "nccl" ? std::min(timeout_s, 60.0) + 2.0 : 2.0;
-  const int status = launch_local(nproc, std::vector<std::string>(argv, argv + argc), extra, grace_s);
-  if (!dir.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
-  return status;
+  // The survivors of a failure get the blame window (they wait for alive peers to report) and 2 s; NCCL
+  // may notice a dead peer only at the timeout.
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  const double window_s = static_cast<double>(blame_window(timeout).count()) / 1000;
+  const double grace_s = (backend == "nccl" ? std::max(std::min(timeout_s, 60.0), window_s) : window_s) + 2.0;
+  // Without --store, a fresh rendezvous directory, removed afterwards (also when the launcher is killed).
+  return launch_local(nproc, std::vector<std::string>(argv, argv + argc), extra, grace_s, !flags.has("store"));
 }
 
 }  // namespace ddplab::verify

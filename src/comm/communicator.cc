@@ -4,7 +4,16 @@
 #include <cstdint>
 #include <cstring>
 
+#include <fmt/format.h>
+
 namespace ddplab::comm {
+namespace {
+
+// all_gather_strings: the longest string one rank may contribute, and the most all of them may take.
+constexpr uint64_t kMaxGatheredString = uint64_t{1} << 30;  // 1 GiB
+constexpr uint64_t kMaxGatheredTotal = uint64_t{4} << 30;   // 4 GiB
+
+}  // namespace
 
 void Communicator::all_reduce_device(float*, size_t, ReduceOp) {
   throw CommError(backend() + " backend has no device-resident all_reduce");
@@ -18,7 +27,23 @@ std::vector<std::string> all_gather_strings(Communicator& c, const std::string& 
   const uint64_t len = mine.size();
   std::vector<uint64_t> lens(n);
   c.all_gather(&len, sizeof len, lens.data());
+  // Lengths come from the peers: check them before they size an allocation. Every rank sees the same
+  // lengths, so every rank refuses alike (none is left waiting in the second all_gather).
+  for (size_t r = 0; r < n; ++r) {
+    if (lens[r] > kMaxGatheredString) {
+      throw CommError(fmt::format("rank {}: all_gather_strings: rank {} reported a string of {} bytes; the limit is {} "
+                                  "bytes", c.rank(), r, lens[r], kMaxGatheredString));
+    }
+  }
+  if (lens[static_cast<size_t>(c.rank())] != len) {
+    throw CommError(fmt::format("rank {}: all_gather_strings: this rank's length came back as {}, not {}", c.rank(),
+                                lens[static_cast<size_t>(c.rank())], len));
+  }
   const size_t width = *std::max_element(lens.begin(), lens.end());
+  if (width * n > kMaxGatheredTotal) {
+    throw CommError(fmt::format("rank {}: all_gather_strings: {} ranks x {} bytes exceed the limit of {} bytes", c.rank(),
+                                n, width, kMaxGatheredTotal));
+  }
   std::vector<char> padded(width, '\0'), all(width * n);
   std::memcpy(padded.data(), mine.data(), mine.size());
   if (width > 0) c.all_gather(padded.data(), width, all.data());
