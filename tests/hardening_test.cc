@@ -478,6 +478,23 @@ TEST_F(Hardening, WorldSizeFromTheEnvironmentHasTheNprocLimit) {
   }
 }
 
+// Cause 10: a fault aimed at a rank the run does not have was refused by every rank (one line each), or,
+// within the 0..63 range, silently injected nothing. Now: refused once, before any rank starts.
+TEST_F(Hardening, FaultFlagsAreCheckedOnceBeforeRanksStart) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"notebooks_ported/001_toy_ddp", "--fault", "exit", "--fault-rank", "99"}, "--fault-rank must be in [0, 1] (got 99)"},
+      {{kVerify, "--fault", "exit", "--fault-rank", "5"}, "--fault-rank must be in [0, 1] (got 5)"},
+      {{kVerify, "--fault-at", "3"}, "--fault-at needs --fault exit|hang"},
+  };
+  for (const auto& [cmd, expect] : cases) {
+    std::vector<std::string> args(cmd.begin() + 1, cmd.end());
+    args.insert(args.begin(), {"--backend", "gloo", "--nproc", "2"});
+    const CommandResult r = run({}, cmd[0], args);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(r.err, cmd[0].substr(cmd[0].rfind('/') + 1) + ": " + expect + "\n");
+  }
+}
+
 // Cause 8: a rank killed by a signal made the launcher exit 128+signal (137), outside 0/1/2/3.
 TEST_F(Hardening, ARankKilledBySignalMakesTheLauncherExit1) {
   const Spawned launcher = spawn({}, kVerify, {"--nproc", "2", "--fault", "hang", "--fault-rank", "1", "--fault-at",

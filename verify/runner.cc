@@ -87,6 +87,19 @@ void pin_nccl_order() {
   for (const auto& [name, value] : collective::nccl_exact_environment()) setenv(name.c_str(), value.c_str(), 1);
 }
 
+// A fault aimed at a rank the run does not have would silently inject nothing.
+void check_fault_flags(const Flags& flags, int world_size) {
+  if (!flags.has("fault")) {
+    for (const char* f : {"fault-rank", "fault-at"}) {
+      if (flags.has(f)) throw UsageError(fmt::format("--{} needs --fault exit|hang", f));
+    }
+    return;
+  }
+  flags.get_choice("fault", "exit", {"exit", "hang"});
+  flags.get_int("fault-rank", 0, 0, world_size - 1);
+  flags.get_int("fault-at", 1, 1, 1 << 30);
+}
+
 int worker(const Flags& flags, const RankEnv& env,
            const std::function<std::vector<std::string>(int)>& prepare, const std::function<int(Rank&)>& body) {
   const int nproc = static_cast<int>(flags.get_int("nproc", env.world_size, 1, ddp::kMaxWorldSize));
@@ -136,6 +149,7 @@ int worker(const Flags& flags, const RankEnv& env,
   } else {
     rank.comm = connect_gloo(store, env.rank, env.world_size, flags.get_string("bind", "127.0.0.1"), timeout);
   }
+  check_fault_flags(flags, env.world_size);
   if (flags.has("fault") && flags.get_int("fault-rank", 0, 0, ddp::kMaxWorldSize - 1) == env.rank) {
     rank.comm = std::make_unique<FaultyComm>(std::move(rank.comm), flags.get_choice("fault", "exit", {"exit", "hang"}),
                                              static_cast<int>(flags.get_int("fault-at", 1, 1, 1 << 30)));
@@ -170,6 +184,7 @@ int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std
     throw UsageError(fmt::format("--world-size {} disagrees with --nproc {}", flags.get_string("world-size", ""), nproc));
   }
   prepare(nproc);  // bad configurations fail here, once, not once per rank
+  check_fault_flags(flags, nproc);
   if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {
     const std::string why = nccl_unavailable_reason(0, nproc, flags.get_bool("share-gpus", false));
     if (!why.empty()) {
