@@ -795,8 +795,12 @@ std::string resolve_bind(const std::string& address) {
   return numeric;
 }
 
+// How long a failed rank waits for its peers' own reports before naming the silent ones. A peer that is
+// gone is seen at once (its liveness lock or connection), and live survivors report within milliseconds
+// (the failing rank closes its connections, so peers blocked on it fail too): a short window suffices,
+// and keeps the promise that survivors exit within --timeout + 2 s even when a peer hangs.
 milliseconds blame_window(milliseconds timeout) {
-  return std::clamp(timeout, milliseconds(1000), milliseconds(10000));
+  return std::clamp(timeout, milliseconds(200), milliseconds(1500));
 }
 
 std::string name_silent_peers(Store& store, int rank, int world_size, const std::string& what, milliseconds window) {

@@ -60,7 +60,7 @@ std::string resolve_bind(const std::string& address);
 // Returns e.g. "rank 2 exited or hangs: its process is gone", or "every peer reports the same failure".
 std::string name_silent_peers(Store& store, int rank, int world_size, const std::string& what,
                               std::chrono::milliseconds window);
-// How long a failed rank waits for alive peers to report: the timeout, at least 1 s, at most 10 s.
+// How long a failed rank waits for alive peers to report: the timeout, at least 0.2 s, at most 1.5 s.
 std::chrono::milliseconds blame_window(std::chrono::milliseconds timeout);
 
 // Rendezvous and connection failures: reported as one line, exit status 2.
