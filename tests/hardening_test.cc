@@ -161,18 +161,6 @@ std::vector<std::string> entries(const std::string& dir) {
   return out;
 }
 
-int free_port() {
-  const int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  close(s);
-  return ntohs(a.sin_port);
-}
-
 // One Redis command (RESP), the first line of the reply ("+OK", "-NOAUTH ...", ...), "" on failure.
 std::string redis_command(int port, const std::vector<std::string>& args) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -199,7 +187,7 @@ std::string redis_command(int port, const std::vector<std::string>& args) {
 // A redis-server of this test's own on a free loopback port, optionally with a password.
 class RedisServer {
  public:
-  explicit RedisServer(const std::string& password = "") : port_(free_port()) {
+  explicit RedisServer(const std::string& password = "") : port_(testing::free_port()) {
     pid_ = fork();
     if (pid_ == 0) {
       std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
@@ -235,15 +223,8 @@ class RedisServer {
 struct FakePeer {
   int fd = -1, port = 0;
   FakePeer() {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    fd = testing::bind_loopback(SOCK_NONBLOCK, &port);
     listen(fd, 16);
-    port = ntohs(a.sin_port);
   }
   ~FakePeer() { close(fd); }
   std::string address() const {

@@ -26,6 +26,11 @@ CommandResult run_command(const std::vector<std::string>& argv);
 // True when /usr/bin/python3 can import torch (the live PyTorch checks need it).
 bool torch_available();
 
+// A TCP socket bound to an ephemeral port on 127.0.0.1 (`type_flags` e.g. SOCK_NONBLOCK); *port gets it.
+int bind_loopback(int type_flags, int* port);
+// A port on 127.0.0.1 that was free a moment ago (for a server the test starts).
+int free_port();
+
 // A fresh empty directory under TEST_TMPDIR.
 std::string temp_dir();
 

@@ -99,21 +99,9 @@ TEST(Verify, DumpIsDdpSimsDumpForTheSameRun) {
   for (const char* key : {"replicas", "sampler_indices", "losses", "args"}) EXPECT_EQ(real[key], sim[key]) << key;
 }
 
-int free_port() {
-  const int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  close(s);
-  return ntohs(a.sin_port);
-}
-
 TEST(Verify, RanksMeetThroughRedisTorchrunStyle) {
   if (access("/usr/bin/redis-server", X_OK) != 0) GTEST_SKIP() << "redis-server is not installed";
-  const int port = free_port();
+  const int port = testing::free_port();
   const pid_t redis = fork();
   if (redis == 0) {
     execl("/usr/bin/redis-server", "redis-server", "--port", std::to_string(port).c_str(), "--bind", "127.0.0.1",
