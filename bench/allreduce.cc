@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "verify/gloo_comm.h"
+#include "src/gloo/gloo_comm.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // bazel run //bench:gpu_step -- one DDP training step on the GPU: ddplab's device-resident NCCL trainer
-// (verify/gpu_trainer.h) next to PyTorch DDP on the nccl backend doing the same on the same GPU
+// (src/nccl/gpu_trainer.h) next to PyTorch DDP on the nccl backend doing the same on the same GPU
 // (bench/gpu_step_reference.py, run by this binary). World size 1: one rank, NCCL connected through a
 // temporary file store. Warm-up steps, then the mean time per step between two waits for the GPU.
 // Without a GPU it prints CUDA's reason and exits 3.
@@ -16,9 +16,9 @@
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
-#include "verify/gloo_comm.h"
-#include "verify/gpu_trainer.h"
-#include "verify/nccl_backend.h"
+#include "src/gloo/gloo_comm.h"
+#include "src/nccl/gpu_trainer.h"
+#include "src/nccl/nccl_backend.h"
 
 namespace {
 

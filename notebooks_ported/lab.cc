@@ -10,8 +10,8 @@
 
 #include "src/comm/local_group.h"
 #include "src/io.h"
-#include "verify/nccl_backend.h"
-#include "verify/runner.h"
+#include "src/nccl/nccl_backend.h"
+#include "src/launch/runner.h"
 
 namespace ddplab::lab {
 

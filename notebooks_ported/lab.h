@@ -1,5 +1,5 @@
 // What every notebook lab shares: run a DDP configuration on the simulator (--backend sim, the default)
-// or as real ranks (--backend gloo|nccl --nproc N, through verify/runner), then let the lab print what
+// or as real ranks (--backend gloo|nccl --nproc N, through src/launch/runner), then let the lab print what
 // its notebook prints, rank by rank.
 #pragma once
 
@@ -27,7 +27,7 @@ std::set<std::string> lab_flag_names();  // backend, nproc, world-size and the r
 std::string lab_usage();
 
 // Runs `body` on every rank of the group: threads over LocalGroup (the simulator's ring) for --backend
-// sim (--world-size ranks, default 2), one process per rank over Gloo/NCCL otherwise (verify/runner);
+// sim (--world-size ranks, default 2), one process per rank over Gloo/NCCL otherwise (src/launch/runner);
 // `agreement` lists the flags every real rank must have been started with. Returns the exit status.
 int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
                  const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body);

@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "sim/ddp_report.h"
-#include "sim/explain.h"
-#include "sim/timeline.h"
+#include "src/ddp/report.h"
+#include "src/ddp/explain.h"
+#include "src/ddp/timeline.h"
 #include "src/compare.h"
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "sim/two_replica_lib.h"
+#include "src/ddp/two_replica.h"
 #include "src/compare.h"
 #include "src/flags.h"
 #include "src/io.h"

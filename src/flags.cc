@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "src/comm/communicator.h"
 
 namespace ddplab {
 
@@ -50,7 +49,7 @@ int guarded_main(const char* program, int argc, char** argv, int (*run)(int, cha
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
     return 2;
-  } catch (const comm::CommError& e) {
+  } catch (const RunError& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
     return 1;
   } catch (const std::bad_alloc&) {

@@ -15,6 +15,12 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A run that failed (a collective that timed out, a rank that died): one line, exit status 1. Kinds of it
+// live where they arise (comm::CommError), so this core header depends on none of them.
+struct RunError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class Flags {
  public:
   // Accepts "--name value" and "--name=value"; anything else not starting with "--" is positional.
@@ -42,8 +48,8 @@ class Flags {
 };
 
 // main() for every program: runs `run`; bad input (UsageError and its kinds) becomes one line on stderr
-// and status 2; a failed collective (comm::CommError), an allocation that failed, or any other exception
-// one line and status 1.
+// and status 2; a failed run (RunError, e.g. comm::CommError), an allocation that failed, or any other
+// exception one line and status 1.
 int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**));
 
 // Parses a whole decimal integer or throws UsageError("<what> must be an integer (got 'x')").

@@ -1,6 +1,6 @@
 // The four products of nn.Linear, behind one table so a model can run them on OpenBLAS ("fast": PyTorch's
 // own calls, see gemm.h), on plain loops whose order of additions is fixed and documented ("reference"),
-// or on a GPU (verify/cuda_kernels.cu implements both modes there). All tensors row-major, W is [out, in].
+// or on a GPU (src/cuda_kernels.cu implements both modes there). All tensors row-major, W is [out, in].
 //
 // Reference order (the CPU loops here and the GPU kernels are written to match it exactly; no fused
 // multiply-add anywhere: -ffp-contract=off on the CPU, --fmad=false on the GPU):

@@ -13,9 +13,9 @@
 #include "src/kernels.h"
 #include "src/torch_rng.h"
 #include "tests/testing.h"
-#include "verify/gloo_comm.h"
-#include "verify/gpu_trainer.h"
-#include "verify/nccl_backend.h"
+#include "src/gloo/gloo_comm.h"
+#include "src/nccl/gpu_trainer.h"
+#include "src/nccl/nccl_backend.h"
 
 namespace ddplab {
 namespace {

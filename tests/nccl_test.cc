@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/testing.h"
-#include "verify/nccl_backend.h"
+#include "src/nccl/nccl_backend.h"
 
 namespace ddplab {
 namespace {

@@ -15,15 +15,15 @@
 
 #include <fmt/format.h>
 
-#include "sim/ddp_report.h"
+#include "src/ddp/report.h"
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
 #include "src/io.h"
-#include "verify/gloo_comm.h"
-#include "verify/gpu_trainer.h"
-#include "verify/nccl_backend.h"
-#include "verify/runner.h"
+#include "src/gloo/gloo_comm.h"
+#include "src/nccl/gpu_trainer.h"
+#include "src/nccl/nccl_backend.h"
+#include "src/launch/runner.h"
 
 namespace {
 
@@ -47,7 +47,7 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
   const bool quiet = flags.get_bool("quiet", false);
   if (env.rank == 0) fmt::print("ddp_verify: {} backend, {} ranks | {}\n", backend, env.world_size, ddp::describe(cfg));
   std::fflush(stdout);
-  // NCCL keeps the model on the GPU (verify/gpu_trainer.h); Gloo trains on the host.
+  // NCCL keeps the model on the GPU (src/nccl/gpu_trainer.h); Gloo trains on the host.
   const bool on_gpu = comm->device_resident();
   const ddp::RankResult mine = on_gpu ? verify::train_rank_on_device(cfg, *comm, cfg.kernels)
                                       : ddp::train_rank(cfg, *comm, nullptr);

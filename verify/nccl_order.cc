@@ -22,8 +22,8 @@
 #include "src/flags.h"
 #include "src/io.h"
 #include "src/torch_rng.h"
-#include "verify/nccl_backend.h"
-#include "verify/runner.h"
+#include "src/nccl/nccl_backend.h"
+#include "src/launch/runner.h"
 
 namespace {
 

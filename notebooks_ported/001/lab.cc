@@ -9,7 +9,7 @@
 #include "notebooks_ported/lab.h"
 #include "src/compare.h"
 #include "src/io.h"
-#include "verify/runner.h"
+#include "src/launch/runner.h"
 
 namespace {
 

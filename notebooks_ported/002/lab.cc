@@ -22,7 +22,7 @@
 #include "src/loss.h"
 #include "src/optim.h"
 #include "src/safetensors.h"
-#include "verify/runner.h"
+#include "src/launch/runner.h"
 
 namespace {
 

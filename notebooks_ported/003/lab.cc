@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 
 #include "notebooks_ported/lab.h"
-#include "sim/ddp_report.h"
+#include "src/ddp/report.h"
 #include "src/compare.h"
 #include "src/io.h"
-#include "verify/runner.h"
+#include "src/launch/runner.h"
 
 namespace {
 

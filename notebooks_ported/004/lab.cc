@@ -13,7 +13,7 @@
 #include "src/ddp/reducer.h"
 #include "src/loss.h"
 #include "src/optim.h"
-#include "verify/runner.h"
+#include "src/launch/runner.h"
 
 namespace ddplab::lab004 {
 // Sections end with a newline; print_line adds its own.

@@ -9,14 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "src/flags.h"
+
 namespace ddplab::comm {
 
 enum class ReduceOp { sum, avg };
 
 // A collective that failed or timed out. The message names the collective, its sequence number and,
 // when known, the ranks that never arrived at it.
-struct CommError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct CommError : RunError {
+  using RunError::RunError;
 };
 
 class Communicator {

@@ -1,4 +1,4 @@
-#include "verify/launcher.h"
+#include "src/launch/launcher.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -18,7 +18,7 @@
 
 #include "src/ddp/config.h"
 #include "src/flags.h"
-#include "verify/gloo_comm.h"
+#include "src/gloo/gloo_comm.h"
 
 extern char** environ;
 

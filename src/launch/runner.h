@@ -13,7 +13,7 @@
 #include "src/comm/communicator.h"
 #include "src/ddp/config.h"
 #include "src/flags.h"
-#include "verify/launcher.h"
+#include "src/launch/launcher.h"
 
 namespace ddplab::verify {
 

@@ -1,7 +1,7 @@
 // The device-resident trainer's host side: memory, uploads, and the loop of train_rank() with every tensor
-// operation enqueued on the communicator's stream (Linear: verify/cuda_kernels.h; the rest:
-// verify/gpu_trainer_ops.h).
-#include "verify/gpu_trainer.h"
+// operation enqueued on the communicator's stream (Linear: src/cuda_kernels.h; the rest:
+// src/nccl/gpu_trainer_ops.h).
+#include "src/nccl/gpu_trainer.h"
 
 #include <cuda_runtime.h>
 
@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "src/optim.h"
-#include "verify/cuda_kernels.h"
-#include "verify/gpu_trainer_ops.h"
+#include "src/cuda_kernels.h"
+#include "src/nccl/gpu_trainer_ops.h"
 
 namespace ddplab::verify {
 namespace {

@@ -1,4 +1,4 @@
-#include "verify/cuda_kernels.h"
+#include "src/cuda_kernels.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

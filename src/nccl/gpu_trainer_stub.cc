@@ -2,7 +2,7 @@
 // through ddp_verify (the NCCL backend stops earlier with exit status 3).
 #include <stdexcept>
 
-#include "verify/gpu_trainer.h"
+#include "src/nccl/gpu_trainer.h"
 
 namespace ddplab::verify {
 namespace {

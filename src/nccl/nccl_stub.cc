@@ -1,7 +1,7 @@
 // Built where no CUDA toolkit was found at build time: the NCCL backend explains itself and is never used.
 #include <fmt/format.h>
 
-#include "verify/nccl_backend.h"
+#include "src/nccl/nccl_backend.h"
 
 namespace ddplab::verify {
 

@@ -1,10 +1,10 @@
-#include "sim/ddp_report.h"
+#include "src/ddp/report.h"
 
 #include <utility>
 
 #include <fmt/format.h>
 
-#include "sim/explain.h"
+#include "src/ddp/explain.h"
 #include "src/io.h"
 
 namespace ddplab {

@@ -1,4 +1,4 @@
-#include "verify/runner.h"
+#include "src/launch/runner.h"
 
 #include <unistd.h>
 
@@ -11,9 +11,9 @@
 
 #include "src/collective/nccl_ring.h"
 #include "src/ddp/config.h"
-#include "verify/fault.h"
-#include "verify/gloo_comm.h"
-#include "verify/nccl_backend.h"
+#include "src/launch/fault.h"
+#include "src/gloo/gloo_comm.h"
+#include "src/nccl/nccl_backend.h"
 
 namespace ddplab::verify {
 

@@ -1,4 +1,4 @@
-#include "sim/explain.h"
+#include "src/ddp/explain.h"
 
 #include <cstring>
 

@@ -2,7 +2,7 @@
 // one iteration of the host loop computes, in the same order of operations; cuda_library compiles this
 // with --fmad=false, so the only fused multiply-adds are the fmaf calls, placed where src/optim.cc calls
 // std::fma. Division and sqrtf are nvcc's IEEE defaults (no fast math).
-#include "verify/gpu_trainer_ops.h"
+#include "src/nccl/gpu_trainer_ops.h"
 
 #include <cuda_runtime.h>
 

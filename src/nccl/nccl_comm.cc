@@ -19,8 +19,8 @@
 
 #include <fmt/format.h>
 
-#include "verify/cuda_kernels.h"
-#include "verify/nccl_backend.h"
+#include "src/cuda_kernels.h"
+#include "src/nccl/nccl_backend.h"
 
 namespace ddplab::verify {
 namespace {

@@ -1,4 +1,4 @@
-#include "verify/gloo_comm.h"
+#include "src/gloo/gloo_comm.h"
 
 #include <fcntl.h>
 #include <netdb.h>

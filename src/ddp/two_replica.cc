@@ -1,4 +1,4 @@
-#include "sim/two_replica_lib.h"
+#include "src/ddp/two_replica.h"
 
 #include <fmt/format.h>
 

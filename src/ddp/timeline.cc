@@ -1,4 +1,4 @@
-#include "sim/timeline.h"
+#include "src/ddp/timeline.h"
 
 #include <algorithm>
 

@@ -3,7 +3,7 @@
 //              every value equals the CPU reference kernels' bit for bit;
 //   fast:      cuBLAS sgemm (its own order: close to, not bitwise equal to, the CPU).
 // The table stages operands host -> device -> host on every call (the host keeps the model). The
-// device-pointer entry points below serve the device-resident trainer (verify/gpu_trainer.h): operands in
+// device-pointer entry points below serve the device-resident trainer (src/nccl/gpu_trainer.h): operands in
 // GPU memory, work enqueued on the caller's stream, nothing waits. Both run the same kernels and cuBLAS
 // calls. Errors throw std::runtime_error naming the call.
 #pragma once
