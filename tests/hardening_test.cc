@@ -36,7 +36,7 @@ namespace {
 using testing::CommandResult;
 using Clock = std::chrono::steady_clock;
 const std::string kVerify = "verify/ddp_verify";
-const std::string kTrainer = "notebooks_ported/003_trainer";
+const std::string kTrainer = "notebooks_ported/003_trainer/003_trainer";
 
 CommandResult run(const std::vector<std::string>& env, const std::string& program, const std::vector<std::string>& args) {
   std::vector<std::string> cmd = {"/usr/bin/env"};
@@ -463,7 +463,7 @@ TEST_F(Hardening, WorldSizeFromTheEnvironmentHasTheNprocLimit) {
 // within the 0..63 range, silently injected nothing. Now: refused once, before any rank starts.
 TEST_F(Hardening, FaultFlagsAreCheckedOnceBeforeRanksStart) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"notebooks_ported/001_toy_ddp", "--fault", "exit", "--fault-rank", "99"}, "--fault-rank must be in [0, 1] (got 99)"},
+      {{"notebooks_ported/001_toy_ddp/001_toy_ddp", "--fault", "exit", "--fault-rank", "99"}, "--fault-rank must be in [0, 1] (got 99)"},
       {{kVerify, "--fault", "exit", "--fault-rank", "5"}, "--fault-rank must be in [0, 1] (got 5)"},
       {{kVerify, "--fault-at", "3"}, "--fault-at needs --fault exit|hang"},
   };

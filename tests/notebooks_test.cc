@@ -14,7 +14,7 @@ using testing::CommandResult;
 using testing::json;
 
 CommandResult lab(const std::string& name, std::vector<std::string> args) {
-  args.insert(args.begin(), "notebooks_ported/" + name);
+  args.insert(args.begin(), "notebooks_ported/" + name + "/" + name);  // //notebooks_ported/NAME
   return testing::run_command(args);
 }
 
@@ -127,18 +127,18 @@ TEST(Notebooks, Lab003StepsPerEpoch) {
 TEST(Notebooks, LiveAgainstReferenceScripts) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live notebook checks skipped";
   const std::string dir = testing::temp_dir();
-  const CommandResult py = testing::run_command({"/usr/bin/python3", "notebooks_ported/001/reference.py",
+  const CommandResult py = testing::run_command({"/usr/bin/python3", "notebooks_ported/001_toy_ddp/reference.py",
                                                  "--world-size", "4", "--epochs", "2", "--dump", dir + "/001.json"});
   ASSERT_EQ(py.status, 0) << py.err;
   compare_001("live 001 ws4", lab_dump("001_toy_ddp", {"--world-size", "4", "--epochs", "2"}),
               testing::load_json(dir + "/001.json"));
-  const CommandResult py3 = testing::run_command({"/usr/bin/python3", "notebooks_ported/003/reference.py",
+  const CommandResult py3 = testing::run_command({"/usr/bin/python3", "notebooks_ported/003_trainer/reference.py",
                                                   "--world-size", "3", "--max-epochs", "1", "--batch-size", "50",
                                                   "--dump", dir + "/003.json"});
   ASSERT_EQ(py3.status, 0) << py3.err;
   compare_003("live 003 ws3 b50", lab_dump("003_trainer", {"--world-size", "3", "--max-epochs", "1", "--batch-size", "50"}),
               testing::load_json(dir + "/003.json"));
-  const CommandResult py4 = testing::run_command({"/usr/bin/python3", "notebooks_ported/004/reference.py", "--world-size",
+  const CommandResult py4 = testing::run_command({"/usr/bin/python3", "notebooks_ported/004_parallelism/reference.py", "--world-size",
                                                   "4", "--dp-devices", "3", "--dump", dir + "/004.json"});
   ASSERT_EQ(py4.status, 0) << py4.err;
   const json got4 = lab_dump("004_parallelism", {"--world-size", "4", "--dp-devices", "3"});
@@ -210,7 +210,7 @@ TEST(Notebooks, Lab002RefusesCorruptCheckpoints) {
 TEST(Notebooks, Lab002SkewedRankTimesOutAndLeavesNothingBehind) {
   for (const std::vector<std::string>& where : {std::vector<std::string>{}, std::vector<std::string>{"--backend", "gloo", "--nproc", "2"}}) {
     const std::string tmp = testing::temp_dir();  // the lab's own checkpoint goes to $TMPDIR
-    std::vector<std::string> args = {"/usr/bin/env", "TMPDIR=" + tmp, "notebooks_ported/002_checkpoint"};
+    std::vector<std::string> args = {"/usr/bin/env", "TMPDIR=" + tmp, "notebooks_ported/002_checkpoint/002_checkpoint"};
     args.insert(args.end(), where.begin(), where.end());
     args.insert(args.end(), {"--skew-rank", "1", "--skew-seconds", "3", "--timeout", "0.5"});
     const CommandResult r = testing::run_command(args);

@@ -1,6 +1,6 @@
 // src/safetensors against crafted files (every header field checked against the format's rules and the
 // file's real size, one-line refusals), non-regular files, files without ddplab's checksum written by
-// hand here and by Python/PyTorch live, and //notebooks_ported:002_checkpoint --load on them (status 2).
+// hand here and by Python/PyTorch live, and //notebooks_ported/002_checkpoint --load on them (status 2).
 #include "src/safetensors.h"
 
 #include <fcntl.h>
@@ -78,7 +78,7 @@ uint32_t bits(float f) {
 }
 
 CommandResult lab_load(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/bin/timeout", "20", "notebooks_ported/002_checkpoint", "--load"};
+  std::vector<std::string> argv = {"/usr/bin/timeout", "20", "notebooks_ported/002_checkpoint/002_checkpoint", "--load"};
   argv.insert(argv.end(), args.begin(), args.end());
   return testing::run_command(argv);
 }

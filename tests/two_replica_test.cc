@@ -1,4 +1,4 @@
-// //sim:two_replica end to end against notebook 000's PyTorch code (notebooks_ported/000/
+// //sim:two_replica end to end against notebook 000's PyTorch code (notebooks_ported/000_two_replica/
 // reference.py): goldens for several configurations, a live run on one more, and every kind of bad input.
 #include <dirent.h>
 #include <sys/stat.h>
@@ -86,7 +86,7 @@ TEST(TwoReplica, LiveAgainstReferencePy) {
                                          "7", "--in-features", "9", "--hidden", "5", "--out-features", "3",
                                          "--lr", "0.05"};
   const std::string ref_out = testing::temp_dir() + "/ref.json";
-  std::vector<std::string> ref = {"/usr/bin/python3", "notebooks_ported/000/reference.py"};
+  std::vector<std::string> ref = {"/usr/bin/python3", "notebooks_ported/000_two_replica/reference.py"};
   ref.insert(ref.end(), args.begin(), args.end());
   ref.push_back("--dump-params");
   ref.push_back(ref_out);

@@ -7,8 +7,9 @@
 # Each step's log goes to OUTDIR/<step>.log; a step that runs past its limit is stopped and says so.
 set -uo pipefail
 targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_test //tests:nccl_test //bench:gpu_step
-         //notebooks_ported:001_toy_ddp //notebooks_ported:002_checkpoint //notebooks_ported:003_trainer
-         //notebooks_ported:004_parallelism)
+         //notebooks_ported/001_toy_ddp:001_toy_ddp //notebooks_ported/002_checkpoint:002_checkpoint
+         //notebooks_ported/003_trainer:003_trainer
+         //notebooks_ported/004_parallelism:004_parallelism)
 
 case "${1:-}" in
   bundle)
@@ -61,10 +62,10 @@ for s in "${steps[@]}"; do
       step bench 240 ./bench/gpu_step --kernels fast --reference "$root/bench/gpu_step_reference.py"
       step bench 240 ./bench/gpu_step --kernels reference --steps 10 --reference "$root/bench/gpu_step_reference.py" ;;
     labs)
-      step labs 60 ./notebooks_ported/001_toy_ddp --backend nccl --share-gpus --nproc 2
-      step labs 60 ./notebooks_ported/002_checkpoint --backend nccl --share-gpus --nproc 2
-      step labs 60 ./notebooks_ported/003_trainer --backend nccl --share-gpus --nproc 4
-      step labs 60 ./notebooks_ported/004_parallelism --backend nccl --share-gpus --nproc 2 ;;
+      step labs 60 ./notebooks_ported/001_toy_ddp/001_toy_ddp --backend nccl --share-gpus --nproc 2
+      step labs 60 ./notebooks_ported/002_checkpoint/002_checkpoint --backend nccl --share-gpus --nproc 2
+      step labs 60 ./notebooks_ported/003_trainer/003_trainer --backend nccl --share-gpus --nproc 4
+      step labs 60 ./notebooks_ported/004_parallelism/004_parallelism --backend nccl --share-gpus --nproc 2 ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done

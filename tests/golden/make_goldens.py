@@ -221,7 +221,7 @@ def two_replica():
                  '--hidden', '17', '--out-features', '5', '--lr', '0.1'],
         'r1': ['--replicas', '1', '--samples', '10', '--batch-size', '4'],
     }
-    ref = os.path.join(ROOT, 'notebooks_ported', '000', 'reference.py')
+    ref = os.path.join(ROOT, 'notebooks_ported', '000_two_replica', 'reference.py')
     index = {}
     for name, args in configs.items():
         out = os.path.join(HERE, 'two_replica', name + '.json')

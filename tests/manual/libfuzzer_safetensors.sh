@@ -11,6 +11,6 @@ clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-reco
   -isystem /usr/include/eigen3 tests/manual/libfuzzer_safetensors.cc src/safetensors.cc src/io.cc -lfmt \
   -o "$out/fuzz"
 mkdir -p "$out/corpus"
-bazel build //notebooks_ported:002_checkpoint >/dev/null 2>&1
-bazel-bin/notebooks_ported/002_checkpoint --world-size 1 --checkpoint "$out/corpus/seed.safetensors" >/dev/null
+bazel build //notebooks_ported/002_checkpoint >/dev/null 2>&1
+bazel-bin/notebooks_ported/002_checkpoint/002_checkpoint --world-size 1 --checkpoint "$out/corpus/seed.safetensors" >/dev/null
 "$out/fuzz" -max_total_time="${1:-60}" -rss_limit_mb=2048 -malloc_limit_mb=64 "$out/corpus"

@@ -35,7 +35,7 @@ def main():
     index = {}
     for name, (lab, ref_args, lab_args) in CONFIGS.items():
         out = os.path.join(HERE, name + '.json')
-        ref = os.path.join(ROOT, 'notebooks_ported', lab[:3], 'reference.py')
+        ref = os.path.join(ROOT, 'notebooks_ported', lab, 'reference.py')
         subprocess.run([sys.executable, ref] + ref_args + ['--dump', out], check=True, stdout=subprocess.DEVNULL)
         index[name] = {'lab': lab, 'args': lab_args}
         print('wrote', os.path.relpath(out, ROOT))

@@ -1,4 +1,4 @@
-// bazel run //notebooks_ported:002_checkpoint -- seed notebook 002: the SimpleLinearModel (10 -> 10)
+// bazel run //notebooks_ported/002_checkpoint -- seed notebook 002: the SimpleLinearModel (10 -> 10)
 // DDP demo with checkpointing: rank 0 saves, barrier, every rank loads and compares with its own
 // parameters, then one training step. --skew-rank/--skew-seconds shows what a slow rank does to the others.
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "notebooks_ported/lab.h"
+#include "notebooks_ported/lab/lab.h"
 #include "src/comm/local_group.h"
 #include "src/compare.h"
 #include "src/ddp/reducer.h"

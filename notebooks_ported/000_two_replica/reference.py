@@ -5,7 +5,7 @@ The notebook's own PyTorch code, generalised to the C++ program's flags (default
 one thread. It writes the same JSON as `two_replica --dump-params` (keys train_loss, initial, replicas,
 one_device; float32 values with 9 significant digits) and prints the same lines.
 
-    /usr/bin/python3 notebooks_ported/000/reference.py --dump-params out.json
+    /usr/bin/python3 notebooks_ported/000_two_replica/reference.py --dump-params out.json
 """
 import argparse
 import json

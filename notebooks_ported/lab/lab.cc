@@ -1,4 +1,4 @@
-#include "notebooks_ported/lab.h"
+#include "notebooks_ported/lab/lab.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Seed notebook 004's computations in PyTorch: the oracle for //notebooks_ported:004_parallelism.
+"""Seed notebook 004's computations in PyTorch: the oracle for //notebooks_ported/004_parallelism.
 
   - DataParallel, emulated on CPU (nn.DataParallel needs GPUs): Model() (fc1 = Linear(100, 10)) from
     torch's default seed, toy_x = randn(1000, 100), toy_y = randn(1000, 10); one device's gradients, and
@@ -9,7 +9,7 @@
     against, from the same generator draws (xavier_uniform_ weight, randn input and upstream gradient).
 Writes every tensor as JSON with --dump FILE; keys match the lab's --dump.
 
-    /usr/bin/python3 notebooks_ported/004/reference.py --world-size 2 --dp-devices 2 --dump out.json
+    /usr/bin/python3 notebooks_ported/004_parallelism/reference.py --world-size 2 --dp-devices 2 --dump out.json
 """
 import argparse
 import copy

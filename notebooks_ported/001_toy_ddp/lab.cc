@@ -1,4 +1,4 @@
-// bazel run //notebooks_ported:001_toy_ddp -- seed notebook 001: DDP on a 5-point toy set.
+// bazel run //notebooks_ported/001_toy_ddp -- seed notebook 001: DDP on a 5-point toy set.
 // A 2-30-20-2 ReLU MLP, cross-entropy, SGD lr 0.5, 3 epochs, DistributedSampler with a drop_last loader
 // (batch 2), per-rank loss lines, then train and test accuracy per rank.
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "notebooks_ported/lab.h"
+#include "notebooks_ported/lab/lab.h"
 #include "src/compare.h"
 #include "src/io.h"
 #include "src/launch/runner.h"

@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """Seed notebook 002 (demo_training_with_checkpoint) as a runnable script: the oracle for
-//notebooks_ported:002_checkpoint.
+//notebooks_ported/002_checkpoint.
 
 The notebook's code on CPU with gloo (file rendezvous instead of MASTER_ADDR/PORT, no map_location: CPU).
 Each rank starts from torch's default seed, as a fresh process does: SimpleLinearModel draws Linear(10, 10),
 then the step draws randn(20, 10) inputs and labels. Rank 0 saves ddp_model.state_dict(), barrier, every
 rank loads it, one SGD(lr=0.001) step. --dump FILE writes rank 0's loss and final parameters.
 
-    /usr/bin/python3 notebooks_ported/002/reference.py --world-size 2 --dump out.json
+    /usr/bin/python3 notebooks_ported/002_checkpoint/reference.py --world-size 2 --dump out.json
 """
 import argparse
 import datetime

@@ -1,4 +1,4 @@
-// bazel run //notebooks_ported:004_parallelism -- seed notebook 004: DataParallel, DDP's basic example,
+// bazel run //notebooks_ported/004_parallelism -- seed notebook 004: DataParallel, DDP's basic example,
 // the Lightning example as a DDP configuration, model parallelism, tensor parallelism and ZeRO, each next
 // to the single-device computation it replaces, in the notebook's cmp format.
 #include <cstdio>
@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "notebooks_ported/004/parallel.h"
-#include "notebooks_ported/lab.h"
+#include "notebooks_ported/004_parallelism/parallel.h"
+#include "notebooks_ported/lab/lab.h"
 #include "src/comm/local_group.h"
 #include "src/io.h"
 #include "src/ddp/reducer.h"

@@ -1,4 +1,4 @@
-#include "notebooks_ported/004/parallel.h"
+#include "notebooks_ported/004_parallelism/parallel.h"
 
 #include <cmath>
 

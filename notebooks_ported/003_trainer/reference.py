@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Seed notebook 003 (a Trainer class over DDP) as a runnable script: the oracle for //notebooks_ported:003_trainer.
+"""Seed notebook 003 (a Trainer class over DDP) as a runnable script: the oracle for //notebooks_ported/003_trainer.
 
 The notebook's code on CPU with gloo (file rendezvous). Like a fresh process it starts from torch's default
 seed (67280421310721): MyTrainDataset(2048) draws rand(20), rand(1) per sample, then Linear(20, 1) draws

@@ -1,4 +1,4 @@
-// bazel run //notebooks_ported:003_trainer -- seed notebook 003: a Trainer over DDP.
+// bazel run //notebooks_ported/003_trainer -- seed notebook 003: a Trainer over DDP.
 // MyTrainDataset(2048) of rand(20) -> rand(1), Linear(20, 1), SGD 1e-2, batch 32 per rank,
 // DistributedSampler with set_epoch; 4 ranks -> "Steps 16" per epoch, 1 rank -> "Steps 64".
 #include <cstdio>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "notebooks_ported/lab.h"
+#include "notebooks_ported/lab/lab.h"
 #include "src/ddp/report.h"
 #include "src/compare.h"
 #include "src/io.h"

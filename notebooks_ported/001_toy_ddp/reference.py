@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Seed notebook 001 (DDP on a 5-point toy set) as a runnable script: the oracle for //notebooks_ported:001_toy_ddp.
+"""Seed notebook 001 (DDP on a 5-point toy set) as a runnable script: the oracle for //notebooks_ported/001_toy_ddp.
 
 The notebook's own code, changed only where it cannot run here or has a bug:
   - CPU and the gloo backend instead of cuda/nccl; rendezvous through a file, not MASTER_ADDR/PORT (the
@@ -9,7 +9,7 @@ The notebook's own code, changed only where it cannot run here or has a bug:
   - sampler.set_epoch(epoch) every epoch (the notebook never calls it); --notebook-bugs restores that.
 Writes JSON with --dump FILE: per rank the loss of every batch, final state_dict, accuracies, indices.
 
-    /usr/bin/python3 notebooks_ported/001/reference.py --world-size 2 --dump out.json
+    /usr/bin/python3 notebooks_ported/001_toy_ddp/reference.py --world-size 2 --dump out.json
 """
 import argparse
 import datetime
