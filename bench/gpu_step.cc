@@ -16,9 +16,9 @@
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
-#include "src/gloo/gloo_comm.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
+#include "src/store/store.h"
 
 namespace {
 

@@ -57,7 +57,7 @@ TEST(TrainRank, ThreadsOverLocalGroupEqualTheSimulator) {
     cfg.relu = true;
     cfg.no_sync = 2;
     cfg.batch_size = 4;
-    cfg.init = "per-rank";
+    cfg.init = ddp::InitKind::per_rank;
     const ddp::SimResult sim = ddp::simulate(cfg, false);
     comm::LocalGroup g(ws, cfg.allreduce);
     std::vector<ddp::RankResult> real(static_cast<size_t>(ws));

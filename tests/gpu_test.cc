@@ -13,9 +13,9 @@
 #include "src/kernels.h"
 #include "src/torch_rng.h"
 #include "tests/testing.h"
-#include "src/gloo/gloo_comm.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
+#include "src/store/store.h"
 
 namespace ddplab {
 namespace {
@@ -72,7 +72,7 @@ ddp::Config small_config(const std::string& optimizer, double momentum) {
   cfg.world_size = 1;
   cfg.layers = {5, 32, 16, 3};
   cfg.relu = true;
-  cfg.optimizer = optimizer;
+  cfg.optimizer = ddp::parse_optimizer(optimizer);
   cfg.momentum = momentum;
   cfg.lr = optimizer == "adam" ? 0.01 : 0.05;
   cfg.samples = 40;
@@ -154,12 +154,12 @@ TEST(Gpu, NcclVerifierPrintsTheGpuTimingLine) {
 TEST(GpuTrainer, SupportsMseWithSgdAndAdamOnly) {
   ddp::Config cfg;
   EXPECT_EQ(verify::gpu_trainer_unsupported(cfg), "");
-  cfg.optimizer = "adam";
+  cfg.optimizer = ddp::OptimizerKind::adam;
   EXPECT_EQ(verify::gpu_trainer_unsupported(cfg), "");
-  cfg.loss = "ce";
+  cfg.loss = ddp::LossKind::ce;
   EXPECT_EQ(verify::gpu_trainer_unsupported(cfg),
             "--backend nccl keeps the model on the GPU for --loss mse only (got ce)");
-  cfg.loss = "ce-probs";
+  cfg.loss = ddp::LossKind::ce_probs;
   EXPECT_NE(verify::gpu_trainer_unsupported(cfg).find("(got ce-probs)"), std::string::npos);
 }
 

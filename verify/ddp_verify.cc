@@ -50,7 +50,7 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
   // NCCL keeps the model on the GPU (src/nccl/gpu_trainer.h); Gloo trains on the host.
   const bool on_gpu = comm->device_resident();
   const ddp::RankResult mine = on_gpu ? verify::train_rank_on_device(cfg, *comm, cfg.kernels)
-                                      : ddp::train_rank(cfg, *comm, nullptr);
+                                      : ddp::train_rank(cfg, *comm, rank.kernels(cfg.kernels));
   if (!quiet) {
     std::string lines;
     for (const auto& l : mine.log) lines += ddp::progress_line(l, cfg.epochs) + "\n";
@@ -153,10 +153,9 @@ int run(int argc, char** argv) {
   if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {  // refused before any rank starts
     if (std::string why = verify::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
   }
-  return verify::run_ranks(
-      flags, argc, argv,
-      verify::ddp_config_agreement(cfg),
-      [&](verify::Rank& rank) { return body(flags, cfg, rank); });
+  return verify::run_ddp_ranks(flags, argc, argv, cfg, [&](verify::Rank& rank, const ddp::Config& ranks_cfg) {
+    return body(flags, ranks_cfg, rank);
+  });
 }
 
 }  // namespace

@@ -54,17 +54,17 @@ int run(int argc, char** argv) {
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   ddp::Config cfg;
   cfg.world_size = 2;
-  cfg.dataset = "toy";
+  cfg.dataset = ddp::DatasetKind::toy;
   cfg.layers = {2, 30, 20, 2};
   cfg.relu = true;
-  cfg.loss = "ce";
+  cfg.loss = ddp::LossKind::ce;
   cfg.lr = 0.5;
   cfg.seed = 123;
   cfg.epochs = flags.get_int("epochs", 3, 1, 1000);
   cfg.batch_size = 2;
   cfg.loader_drop_last = true;
   cfg.set_epoch = !flags.get_bool("notebook-bugs", false);
-  cfg.init = flags.get_choice("init", "same", {"same", "per-rank"});
+  cfg.init = ddp::parse_init(flags.get_choice("init", "same", {"same", "per-rank"}));
   cfg.broadcast = flags.get_bool("broadcast", true);
   const std::string dump = flags.get_string("dump", "");
   if (!dump.empty()) {

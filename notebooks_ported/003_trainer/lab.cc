@@ -42,13 +42,13 @@ int run(int argc, char** argv) {
   }
   ddp::Config cfg;
   cfg.world_size = 4;
-  cfg.dataset = "rand";
+  cfg.dataset = ddp::DatasetKind::rand;
   cfg.samples = 2048;
   cfg.layers = {20, 1};
-  cfg.loss = flags.get_choice("loss", "mse", {"mse", "ce-probs"});
+  cfg.loss = ddp::parse_loss(flags.get_choice("loss", "mse", {"mse", "ce-probs"}));
   cfg.lr = 1e-2;
   cfg.seed = kDefaultSeed;  // a fresh process: torch's default seed, no manual_seed in the notebook
-  cfg.init = "continue";    // Linear(20, 1) draws right after the dataset, from the same generator
+  cfg.init = ddp::InitKind::continue_;  // Linear(20, 1) draws right after the dataset, from the same generator
   cfg.epochs = flags.get_int("max-epochs", 5, 1, 1000);
   cfg.batch_size = flags.get_int("batch-size", 32, 1, 2048);
   const std::string dump = flags.get_string("dump", "");
@@ -84,7 +84,7 @@ int run(int argc, char** argv) {
           for (const auto& l : *v.log) max_abs_loss = std::max(max_abs_loss, std::abs(l.loss));
           lab::print_line(fmt::format("\n# rank 0: trained model vs the model before training\n{}largest |loss| seen: {}",
                                       table, python_float_repr(max_abs_loss)));
-          if (cfg.loss == "ce-probs") {
+          if (cfg.loss == ddp::LossKind::ce_probs) {
             lab::print_line(
                 "F.cross_entropy(output, ys) with one output column and float targets treats ys as class\n"
                 "probabilities: log_softmax over a single class is exactly 0, so every loss is 0 and every\n"

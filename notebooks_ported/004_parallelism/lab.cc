@@ -84,7 +84,7 @@ std::string lightning(comm::Communicator& c) {
   ddp::Config cfg;
   cfg.world_size = c.world_size();
   cfg.layers = {100, 10};
-  cfg.optimizer = "adam";
+  cfg.optimizer = ddp::OptimizerKind::adam;
   cfg.lr = 0.02;
   cfg.samples = 1000;
   cfg.batch_size = 32;

@@ -10,7 +10,6 @@
 
 #include "src/comm/local_group.h"
 #include "src/io.h"
-#include "src/nccl/nccl_backend.h"
 #include "src/launch/runner.h"
 
 namespace ddplab::lab {
@@ -105,12 +104,10 @@ int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Pr
     }
     return status;
   }
-  return verify::run_ranks(
-      flags, argc, argv,
-      verify::ddp_config_agreement(cfg),
-      [&](verify::Rank& rank) {
-        ddp::RankResult res = ddp::train_rank(cfg, *rank.comm,
-                                              rank.backend == "nccl" ? &verify::nccl_kernels(cfg.kernels) : nullptr);
+  return verify::run_ddp_ranks(
+      flags, argc, argv, cfg,
+      [&](verify::Rank& rank, const ddp::Config& ranks_cfg) {
+        ddp::RankResult res = ddp::train_rank(ranks_cfg, *rank.comm, rank.kernels(ranks_cfg.kernels));
         if (progress) {
           for (const auto& l : res.log) {
             if (std::string line = progress(l); !line.empty()) print_line(line);

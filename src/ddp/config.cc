@@ -1,5 +1,8 @@
 #include "src/ddp/config.h"
 
+#include <functional>
+#include <stdexcept>
+
 #include <fmt/format.h>
 
 #include "src/limits.h"
@@ -12,78 +15,192 @@ int64_t Config::num_samples_per_rank() const {
   return (n + world_size - 1) / world_size;
 }
 
+namespace {
+
+size_t index_of(const std::vector<std::string>& names, const std::string& s, const char* what) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == s) return i;
+  }
+  throw std::invalid_argument(fmt::format("unknown {} '{}'", what, s));
+}
+
+const std::vector<std::string>& average_names() {
+  static const std::vector<std::string> n = {"predivide", "postdivide", "avg"};
+  return n;
+}
+const std::vector<std::string>& kernels_names() {
+  static const std::vector<std::string> n = {"fast", "reference"};
+  return n;
+}
+
+// One row of the flag table: its name, its part of the usage text ("{def}" stands for the default, the
+// value of a default Config), and how it reads (with its limits or choices) and writes its Config member.
+struct FlagSpec {
+  const char* name;
+  const char* usage;
+  std::function<void(const Flags&, Config&)> read;  // `c` holds the default when called
+  std::function<std::string(const Config&)> write;  // as to_args writes it
+};
+
+template <class T>
+FlagSpec int_flag(const char* name, T Config::*m, int64_t min, int64_t max, const char* usage) {
+  return {name, usage,
+          [=](const Flags& f, Config& c) { c.*m = static_cast<T>(f.get_int(name, static_cast<int64_t>(c.*m), min, max)); },
+          [=](const Config& c) { return std::to_string(c.*m); }};
+}
+
+FlagSpec double_flag(const char* name, double Config::*m, double min, double max, const char* usage) {
+  return {name, usage, [=](const Flags& f, Config& c) { c.*m = f.get_double(name, c.*m, min, max); },
+          [=](const Config& c) { return fmt::format("{}", c.*m); }};
+}
+
+FlagSpec bool_flag(const char* name, bool Config::*m, const char* usage) {
+  return {name, usage, [=](const Flags& f, Config& c) { c.*m = f.get_bool(name, c.*m); },
+          [=](const Config& c) { return std::string(c.*m ? "true" : "false"); }};
+}
+
+// An enum whose values are the indexes of `names()`.
+template <class E>
+FlagSpec choice_flag(const char* name, E Config::*m, const std::vector<std::string>& (*names)(), const char* usage) {
+  return {name, usage,
+          [=](const Flags& f, Config& c) {
+            const std::string v = f.get_choice(name, names()[static_cast<size_t>(c.*m)], names());
+            c.*m = static_cast<E>(index_of(names(), v, name));
+          },
+          [=](const Config& c) { return names()[static_cast<size_t>(c.*m)]; }};
+}
+
+// The flags, in the order of the usage text, of parsing and of to_args.
+const std::vector<FlagSpec>& flag_table() {
+  static const std::vector<FlagSpec> table = {
+      int_flag("world-size", &Config::world_size, 1, kMaxWorldSize,
+               "model and data (PyTorch's names; defaults in brackets):\n"
+               "  --world-size N            replicas / ranks, 1..64 [{def}]\n"),
+      {"layers", "  --layers 6,4,2            MLP sizes, >= 2 entries [{def}]\n",
+       [](const Flags& f, Config& c) {
+         c.layers = f.get_int_list("layers", c.layers, 1, 1 << 16);
+         if (c.layers.size() < 2) {
+           throw UsageError(
+               fmt::format("--layers needs at least two sizes, input and output (got {})", c.layers.size()));
+         }
+       },
+       [](const Config& c) { return fmt::format("{}", fmt::join(c.layers, ",")); }},
+      {"activation", "  --activation none|relu    between layers [{def}]\n",
+       [](const Flags& f, Config& c) {
+         c.relu = f.get_choice("activation", c.relu ? "relu" : "none", {"none", "relu"}) == "relu";
+       },
+       [](const Config& c) { return std::string(c.relu ? "relu" : "none"); }},
+      choice_flag("loss", &Config::loss, loss_names,
+                  "  --loss mse|ce|ce-probs    MSELoss, CrossEntropyLoss (labels = argmax of y), or cross_entropy "
+                  "with y as\n"
+                  "                            class probabilities (notebook 003's F.cross_entropy on float targets) "
+                  "[{def}]\n"),
+      choice_flag("optimizer", &Config::optimizer, optimizer_names, "  --optimizer sgd|adam      [{def}]    "),
+      double_flag("lr", &Config::lr, 0.0, 1e6, "--lr LR [{def}]    "),
+      double_flag("momentum", &Config::momentum, 0.0, 1.0, "--momentum M (sgd) [{def}]\n"),
+      choice_flag("dataset", &Config::dataset, dataset_names,
+                  "  --dataset random|toy|rand random: notebook 000's RandomTensorDataset (randn); toy: notebook "
+                  "001's 5 points;\n"
+                  "                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample) "
+                  "[{def}]\n"),
+      int_flag("samples", &Config::samples, 1, 1 << 22, "  --samples N               random dataset size [{def}]       "),
+      int_flag("seed", &Config::seed, 0, INT64_MAX, "--seed S   manual_seed for data and model [{def}]\n"),
+      bool_flag("shuffle", &Config::shuffle, "  --shuffle true|false      DistributedSampler shuffle [{def}]   "),
+      int_flag("sampler-seed", &Config::sampler_seed, 0, INT64_MAX, "--sampler-seed S [{def}]\n"),
+      bool_flag("drop-last", &Config::drop_last, "  --drop-last true|false    DistributedSampler drop_last [{def}]\n"),
+      bool_flag("loader-drop-last", &Config::loader_drop_last,
+                "  --loader-drop-last true|false  DataLoader drop_last [{def}]\n"),
+      bool_flag("set-epoch", &Config::set_epoch,
+                "  --set-epoch true|false    call sampler.set_epoch(epoch) each epoch [{def}]\n"),
+      int_flag("batch-size", &Config::batch_size, 1, 1 << 22, "  --batch-size B            per rank [{def}]        "),
+      int_flag("epochs", &Config::epochs, 1, 100000, "--epochs E [{def}]\n"),
+      choice_flag("init", &Config::init, init_names,
+                  "DDP:\n"
+                  "  --init same|per-rank|continue  seed the model with --seed, with seed + rank, or not at all: "
+                  "continue\n"
+                  "                            the data's random stream, as notebook 003 does [{def}]\n"),
+      bool_flag("broadcast", &Config::broadcast,
+                "  --broadcast true|false    broadcast rank 0's parameters at construction, as DDP does [{def}]\n"),
+      choice_flag("average", &Config::average, average_names,
+                  "  --average predivide|postdivide|avg   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | "
+                  "ncclAvg [{def}]\n"),
+      double_flag("bucket-cap-mb", &Config::bucket_cap_mb, 1e-6, 1e6,
+                  "  --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [{def}]\n"),
+      int_flag("no-sync", &Config::no_sync, 1, 1 << 20,
+               "  --no-sync K               all-reduce every K micro-batches (no_sync in between) [{def}]\n"),
+      choice_flag("allreduce", &Config::allreduce, collective::algorithm_names,
+                  "  --allreduce naive|ring|halving-doubling|tree|nccl-ring   the simulator's algorithm; ring "
+                  "matches Gloo,\n"
+                  "                            nccl-ring matches NCCL pinned by ddp_verify --nccl-exact [{def}]\n"),
+      choice_flag("kernels", &Config::kernels, kernels_names,
+                  "  --kernels fast|reference  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that "
+                  "a GPU\n"
+                  "                            (ddp_verify --backend nccl) reproduces bit for bit [{def}]\n"),
+  };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<std::string>& loss_names() {
+  static const std::vector<std::string> n = {"mse", "ce", "ce-probs"};
+  return n;
+}
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> n = {"sgd", "adam"};
+  return n;
+}
+const std::vector<std::string>& dataset_names() {
+  static const std::vector<std::string> n = {"random", "toy", "rand"};
+  return n;
+}
+const std::vector<std::string>& init_names() {
+  static const std::vector<std::string> n = {"same", "per-rank", "continue"};
+  return n;
+}
+const std::string& loss_name(LossKind k) { return loss_names()[static_cast<size_t>(k)]; }
+const std::string& optimizer_name(OptimizerKind k) { return optimizer_names()[static_cast<size_t>(k)]; }
+const std::string& dataset_name(DatasetKind k) { return dataset_names()[static_cast<size_t>(k)]; }
+const std::string& init_name(InitKind k) { return init_names()[static_cast<size_t>(k)]; }
+LossKind parse_loss(const std::string& s) { return static_cast<LossKind>(index_of(loss_names(), s, "loss")); }
+OptimizerKind parse_optimizer(const std::string& s) {
+  return static_cast<OptimizerKind>(index_of(optimizer_names(), s, "optimizer"));
+}
+DatasetKind parse_dataset(const std::string& s) {
+  return static_cast<DatasetKind>(index_of(dataset_names(), s, "dataset"));
+}
+InitKind parse_init(const std::string& s) { return static_cast<InitKind>(index_of(init_names(), s, "init")); }
+
 std::set<std::string> config_flag_names() {
-  return {"world-size", "layers",   "activation",   "loss",       "optimizer",        "lr",
-          "momentum",   "dataset",  "samples",      "seed",       "shuffle",          "sampler-seed",
-          "drop-last",  "loader-drop-last", "set-epoch", "batch-size", "epochs",   "init",
-          "broadcast",  "average",  "bucket-cap-mb", "no-sync",   "allreduce",  "kernels"};
+  std::set<std::string> names;
+  for (const FlagSpec& f : flag_table()) names.insert(f.name);
+  return names;
 }
 
 const char* config_usage() {
-  return R"(model and data (PyTorch's names; defaults in brackets):
-  --world-size N            replicas / ranks, 1..64 [2]
-  --layers 6,4,2            MLP sizes, >= 2 entries [6,4,2]
-  --activation none|relu    between layers [none]
-  --loss mse|ce|ce-probs    MSELoss, CrossEntropyLoss (labels = argmax of y), or cross_entropy with y as
-                            class probabilities (notebook 003's F.cross_entropy on float targets) [mse]
-  --optimizer sgd|adam      [sgd]    --lr LR [0.01]    --momentum M (sgd) [0]
-  --dataset random|toy|rand random: notebook 000's RandomTensorDataset (randn); toy: notebook 001's 5 points;
-                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample) [random]
-  --samples N               random dataset size [64]       --seed S   manual_seed for data and model [12345]
-  --shuffle true|false      DistributedSampler shuffle [true]   --sampler-seed S [0]
-  --drop-last true|false    DistributedSampler drop_last [false]
-  --loader-drop-last true|false  DataLoader drop_last [false]
-  --set-epoch true|false    call sampler.set_epoch(epoch) each epoch [true]
-  --batch-size B            per rank [8]        --epochs E [1]
-DDP:
-  --init same|per-rank|continue  seed the model with --seed, with seed + rank, or not at all: continue
-                            the data's random stream, as notebook 003 does [same]
-  --broadcast true|false    broadcast rank 0's parameters at construction, as DDP does [true]
-  --average predivide|postdivide|avg   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | ncclAvg [predivide]
-  --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [25]
-  --no-sync K               all-reduce every K micro-batches (no_sync in between) [1]
-  --allreduce naive|ring|halving-doubling|tree|nccl-ring   the simulator's algorithm; ring matches Gloo,
-                            nccl-ring matches NCCL pinned by ddp_verify --nccl-exact [ring]
-  --kernels fast|reference  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that a GPU
-                            (ddp_verify --backend nccl) reproduces bit for bit [fast]
-)";
+  static const std::string usage = [] {
+    const Config def;
+    std::string u;
+    for (const FlagSpec& f : flag_table()) {
+      std::string line = f.usage;
+      const size_t at = line.find("{def}");
+      if (at != std::string::npos) line.replace(at, 5, f.write(def));
+      u += line;
+    }
+    return u;
+  }();
+  return usage.c_str();
 }
 
-Config config_from_flags(const Flags& f) {
+Config config_from_flags(const Flags& flags) {
   Config c;
-  c.world_size = f.get_int("world-size", c.world_size, 1, kMaxWorldSize);
-  c.layers = f.get_int_list("layers", c.layers, 1, 1 << 16);
-  if (c.layers.size() < 2) {
-    throw UsageError(fmt::format("--layers needs at least two sizes, input and output (got {})", c.layers.size()));
-  }
-  c.relu = f.get_choice("activation", "none", {"none", "relu"}) == "relu";
-  c.loss = f.get_choice("loss", c.loss, {"mse", "ce", "ce-probs"});
-  c.optimizer = f.get_choice("optimizer", c.optimizer, {"sgd", "adam"});
-  c.lr = f.get_double("lr", c.lr, 0.0, 1e6);
-  c.momentum = f.get_double("momentum", c.momentum, 0.0, 1.0);
-  c.dataset = f.get_choice("dataset", c.dataset, {"random", "toy", "rand"});
-  c.samples = f.get_int("samples", c.samples, 1, 1 << 22);
-  c.seed = static_cast<uint64_t>(f.get_int("seed", static_cast<int64_t>(c.seed), 0, INT64_MAX));
-  c.shuffle = f.get_bool("shuffle", c.shuffle);
-  c.sampler_seed = static_cast<uint64_t>(f.get_int("sampler-seed", 0, 0, INT64_MAX));
-  c.drop_last = f.get_bool("drop-last", c.drop_last);
-  c.loader_drop_last = f.get_bool("loader-drop-last", c.loader_drop_last);
-  c.set_epoch = f.get_bool("set-epoch", c.set_epoch);
-  c.batch_size = f.get_int("batch-size", c.batch_size, 1, 1 << 22);
-  c.epochs = f.get_int("epochs", c.epochs, 1, 100000);
-  c.init = f.get_choice("init", c.init, {"same", "per-rank", "continue"});
-  c.broadcast = f.get_bool("broadcast", c.broadcast);
-  c.average = parse_average(f.get_choice("average", "predivide", {"predivide", "postdivide", "avg"}));
-  c.bucket_cap_mb = f.get_double("bucket-cap-mb", c.bucket_cap_mb, 1e-6, 1e6);
-  c.no_sync = f.get_int("no-sync", c.no_sync, 1, 1 << 20);
-  c.allreduce = collective::parse_algorithm(f.get_choice("allreduce", "ring", collective::algorithm_names()));
-  c.kernels = parse_kernels(f.get_choice("kernels", "fast", {"fast", "reference"}));
+  for (const FlagSpec& f : flag_table()) f.read(flags, c);
   validate(c);
   return c;
 }
 
 void validate(const Config& c) {
-  if (c.dataset == "toy" && (c.layers.front() != 2 || c.layers.back() != 2)) {
+  if (c.dataset == DatasetKind::toy && (c.layers.front() != 2 || c.layers.back() != 2)) {
     throw UsageError(fmt::format("--dataset toy has 2 features and 2 classes: --layers must start and end with 2 "
                                  "(got {})", fmt::join(c.layers, ",")));
   }
@@ -108,50 +225,30 @@ Footprint footprint(const Config& c) {
     if (i + 1 < c.layers.size()) f.parameters += c.layers[i] * c.layers[i + 1] + c.layers[i + 1];
   }
   f.replicas = c.world_size;  // the simulator holds them all; ddp_verify's rank 0 runs the simulator
-  f.copies = 3 + (c.momentum > 0 ? 1 : 0) + (c.optimizer == "adam" ? 2 : 0);
+  f.copies = 3 + (c.momentum > 0 ? 1 : 0) + (c.optimizer == OptimizerKind::adam ? 2 : 0);
   f.data = c.dataset_size() * (c.layers.front() + c.layers.back());
   f.activations = 2 * c.batch_size * widths;  // outputs and their gradients
   return f;
 }
 
 std::vector<std::string> to_args(const Config& c) {
-  const auto b = [](bool v) { return std::string(v ? "true" : "false"); };
-  const char* avg[] = {"predivide", "postdivide", "avg"};
-  return {"--world-size",   std::to_string(c.world_size),
-          "--layers",       fmt::format("{}", fmt::join(c.layers, ",")),
-          "--activation",   c.relu ? "relu" : "none",
-          "--loss",         c.loss,
-          "--optimizer",    c.optimizer,
-          "--lr",           fmt::format("{}", c.lr),
-          "--momentum",     fmt::format("{}", c.momentum),
-          "--dataset",      c.dataset,
-          "--samples",      std::to_string(c.samples),
-          "--seed",         std::to_string(c.seed),
-          "--shuffle",      b(c.shuffle),
-          "--sampler-seed", std::to_string(c.sampler_seed),
-          "--drop-last",    b(c.drop_last),
-          "--loader-drop-last", b(c.loader_drop_last),
-          "--set-epoch",    b(c.set_epoch),
-          "--batch-size",   std::to_string(c.batch_size),
-          "--epochs",       std::to_string(c.epochs),
-          "--init",         c.init,
-          "--broadcast",    b(c.broadcast),
-          "--average",      avg[static_cast<int>(c.average)],
-          "--bucket-cap-mb", fmt::format("{}", c.bucket_cap_mb),
-          "--no-sync",      std::to_string(c.no_sync),
-          "--allreduce",    collective::algorithm_name(c.allreduce),
-          "--kernels",      kernels_name(c.kernels)};
+  std::vector<std::string> args;
+  for (const FlagSpec& f : flag_table()) {
+    args.push_back(std::string("--") + f.name);
+    args.push_back(f.write(c));
+  }
+  return args;
 }
 
 std::string describe(const Config& c) {
-  const char* avg[] = {"predivide", "postdivide", "avg"};
-  std::string opt = c.optimizer == "sgd" ? fmt::format("sgd lr={} momentum={}", c.lr, c.momentum)
+  std::string opt = c.optimizer == OptimizerKind::sgd ? fmt::format("sgd lr={} momentum={}", c.lr, c.momentum)
                                          : fmt::format("adam lr={}", c.lr);
   return fmt::format(
       "world_size={} | MLP {}{} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
       "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}",
-      c.world_size, fmt::join(c.layers, "-"), c.relu ? " relu" : "", c.loss, opt, c.dataset, c.dataset_size(),
-      c.batch_size, c.shuffle, c.drop_last, c.init, c.broadcast, avg[static_cast<int>(c.average)],
+      c.world_size, fmt::join(c.layers, "-"), c.relu ? " relu" : "", loss_name(c.loss), opt, dataset_name(c.dataset),
+      c.dataset_size(), c.batch_size, c.shuffle, c.drop_last, init_name(c.init), c.broadcast,
+      average_names()[static_cast<size_t>(c.average)],
       c.bucket_cap_mb, c.no_sync, collective::algorithm_name(c.allreduce), kernels_name(c.kernels));
 }
 

@@ -14,17 +14,37 @@
 
 namespace ddplab::ddp {
 
+// The choice flags, in the order of their names (loss_names() etc.): the value is the name's index.
+enum class LossKind { mse, ce, ce_probs };          // mse | ce | ce-probs
+enum class OptimizerKind { sgd, adam };             // sgd | adam
+enum class DatasetKind { random, toy, rand };       // random | toy | rand
+enum class InitKind { same, per_rank, continue_ };  // same | per-rank | continue
+
+const std::vector<std::string>& loss_names();
+const std::vector<std::string>& optimizer_names();
+const std::vector<std::string>& dataset_names();
+const std::vector<std::string>& init_names();
+const std::string& loss_name(LossKind k);
+const std::string& optimizer_name(OptimizerKind k);
+const std::string& dataset_name(DatasetKind k);
+const std::string& init_name(InitKind k);
+// Each throws std::invalid_argument on a name not in its list.
+LossKind parse_loss(const std::string& s);
+OptimizerKind parse_optimizer(const std::string& s);
+DatasetKind parse_dataset(const std::string& s);
+InitKind parse_init(const std::string& s);
+
 struct Config {
   int64_t world_size = 2;
   // model: MLP layers[0] -> ... -> layers.back(), optional ReLU between layers
   std::vector<int64_t> layers = {6, 4, 2};
   bool relu = false;
-  std::string loss = "mse";       // mse | ce
-  std::string optimizer = "sgd";  // sgd | adam
+  LossKind loss = LossKind::mse;
+  OptimizerKind optimizer = OptimizerKind::sgd;
   double lr = 0.01;
   double momentum = 0.0;
   // data
-  std::string dataset = "random";  // random (notebook 000) | toy (notebook 001)
+  DatasetKind dataset = DatasetKind::random;  // random (notebook 000) | toy (notebook 001) | rand (003)
   int64_t samples = 64;
   uint64_t seed = 12345;
   bool shuffle = true;
@@ -35,7 +55,7 @@ struct Config {
   int64_t batch_size = 8;  // per rank
   int64_t epochs = 1;
   // DDP
-  std::string init = "same";  // same: every rank seeds `seed`; per-rank: rank r seeds seed + r
+  InitKind init = InitKind::same;  // same: every rank seeds `seed`; per-rank: rank r seeds seed + r
   bool broadcast = true;      // DDP's broadcast of rank 0's parameters at construction
   Average average = Average::predivide;
   double bucket_cap_mb = 25.0;
@@ -43,12 +63,14 @@ struct Config {
   collective::Algorithm allreduce = collective::Algorithm::ring;
   Kernels kernels = Kernels::fast;  // Linear's products: OpenBLAS (PyTorch's calls) or fixed-order loops
 
-  int64_t dataset_size() const { return dataset == "toy" ? 5 : samples; }
+  int64_t dataset_size() const { return dataset == DatasetKind::toy ? 5 : samples; }
   int64_t num_samples_per_rank() const;  // DistributedSampler's num_samples
 };
 
 constexpr int64_t kMaxWorldSize = 64;
 
+// Every flag below comes from one table in config.cc (name, usage line, Config member, limits or choices;
+// the default is Config's): the names, the usage text, the parsing, to_args and the ranks' agreement.
 // The flags Config reads, for Flags' list of known names.
 std::set<std::string> config_flag_names();
 // Reads and validates every flag; throws UsageError naming the flag and its limit.

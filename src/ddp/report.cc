@@ -58,7 +58,7 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
                       : "--init same: every rank drew the same initial weights");
   } else {
     out += fmt::format("{} of {} ranks differ from rank 0: {}\n", differing.size(), cfg.world_size - 1,
-                       !cfg.broadcast && cfg.init == "per-rank"
+                       !cfg.broadcast && cfg.init == ddp::InitKind::per_rank
                            ? "they started from different weights (--init per-rank)\nand nothing made them "
                              "equal. DDP's broadcast of rank 0's parameters at construction\n(--broadcast true) "
                              "exists for exactly this."

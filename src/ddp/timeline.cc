@@ -72,7 +72,7 @@ Timeline build_timeline(const ddp::Config& cfg, const CostModel& m) {
     double n_params = 0;
     for (Parameter* p : params) n_params += static_cast<double>(p->numel());
     const double opt_start = std::max(backward_end, comm_free);
-    const double opt_d = (cfg.optimizer == "adam" ? 10.0 : 2.0) * n_params / flop_us;
+    const double opt_d = (cfg.optimizer == ddp::OptimizerKind::adam ? 10.0 : 2.0) * n_params / flop_us;
     ev.push_back({"optimizer step", "compute", 'X', opt_start, opt_d, 0, 0});
     now = opt_start + opt_d;
     cost.step_us = now - step_start;

@@ -9,7 +9,7 @@ namespace ddplab::ddp {
 Dataset make_dataset(const Config& cfg, Generator& gen) {
   const int64_t in = cfg.layers.front(), out = cfg.layers.back();
   Dataset d;
-  if (cfg.dataset == "toy") {
+  if (cfg.dataset == DatasetKind::toy) {
     d.x.resize(5, 2);
     d.x << -1.2f, 3.1f, -0.9f, 2.9f, -0.5f, 2.6f, 2.3f, -1.1f, 2.7f, -1.5f;
     d.labels = {0, 0, 0, 1, 1};
@@ -17,7 +17,7 @@ Dataset make_dataset(const Config& cfg, Generator& gen) {
     for (int64_t i = 0; i < 5; ++i) d.y(i, d.labels[static_cast<size_t>(i)]) = 1.0f;
     return d;
   }
-  if (cfg.dataset == "rand") {  // MyTrainDataset: manual_seed, then rand(in), rand(out) per sample
+  if (cfg.dataset == DatasetKind::rand) {  // MyTrainDataset: manual_seed, then rand(in), rand(out) per sample
     gen.manual_seed(cfg.seed);
     d.x.resize(cfg.samples, in);
     d.y.resize(cfg.samples, out);
@@ -37,10 +37,10 @@ Dataset make_dataset(const Config& cfg, Generator& gen) {
 }
 
 MLP make_model(const Config& cfg, int64_t rank, Generator& gen) {
-  if (cfg.init == "continue") {
+  if (cfg.init == InitKind::continue_) {
     make_dataset(cfg, gen);  // the model's draws follow the dataset's, from the same generator
   } else {
-    gen.manual_seed(cfg.init == "per-rank" ? cfg.seed + static_cast<uint64_t>(rank) : cfg.seed);
+    gen.manual_seed(cfg.init == InitKind::per_rank ? cfg.seed + static_cast<uint64_t>(rank) : cfg.seed);
   }
   MLP m(cfg.layers, cfg.relu, MLP::sequential_names(cfg.layers.size() - 1, cfg.relu), gen);
   m.set_kernels(cpu_kernels(cfg.kernels));
@@ -48,7 +48,7 @@ MLP make_model(const Config& cfg, int64_t rank, Generator& gen) {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model) {
-  if (cfg.optimizer == "adam") {
+  if (cfg.optimizer == OptimizerKind::adam) {
     AdamOptions o;
     o.lr = cfg.lr;
     return std::make_unique<Adam>(model.parameters(), o);
@@ -60,8 +60,8 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model) {
 }
 
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx) {
-  if (cfg.loss == "ce") return cross_entropy(out, data.gather_labels(idx));
-  if (cfg.loss == "ce-probs") return cross_entropy_probs(out, data.gather_y(idx));
+  if (cfg.loss == LossKind::ce) return cross_entropy(out, data.gather_labels(idx));
+  if (cfg.loss == LossKind::ce_probs) return cross_entropy_probs(out, data.gather_y(idx));
   return mse_loss(out, data.gather_y(idx));
 }
 
@@ -105,9 +105,15 @@ void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::
   }
 }
 
-void run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
-                const SyncFn& sync, std::vector<std::vector<std::vector<int64_t>>>& sampler_indices,
-                std::vector<BatchLog>& log, int64_t& optimizer_steps) {
+void init_ddp(const Config& cfg, Replica& rep, const std::function<void(Replica&)>& broadcast) {
+  if (cfg.broadcast) broadcast(rep);
+  rep.reducer = std::make_unique<Reducer>(rep.model.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
+}
+
+TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
+                    const SyncFn& sync) {
+  TrainLog out;
+  auto& sampler_indices = out.sampler_indices;
   for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
     std::vector<std::vector<std::vector<int64_t>>> batches;
     sampler_indices.emplace_back();
@@ -122,7 +128,7 @@ void run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replic
       for (size_t k = 0; k < local.size(); ++k) {
         const auto& idx = batches[k][b];
         const float loss = local[k]->forward_backward(data, idx);
-        log.push_back({epoch, local[k]->rank, static_cast<int64_t>(idx.size()), loss});
+        out.log.push_back({epoch, local[k]->rank, static_cast<int64_t>(idx.size()), loss});
         all.insert(all.end(), idx.begin(), idx.end());
       }
       if (single) single->forward_backward(data, all);
@@ -140,22 +146,26 @@ void run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replic
         single->optimizer->step();
         single->optimizer->zero_grad(true);
       }
-      ++optimizer_steps;
+      ++out.optimizer_steps;
     }
   }
+  return out;
 }
 
-RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels* kernels) {
+RankResult train_rank(const Config& cfg, comm::Communicator& comm) {
+  return train_rank(cfg, comm, cpu_kernels(cfg.kernels));
+}
+
+RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels& kernels) {
   RankResult res;
   Generator data_gen;
   const Dataset data = make_dataset(cfg, data_gen);
   res.replica = std::make_unique<Replica>(cfg, comm.rank());
   Replica& rep = *res.replica;
-  if (kernels) rep.model.set_kernels(*kernels);
-  if (cfg.broadcast) {  // DDP's constructor: rank 0's parameters to everyone, one tensor at a time
-    for (Parameter* p : rep.model.parameters()) comm.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);
-  }
-  rep.reducer = std::make_unique<Reducer>(rep.model.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
+  rep.model.set_kernels(kernels);
+  init_ddp(cfg, rep, [&](Replica& r) {  // DDP's constructor: rank 0's parameters to everyone, one tensor at a time
+    for (Parameter* p : r.model.parameters()) comm.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);
+  });
   const bool backend_avg = cfg.average == Average::avg && comm.native_avg();
   rep.reducer->set_backend_averages(backend_avg);
   std::vector<float> workspace;
@@ -168,11 +178,12 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
       red.finalize_bucket(j, workspace.data());
     }
   };
-  std::vector<std::vector<std::vector<int64_t>>> indices;
   const auto t0 = std::chrono::steady_clock::now();
-  run_epochs(cfg, data, {&rep}, nullptr, sync, indices, res.log, res.optimizer_steps);
+  TrainLog trained = run_epochs(cfg, data, {&rep}, nullptr, sync);
   res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (auto& e : indices) res.sampler_indices.push_back(e[0]);
+  res.log = std::move(trained.log);
+  res.optimizer_steps = trained.optimizer_steps;
+  for (auto& e : trained.sampler_indices) res.sampler_indices.push_back(e[0]);
   return res;
 }
 
@@ -183,8 +194,9 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   for (int64_t r = 0; r < cfg.world_size; ++r) res.replicas.push_back(std::make_unique<Replica>(cfg, r));
   // DDP(model): broadcast rank 0's parameters, then build the reducer.
   for (auto& rep : res.replicas) {
-    if (cfg.broadcast && rep->rank != 0) copy_parameters(res.replicas[0]->model, rep->model);
-    rep->reducer = std::make_unique<Reducer>(rep->model.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
+    init_ddp(cfg, *rep, [&](Replica& r) {
+      if (r.rank != 0) copy_parameters(res.replicas[0]->model, r.model);
+    });
   }
   if (single_device) {
     // The single device takes the ranks' batches concatenated; its own sampler and loader go unused.
@@ -203,7 +215,10 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
     });
     ++sync_count;
   };
-  run_epochs(cfg, data, local, res.single_device.get(), sync, res.sampler_indices, res.log, res.optimizer_steps);
+  TrainLog trained = run_epochs(cfg, data, local, res.single_device.get(), sync);
+  res.sampler_indices = std::move(trained.sampler_indices);
+  res.log = std::move(trained.log);
+  res.optimizer_steps = trained.optimizer_steps;
   res.buckets_rebuilt = res.replicas[0]->reducer->describe();
   return res;
 }

@@ -96,16 +96,26 @@ struct RankResult {
   int64_t optimizer_steps = 0;
   double train_seconds = 0;  // wall time of the training loop only (no data, model or connection setup)
 };
-// `kernels`, when given, replaces the CPU kernel table (the NCCL backend runs Linear on the GPU).
-RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels* kernels = nullptr);
+// `kernels` run Linear: the backend's (verify::Rank::kernels; the NCCL backend runs Linear on the GPU).
+RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels& kernels);
+// With the CPU's kernels, cpu_kernels(cfg.kernels).
+RankResult train_rank(const Config& cfg, comm::Communicator& comm);
 
 // The training loop both share: epochs of micro-batches over the replicas this process runs (all of them
 // in the simulator, one in a real rank), `sync` all-reducing their buckets on every synchronised batch.
 // `single` (simulator only) trains on the union of the local replicas' batches.
 using SyncFn = std::function<void(const std::vector<Reducer*>&)>;
-void run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
-                const SyncFn& sync, std::vector<std::vector<std::vector<int64_t>>>& sampler_indices,
-                std::vector<BatchLog>& log, int64_t& optimizer_steps);
+struct TrainLog {
+  std::vector<std::vector<std::vector<int64_t>>> sampler_indices;  // [epoch][local replica]
+  std::vector<BatchLog> log;                                      // in (epoch, batch, local replica) order
+  int64_t optimizer_steps = 0;
+};
+TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
+                    const SyncFn& sync);
+
+// DDP(model) for one replica: with cfg.broadcast, `broadcast(rep)` gives it rank 0's parameters; then its
+// Reducer. simulate() copies from replica 0; train_rank() broadcasts over the communicator.
+void init_ddp(const Config& cfg, Replica& rep, const std::function<void(Replica&)>& broadcast);
 
 // "[rank0] Epoch: 001/003 | Batch size 002 | Loss: 0.75"
 std::string progress_line(const BatchLog& l, int64_t epochs);

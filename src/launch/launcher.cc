@@ -18,7 +18,7 @@
 
 #include "src/ddp/config.h"
 #include "src/flags.h"
-#include "src/gloo/gloo_comm.h"
+#include "src/store/store.h"
 
 extern char** environ;
 

@@ -146,6 +146,7 @@ int worker(const Flags& flags, const RankEnv& env,
       }
     }
     rank.comm = connect_nccl(store, env.rank, env.world_size, device, timeout);
+    rank.kernels = nccl_kernels;
   } else {
     rank.comm = connect_gloo(store, env.rank, env.world_size, flags.get_string("bind", "127.0.0.1"), timeout);
   }
@@ -160,12 +161,17 @@ int worker(const Flags& flags, const RankEnv& env,
 
 }  // namespace
 
-std::function<std::vector<std::string>(int)> ddp_config_agreement(ddp::Config& cfg) {
-  return [&cfg](int world_size) {
-    cfg.world_size = world_size;
-    ddp::validate(cfg);
-    return ddp::to_args(cfg);
-  };
+ddp::Config ddp_config_for(ddp::Config cfg, int world_size) {
+  cfg.world_size = world_size;
+  ddp::validate(cfg);
+  return cfg;
+}
+
+int run_ddp_ranks(const Flags& flags, int argc, char** argv, const ddp::Config& cfg,
+                  const std::function<int(Rank&, const ddp::Config&)>& body) {
+  return run_ranks(
+      flags, argc, argv, [&cfg](int world_size) { return ddp::to_args(ddp_config_for(cfg, world_size)); },
+      [&](Rank& rank) { return body(rank, ddp_config_for(cfg, rank.env.world_size)); });
 }
 
 int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std::vector<std::string>(int)>& prepare,

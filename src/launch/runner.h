@@ -13,6 +13,7 @@
 #include "src/comm/communicator.h"
 #include "src/ddp/config.h"
 #include "src/flags.h"
+#include "src/kernels.h"
 #include "src/launch/launcher.h"
 
 namespace ddplab::verify {
@@ -27,16 +28,23 @@ struct Rank {
   RankEnv env;
   std::string backend;  // "gloo" | "nccl"
   std::unique_ptr<comm::Communicator> comm;
+  // Linear's kernels on this backend: the CPU's (Gloo), or the GPU's (NCCL); ddp::train_rank takes them.
+  const LinearKernels& (*kernels)(Kernels) = cpu_kernels;
 };
 
 // `prepare(world_size)` validates the program's configuration for that world size (throwing UsageError)
 // and returns the flags every rank must agree on. `body` runs in each rank; its return value is the
 // rank's exit status. Returns this process's exit status: 2 bad input, 3 backend unavailable.
-// The usual `prepare`: the DDP configuration with world_size set, validated; ranks agree on all its flags.
-std::function<std::vector<std::string>(int)> ddp_config_agreement(ddp::Config& cfg);
-
 int run_ranks(const Flags& flags, int argc, char** argv,
               const std::function<std::vector<std::string>(int world_size)>& prepare,
               const std::function<int(Rank&)>& body);
+
+// `cfg` for `world_size` ranks: world_size set, validated (throws UsageError).
+ddp::Config ddp_config_for(ddp::Config cfg, int world_size);
+
+// run_ranks for a DDP configuration: `prepare` is ddp_config_for (ranks agree on all of its flags), and
+// `body` gets the configuration it produced for the group's world size. `cfg` itself is left as it is.
+int run_ddp_ranks(const Flags& flags, int argc, char** argv, const ddp::Config& cfg,
+                  const std::function<int(Rank&, const ddp::Config&)>& body);
 
 }  // namespace ddplab::verify

@@ -128,7 +128,7 @@ DeviceReplica::DeviceReplica(const ddp::Config& cfg, comm::Communicator& comm, K
   m.g = m.mem.device(m.total);
   m.bucket = m.mem.device(m.total);  // iteration 0's single bucket holds every parameter: the largest one
   if (cfg.no_sync > 1) m.scratch = m.mem.device(largest);  // a micro-batch's gradient before accumulation
-  if (cfg.optimizer == "adam") {
+  if (cfg.optimizer == ddp::OptimizerKind::adam) {
     m.exp_avg = m.mem.device(m.total);
     m.exp_avg_sq = m.mem.device(m.total);
     CUDA(cudaMemsetAsync(m.exp_avg, 0, m.total * sizeof(float), m.s()));  // torch.zeros_like at step 1
@@ -275,7 +275,7 @@ void DeviceReplica::sync_and_step() {
 // depends only on its own values, and every parameter has the same step count and hyperparameters.
 // Scalars are computed on the host exactly as optim.cc computes them (std::pow in double included).
 void DeviceReplica::Impl::step() {
-  if (cfg.optimizer == "adam") {
+  if (cfg.optimizer == ddp::OptimizerKind::adam) {
     AdamOptions o;
     o.lr = cfg.lr;
     const auto t = static_cast<double>(++adam_steps);

@@ -28,9 +28,8 @@ namespace ddplab::verify {
 
 // "" when train_rank_on_device supports `cfg`, else one line saying why (for a UsageError).
 inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
-  if (cfg.loss != "mse") return "--backend nccl keeps the model on the GPU for --loss mse only (got " + cfg.loss + ")";
-  if (cfg.optimizer != "sgd" && cfg.optimizer != "adam") {
-    return "--backend nccl keeps the model on the GPU for --optimizer sgd|adam only (got " + cfg.optimizer + ")";
+  if (cfg.loss != ddp::LossKind::mse) {
+    return "--backend nccl keeps the model on the GPU for --loss mse only (got " + ddp::loss_name(cfg.loss) + ")";
   }
   return "";
 }

@@ -10,7 +10,7 @@
 
 #include "src/comm/communicator.h"
 #include "src/kernels.h"
-#include "src/gloo/gloo_comm.h"
+#include "src/store/store.h"
 
 namespace ddplab::verify {
 

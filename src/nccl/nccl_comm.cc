@@ -232,7 +232,7 @@ std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, i
                                                  std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   DDPLAB_CUDA(cudaSetDevice(device), SetupError);
-  // The run's handshake first (a fresh namespace, see gloo_comm.h): the id below is never a stale one.
+  // The run's handshake first (a fresh namespace, see src/store/store.h): the id below is never a stale one.
   join_run(*store, rank, world_size, timeout,
            fmt::format("NCCL init of {} ranks did not finish within {} ms:", world_size, timeout.count()));
   ncclUniqueId id;

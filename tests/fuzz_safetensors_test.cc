@@ -1,74 +1,30 @@
-// A seeded mutation fuzzer, deterministic (same cases every run), for the two parsers that read outside
-// input: safetensors::load (valid files written by the project's writer and by hand, mutated: bit flips,
-// bytes set, truncations, the header length rewritten, JSON numbers and strings replaced, insertions,
-// deletions) and the DDP flags (Flags + ddp::config_from_flags, as sim/ddp_sim.cc reads them, with
-// mutated values). Every case must end in the project's error (FormatError, UsageError) or success:
-// any other exception, a crash (the sanitizer builds run this too) or an allocation over kMaxAlloc fails.
-// Prints one summary line per parser, e.g.
+// A seeded mutation fuzzer, deterministic (same cases every run), for safetensors::load: valid files written
+// by the project's writer and by hand, mutated (bit flips, bytes set, truncations, the header length
+// rewritten, JSON numbers and strings replaced, insertions, deletions). Every case must end in FormatError
+// or success: any other exception, a crash (the sanitizer builds run this too) or an allocation over
+// kMaxAlloc fails. Prints one summary line, e.g.
 //   fuzz safetensors: 20000 cases, 18000 refused cleanly, 2000 loaded, 0 crashes
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
-#include <new>
 #include <random>
-#include <cstring>
 
 #include <gtest/gtest.h>
 
-#include "src/ddp/config.h"
-#include "src/flags.h"
 #include "src/safetensors.h"
+#include "tests/fuzz.h"
 #include "tests/testing.h"
-
-// ---- The largest single allocation through operator new, to catch a size taken from the input. ----
-// The replacements below pair malloc with free; GCC, seeing operator new's result reach free() after
-// inlining, would warn about a mismatch that is none.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-namespace {
-std::atomic<size_t> g_largest{0};
-void* tracked_alloc(size_t n) noexcept {
-  size_t prev = g_largest.load(std::memory_order_relaxed);
-  while (n > prev && !g_largest.compare_exchange_weak(prev, n, std::memory_order_relaxed)) {
-  }
-  return std::malloc(n ? n : 1);
-}
-}  // namespace
-
-void* operator new(size_t n) {
-  if (void* p = tracked_alloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) {
-  if (void* p = tracked_alloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(size_t n, const std::nothrow_t&) noexcept { return tracked_alloc(n); }
-void* operator new[](size_t n, const std::nothrow_t&) noexcept { return tracked_alloc(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace ddplab {
 namespace {
 
-constexpr size_t kMaxAlloc = 16u << 20;  // the files are under 2 KB: nothing legitimate comes near this
-constexpr uint64_t kSeed = 20240611;
+using namespace fuzz;
+
 constexpr int kSafetensorsCases = 20000;
-constexpr int kFlagCases = 50000;
-
-using Rng = std::mt19937_64;
-
-uint64_t pick(Rng& rng, uint64_t n) { return n ? rng() % n : 0; }  // [0, n)
-template <class T>
-const T& pick(Rng& rng, const std::vector<T>& v) { return v[pick(rng, v.size())]; }
 
 std::string le64(uint64_t n) {
   std::string out(8, '\0');
@@ -377,165 +333,6 @@ TEST(Fuzz, SafetensorsLoadRefusesCleanlyOrLoads) {
   EXPECT_EQ(crashes, 0);
   EXPECT_GT(loaded, 0) << "no mutation left a loadable file: the fuzzer explores nothing past the checks";
   EXPECT_GT(kinds.size(), 30u) << "the mutations reach too few of the checks";
-}
-
-// ---- Flags for the DDP config, as sim/ddp_sim.cc parses them. ----
-
-const std::vector<std::string> kSimExtras = {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps",
-                                            "compute-gflops", "dump-params", "quiet"};
-
-// sim/ddp_sim.cc's reading of its flags, everything but running the simulation.
-ddp::Config parse_like_ddp_sim(const std::vector<std::string>& args) {
-  auto known = ddp::config_flag_names();
-  known.insert(kSimExtras.begin(), kSimExtras.end());
-  std::vector<std::string> storage = {"ddp_sim"};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  const Flags flags(static_cast<int>(storage.size()), argv.data(), known, {"explain", "quiet"});
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  const ddp::Config cfg = ddp::config_from_flags(flags);
-  flags.get_bool("compare-single-device", false);
-  flags.get_bool("explain", false);
-  flags.get_bool("quiet", false);
-  flags.get_double("link-latency-us", 5, 0.0, 1e9);
-  flags.get_double("link-gbps", 10, 1e-6, 1e9);
-  flags.get_double("compute-gflops", 50, 1e-6, 1e9);
-  flags.get_string("trace", "");
-  flags.get_string("dump-params", "");
-  return cfg;
-}
-
-// A value that the flag accepts on its own (others may still refuse it in combination).
-std::string valid_value(Rng& rng, const std::string& name) {
-  static const std::map<std::string, std::vector<std::string>> kChoices = {
-      {"world-size", {"1", "2", "3", "4", "8", "64"}},
-      {"layers", {"6,4,2", "2,2", "2,8,2", "1,1", "3,5,7,2"}},
-      {"activation", {"none", "relu"}},
-      {"loss", {"mse", "ce", "ce-probs"}},
-      {"optimizer", {"sgd", "adam"}},
-      {"lr", {"0.01", "0.1", "1e-3", "0", "1e6"}},
-      {"momentum", {"0", "0.9", "1"}},
-      {"dataset", {"random", "toy", "rand"}},
-      {"samples", {"1", "5", "64", "1000"}},
-      {"seed", {"0", "12345", "9223372036854775807"}},
-      {"sampler-seed", {"0", "7"}},
-      {"batch-size", {"1", "2", "8", "32"}},
-      {"epochs", {"1", "3"}},
-      {"init", {"same", "per-rank", "continue"}},
-      {"average", {"predivide", "postdivide", "avg"}},
-      {"bucket-cap-mb", {"25", "1e-6", "0.001", "1e6"}},
-      {"no-sync", {"1", "2", "4"}},
-      {"allreduce", {"naive", "ring", "halving-doubling", "tree", "nccl-ring"}},
-      {"kernels", {"fast", "reference"}},
-      {"link-latency-us", {"5", "0"}},
-      {"link-gbps", {"10", "1e-6"}},
-      {"compute-gflops", {"50"}},
-      {"trace", {"/tmp/x.json"}},
-      {"dump-params", {"/tmp/y.json"}},
-  };
-  const auto it = kChoices.find(name);
-  if (it != kChoices.end()) return pick(rng, it->second);
-  return pick(rng, std::vector<std::string>{"true", "false", "1", "0"});  // the booleans
-}
-
-const std::vector<std::string> kBadValues = {
-    "", "-1", "0", "-0", "99999999999999999999", "-99999999999999999999", "9223372036854775807", "9223372036854775808",
-    "-9223372036854775808", "18446744073709551616", "1e308", "1e309", "-1e309", "1e-320", "nan", "NaN", "inf", "-inf",
-    "0x10", "0x1p-3", " 5", "5 ", "+5", "abc", "true", "false", "yes", ",", ",,", "1,,2", ",1", "1,", "-1,2", "2,-1",
-    "65536,65537", "1,99999999999999999999", "6;4;2", "6 4 2", "1.5", "1e3", "ring", "relu", "sgd", "per-rank", "--",
-    "=", "\xc3\xa9", "\xff", std::string(1, '\0'), std::string(10000, '7'), std::string(5000, '1') + "," + std::string(5000, '1')};
-
-std::string mutate_value(Rng& rng, std::string v) {
-  static const std::string kChars = "0123456789-+.,eE xa";
-  switch (pick(rng, 4)) {
-    case 0:
-      if (!v.empty()) v.erase(pick(rng, v.size()), 1);
-      break;
-    case 1:
-      v.insert(pick(rng, v.size() + 1), 1, kChars[pick(rng, kChars.size())]);
-      break;
-    case 2:
-      if (!v.empty()) v[pick(rng, v.size())] = kChars[pick(rng, kChars.size())];
-      break;
-    default:
-      v += v;
-  }
-  return v;
-}
-
-TEST(Fuzz, DdpFlagsEndInUsageErrorOrAConfig) {
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> names;
-  for (const std::string& n : ddp::config_flag_names()) names.push_back(n);
-  names.insert(names.end(), kSimExtras.begin(), kSimExtras.end());
-  const std::vector<std::string> kBadNames = {"", "world_size", "WORLD-SIZE", "-lr", "layers=", "x", "help=1"};
-  // A long list: every entry valid, one Config with a 3000-layer MLP description (nothing is allocated by size).
-  std::string many = "2";
-  for (int i = 0; i < 3000; ++i) many += ",2";
-  Rng rng(kSeed + 1);
-  int refused = 0, accepted = 0, crashes = 0;
-  for (int c = 0; c < kFlagCases; ++c) {
-    std::vector<std::string> args;
-    const uint64_t nflags = pick(rng, 7);
-    for (uint64_t i = 0; i < nflags; ++i) {
-      const uint64_t r = pick(rng, 100);
-      const std::string name = r < 92 ? pick(rng, names) : pick(rng, kBadNames);
-      std::string value;
-      const uint64_t how = pick(rng, 10);
-      if (how < 5) value = valid_value(rng, name);
-      else if (how < 8) value = pick(rng, kBadValues);
-      else if (how < 9) value = mutate_value(rng, valid_value(rng, name));
-      else value = name == "layers" ? many : mutate_value(rng, pick(rng, kBadValues));
-      const uint64_t form = pick(rng, 20);
-      if (form < 14) {
-        args.push_back("--" + name);
-        args.push_back(value);
-      } else if (form < 18) {
-        args.push_back("--" + name + "=" + value);
-      } else if (form < 19) {
-        args.push_back("--" + name);  // no value: a bare flag, or the next flag taken as missing value
-      } else {
-        args.push_back(value);  // a positional argument
-      }
-    }
-    std::string failure;
-    bool was_accepted = false;
-    g_largest = 0;
-    try {
-      const ddp::Config cfg = parse_like_ddp_sim(args);
-      was_accepted = true;
-      // What was accepted reads back the same from its own flags (to_args is what goldens and hashes use).
-      const std::vector<std::string> again = ddp::to_args(cfg);
-      try {
-        if (ddp::to_args(parse_like_ddp_sim(again)) != again) failure = "to_args does not read back the same config";
-      } catch (const std::exception& e) {
-        failure = std::string("its own to_args is refused: ") + e.what();
-      }
-      ddp::describe(cfg);
-    } catch (const UsageError& e) {
-      if (std::string(e.what()).find('\n') != std::string::npos) failure = std::string("message not one line: ") + e.what();
-    } catch (const std::exception& e) {
-      failure = std::string("another exception: ") + e.what();
-    } catch (...) {
-      failure = "a non-std exception";
-    }
-    if (g_largest > kMaxAlloc) failure += " allocation of " + std::to_string(g_largest.load()) + " bytes";
-    if (failure.empty()) (was_accepted ? accepted : refused)++;
-    if (!failure.empty()) {
-      ++crashes;
-      std::string line;
-      for (const std::string& a : args) line += " [" + a.substr(0, 40) + "]";
-      ADD_FAILURE() << "case " << c << ":" << line << ": " << failure;
-    }
-  }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("fuzz ddp flags: %d cases, %d refused cleanly, %d accepted, %d crashes (seed %llu, %.1f s)\n", kFlagCases,
-              refused, accepted, crashes, static_cast<unsigned long long>(kSeed + 1), secs);
-  EXPECT_EQ(crashes, 0);
-  EXPECT_GT(accepted, kFlagCases / 20) << "too few cases get past the parser to exercise config_from_flags fully";
-  EXPECT_GT(refused, kFlagCases / 4);
 }
 
 }  // namespace

@@ -1,0 +1,206 @@
+// src/safetensors against crafted files: every header field checked against the format's rules and the
+// file's real size (shapes, offsets, dtypes, the header's bound), non-regular files, one-line refusals.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/safetensors_files.h"
+
+namespace ddplab {
+namespace {
+
+using namespace safetensors_testing;
+
+TEST(Safetensors, OwnCheckpointsRoundTripWithVerifiedChecksum) {
+  const std::string path = write_file("own.safetensors", "");
+  TensorMap in;
+  in["w"] = {{2, 3}, {1.5f, -2.0f, 0.25f, -0.0f, 3e-45f, 1e30f}};
+  in["b"] = {{3}, {7.0f, 8.0f, 9.0f}};
+  in["empty"] = {{0, 4}, {}};
+  ASSERT_EQ(safetensors::save(path, in), "");
+  LoadInfo info;
+  const TensorMap out = safetensors::load(path, &info);
+  EXPECT_TRUE(info.checksum_verified);
+  EXPECT_EQ(info.metadata.at("format"), "pt");
+  ASSERT_EQ(out.size(), 3u);
+  for (const auto& [name, t] : in) {
+    EXPECT_EQ(out.at(name).shape, t.shape) << name;
+    ASSERT_EQ(out.at(name).data.size(), t.data.size()) << name;
+    for (size_t i = 0; i < t.data.size(); ++i) EXPECT_EQ(bits(out.at(name).data[i]), bits(t.data[i])) << name << i;
+  }
+}
+
+// (a) Shapes: only non-negative integers, element and byte counts without overflow.
+TEST(Safetensors, NegativeShapeEntriesAreRefused) {
+  const std::string data = f32_bytes({1, 2, 3, 4});
+  // (-2) * (-2) = 4 elements = the 16 bytes: accepted before, with a negative shape.
+  EXPECT_NE(refusal_of("neg2.st", R"({"a":{"dtype":"F32","shape":[-2,-2],"data_offsets":[0,16]}})", data)
+                .find("tensor \"a\": shape entries must be non-negative integers (got -2 in [-2,-2])"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("neg1.st", R"({"a":{"dtype":"F32","shape":[4,-1],"data_offsets":[0,16]}})", data)
+                .find("non-negative integers (got -1"),
+            std::string::npos);
+}
+
+TEST(Safetensors, OverflowingShapesAreRefused) {
+  const std::string data = f32_bytes({1});
+  // (2^62 + 1) * 4 bytes wraps to 4: accepted before, then resize(2^62 + 1) threw std::length_error.
+  EXPECT_NE(refusal_of("wrap.st", R"({"a":{"dtype":"F32","shape":[4611686018427387905],"data_offsets":[0,4]}})", data)
+                .find("needs more than 2^64 bits"),
+            std::string::npos);
+  // 2^32 * 2^32 elements wraps to 0 (signed overflow before).
+  EXPECT_NE(refusal_of("wrap0.st", R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", "")
+                .find("needs more than 2^64 bits"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("big.st", R"({"a":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,4]}})", data)
+                .find("shape entry 9223372036854775808 exceeds 2^63-1"),
+            std::string::npos);
+  // Beyond 2^64 the JSON number is a float: not an integer.
+  EXPECT_NE(refusal_of("huge.st", R"({"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,4]}})", data)
+                .find("shape entries must be non-negative integers"),
+            std::string::npos);
+  // A zero anywhere makes 0 elements, whatever the other entries: accepted, no data.
+  EXPECT_EQ(refusal_of("zero.st", R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""),
+            "(loaded)");
+}
+
+TEST(Safetensors, FractionalShapeEntriesAreRefused) {
+  // 2.5 was read as 2 before: a [2, 2] tensor from a header that says [2.5, 2].
+  EXPECT_NE(refusal_of("frac.st", R"({"a":{"dtype":"F32","shape":[2.5,2],"data_offsets":[0,16]}})", f32_bytes({1, 2, 3, 4}))
+                .find("non-negative integers (got 2.5"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("str.st", R"({"a":{"dtype":"F32","shape":"4","data_offsets":[0,16]}})", f32_bytes({1, 2, 3, 4}))
+                .find("shape must be a list"),
+            std::string::npos);
+}
+
+// Zero-element tensors: no memcpy from or to a null pointer (UBSan reported it before), shape kept.
+TEST(Safetensors, ZeroElementTensorsLoad) {
+  const std::string data = f32_bytes({1.5f, 2.5f, -4.0f});
+  const std::string path = write_file(
+      "empty.st", st_bytes(with_sum(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                    R"("empty":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]},)"
+                                    R"("z":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", data),
+                           data));
+  const TensorMap m = safetensors::load(path);
+  EXPECT_EQ(m.at("empty").shape, (std::vector<int64_t>{0, 3}));
+  EXPECT_TRUE(m.at("empty").data.empty());
+  EXPECT_EQ(m.at("a").data, (std::vector<float>{1.5f, 2.5f}));
+  EXPECT_EQ(m.at("z").data, (std::vector<float>{-4.0f}));
+  const TensorMap only = safetensors::load(
+      write_file("only_empty.st", st_bytes(with_sum(R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})", ""), "")));
+  EXPECT_TRUE(only.at("e").data.empty());
+  EXPECT_EQ(only.at("e").shape, (std::vector<int64_t>{0}));
+}
+
+// data_offsets: within the data, matching shape x dtype, tiling the data without overlap, gap or tail.
+TEST(Safetensors, OffsetsMustTileTheData) {
+  const std::string d8 = f32_bytes({1, 2});
+  // Both tensors on the same 8 bytes: accepted before.
+  EXPECT_NE(refusal_of("overlap.st", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8)
+                .find("tensor \"b\": data_offsets [0, 8] overlap tensor \"a\"'s [0, 8]"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("gap.st", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                 R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", f32_bytes({1, 2, 3}))
+                .find("data bytes [4, 8) belong to no tensor"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("tail.st", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d8)
+                .find("the last 4 of the 8 data bytes belong to no tensor"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("past.st", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d8)
+                .find("data_offsets [0,16] go past the end of the data (8 bytes)"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("rev.st", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", d8)
+                .find("data_offsets [8,4] end before they begin"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("size.st", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", d8)
+                .find("data_offsets [0,8] hold 8 bytes, its shape [1] of F32 needs 4"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("neg_off.st", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", d8)
+                .find("data_offsets must be [begin, end], two non-negative integers"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("three.st", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})", d8)
+                .find("data_offsets must be [begin, end]"),
+            std::string::npos);
+}
+
+TEST(Safetensors, DtypesAreChecked) {
+  const std::string d4 = f32_bytes({1});
+  EXPECT_NE(refusal_of("q8.st", R"({"a":{"dtype":"Q8","shape":[4],"data_offsets":[0,4]}})", d4)
+                .find("tensor \"a\": unknown dtype \"Q8\" (safetensors has BOOL,U8,"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("num.st", R"({"a":{"dtype":5,"shape":[4],"data_offsets":[0,4]}})", d4).find("unknown dtype 5"),
+            std::string::npos);
+  // A known dtype: its size is checked, then it is refused because only F32 is read.
+  EXPECT_NE(refusal_of("f16.st", R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", d4)
+                .find("tensor \"a\" has dtype F16; only F32 tensors are read"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("f16size.st", R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,4]}})", d4)
+                .find("its shape [4] of F16 needs 8"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("f4.st", R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,4]}})", d4)
+                .find("shape [3] of F4 is not a whole number of bytes"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("nodtype.st", R"({"a":{"shape":[1],"data_offsets":[0,4]}})", d4)
+                .find("needs dtype, shape and data_offsets"),
+            std::string::npos);
+}
+
+TEST(Safetensors, HeaderIsBoundedAndMustBeAnObject) {
+  // A header length over the limit inside a file big enough to hold it (sparse: no disk used). Before,
+  // all 200 MB were read and 150 MB of zeros parsed as JSON.
+  const std::string path = write_file("big_header.st", "");
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+    ASSERT_GE(fd, 0);
+    const uint64_t n = 150'000'000;
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
+    ASSERT_EQ(::write(fd, len, 8), 8);
+    ASSERT_EQ(::ftruncate(fd, 200'000'000), 0);
+    ::close(fd);
+  }
+  EXPECT_NE(refusal(path).find("header length 150000000 exceeds the limit of 100000000 bytes"), std::string::npos);
+  EXPECT_NE(refusal(write_file("over.st", std::string("\xff\xff\xff\xff\xff\xff\xff\xff", 8) + "{}"))
+                .find("truncated: header says 18446744073709551615 bytes, the file has 2 after it"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("array.st", "[1,2]", "").find("corrupt header: a JSON array, not an object of tensors"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("deep.st", "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}", "")
+                .find("corrupt header: JSON nested deeper than 16 levels"),
+            std::string::npos);
+  EXPECT_NE(refusal_of("badjson.st", "{\"a\":", "").find("corrupt header: [json.exception.parse_error"), std::string::npos);
+  EXPECT_EQ(refusal_of("nothing.st", "{}", ""), "(loaded)");  // no tensors is a valid file
+}
+
+TEST(Safetensors, NonRegularFilesAreRefused) {
+  const std::string dir = testing::temp_dir();
+  // Before: "truncated: 0 bytes".
+  EXPECT_NE(refusal(dir).find(": is a directory; only a regular file is read as safetensors"), std::string::npos);
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // Before: open() waited for a writer forever. The lab is run under timeout(1) so that a hang fails.
+  const CommandResult f = lab_load({fifo});
+  EXPECT_EQ(f.status, 2) << f.err;
+  EXPECT_NE(f.err.find(fifo + ": is a fifo; only a regular file is read as safetensors"), std::string::npos) << f.err;
+  if (access("/dev/zero", R_OK) == 0) {
+    // Before: read without limit (memory grew until the process was killed).
+    const CommandResult z = lab_load({"/dev/zero"});
+    EXPECT_EQ(z.status, 2) << z.err;
+    EXPECT_EQ(z.err, "002_checkpoint: /dev/zero: is a character device; only a regular file is read as safetensors\n");
+  }
+  EXPECT_NE(refusal(dir + "/missing").find("cannot open: No such file or directory"), std::string::npos);
+}
+
+TEST(Safetensors, MessagesAreOneLine) {
+  // A name with a newline (JSON "\n") was printed raw, cutting the message in two.
+  const std::string m = refusal_of("nl.st", R"({"a\nb":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", f32_bytes({1, 2}));
+  EXPECT_NE(m.find(R"(tensor "a\nb" has dtype F64)"), std::string::npos) << m;
+  const std::string long_name(5000, 'x');
+  const std::string l = refusal_of("long.st", "{\"" + long_name + "\":{\"dtype\":\"Q\",\"shape\":[],\"data_offsets\":[0,0]}}", "");
+  EXPECT_LT(l.size(), 400u) << "names are cut in messages";
+}
+
+}  // namespace
+}  // namespace ddplab
