@@ -113,10 +113,7 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
     verdict = ok ? 0.0f : 1.0f;
     const std::string dump = flags.get_string("dump-params", "");
     if (!dump.empty()) {
-      std::string out = fmt::format("{{\"world_size\": {},\n \"backend\": \"{}\",\n \"args\": [\"{}\"],\n \"replicas\": [\n",
-                                    env.world_size, backend, fmt::join(args, "\", \""));
-      out += fmt::format("  {}\n ],\n \"sampler_indices\": [{}],\n \"losses\": [{}]}}\n", fmt::join(params_json, ",\n  "),
-                         fmt::join(indices_json, ", "), fmt::join(losses_json, ", "));
+      const std::string out = dump_json(DumpPieces{env.world_size, backend, args, params_json, indices_json, losses_json});
       if (std::string why = write_file_atomic(dump, out); !why.empty()) {
         std::fprintf(stderr, "ddp_verify: --dump-params: %s\n", why.c_str());
         verdict = 1.0f;
@@ -133,7 +130,7 @@ int run(int argc, char** argv) {
   for (const char* f : {"dump-params", "quiet"}) known.insert(f);
   const Flags flags(argc, argv, known, verify::with_runner_bare_flags({"quiet"}));
   if (flags.help()) {
-    std::printf("%s%s%s%s", kHead, ddp::config_usage(), verify::runner_usage(), kTail);
+    std::printf("%s%s%s%s", kHead, ddp::config_usage(), verify::runner_usage().c_str(), kTail);
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");

@@ -77,7 +77,7 @@ int run(int argc, char** argv) {
   const Flags flags(argc, argv, names, verify::with_runner_bare_flags());
   if (flags.help()) {
     std::fputs(kUsage, stdout);
-    std::fputs(verify::runner_usage(), stdout);
+    std::fputs(verify::runner_usage().c_str(), stdout);
     return 0;
   }
   const std::string out = flags.get_string("out", "");

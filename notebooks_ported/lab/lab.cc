@@ -24,7 +24,7 @@ std::string lab_usage() {
   return std::string(R"(where it runs:
   --backend sim|gloo|nccl   the simulator in one process [sim], or one process per rank
   --world-size N            simulated ranks (sim)       --nproc N  real ranks (gloo, nccl)
-)") + verify::runner_usage();
+)") + verify::runner_usage(false);
 }
 
 int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,

@@ -82,31 +82,34 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
   return out;
 }
 
+std::string dump_json(const DumpPieces& d) {
+  std::string out = fmt::format("{{\"world_size\": {},\n", d.world_size);
+  if (!d.backend.empty()) out += fmt::format(" \"backend\": \"{}\",\n", d.backend);
+  std::vector<std::string> quoted;
+  for (const std::string& a : d.args) quoted.push_back("\"" + a + "\"");
+  out += fmt::format(" \"args\": [{}],\n \"replicas\": [\n  {}\n ],\n", fmt::join(quoted, ", "), fmt::join(d.replicas, ",\n  "));
+  return out + fmt::format(" \"sampler_indices\": [{}],\n \"losses\": [{}]}}\n", fmt::join(d.epoch_indices, ", "),
+                           fmt::join(d.losses, ", "));
+}
+
 std::string dump_json(const ddp::Config& cfg, const ddp::SimResult& res) {
-  std::string out = fmt::format("{{\"world_size\": {},\n \"args\": [", cfg.world_size);
-  const auto args = ddp::to_args(cfg);
-  for (size_t i = 0; i < args.size(); ++i) out += fmt::format("{}\"{}\"", i ? ", " : "", args[i]);
-  out += "],\n \"replicas\": [\n";
-  for (size_t k = 0; k < res.replicas.size(); ++k) {
-    out += "  " + json_params(std::as_const(res.replicas[k]->model).parameters()) + (k + 1 < res.replicas.size() ? ",\n" : "\n");
+  DumpPieces d;
+  d.world_size = cfg.world_size;
+  d.args = ddp::to_args(cfg);
+  for (const auto& rep : res.replicas) d.replicas.push_back(json_params(std::as_const(rep->model).parameters()));
+  for (const auto& epoch : res.sampler_indices) {
+    std::vector<std::string> ranks;
+    for (const auto& idx : epoch) ranks.push_back(fmt::format("[{}]", fmt::join(idx, ", ")));
+    d.epoch_indices.push_back(fmt::format("[{}]", fmt::join(ranks, ", ")));
   }
-  out += " ],\n \"sampler_indices\": [";
-  for (size_t e = 0; e < res.sampler_indices.size(); ++e) {
-    out += e ? ", [" : "[";
-    for (size_t r = 0; r < res.sampler_indices[e].size(); ++r) {
-      out += fmt::format("{}[{}]", r ? ", " : "", fmt::join(res.sampler_indices[e][r], ", "));
-    }
-    out += "]";
-  }
-  out += "],\n \"losses\": [";
   for (int64_t r = 0; r < cfg.world_size; ++r) {
     std::vector<std::string> l;
     for (const ddp::BatchLog& b : res.log) {
       if (b.rank == r) l.push_back(json_float(b.loss));
     }
-    out += fmt::format("{}[{}]", r ? ", " : "", fmt::join(l, ", "));
+    d.losses.push_back(fmt::format("[{}]", fmt::join(l, ", ")));
   }
-  return out + "]}\n";
+  return dump_json(d);
 }
 
 std::string explain_first_bucket(const ddp::Config& cfg, const std::vector<float*>& bufs, size_t n) {

@@ -16,7 +16,19 @@ std::vector<CmpResult> cmp_models(const MLP& a, const MLP& b);
 // The cmp tables (replica k vs replica 0; DDP vs one device when simulated) and a sentence on why.
 std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res);
 
-// {"world_size", "args", "replicas": [{state_dict}], "sampler_indices": [epoch][rank][...], "losses": [rank][...]}
+// The one dump ddp_sim and ddp_verify both write, from pieces already in JSON:
+// {"world_size", "backend" (real runs only), "args", "replicas": [{state_dict}],
+//  "sampler_indices": [epoch][rank][...], "losses": [rank][...]}
+struct DumpPieces {
+  int64_t world_size = 0;
+  std::string backend;                    // "" for the simulator
+  std::vector<std::string> args;          // to_args(cfg)
+  std::vector<std::string> replicas;      // json_params of each rank
+  std::vector<std::string> epoch_indices; // per epoch: [[rank 0's indices], [rank 1's], ...]
+  std::vector<std::string> losses;        // per rank: [loss, ...]
+};
+std::string dump_json(const DumpPieces& d);
+// The simulator's run as DumpPieces, written.
 std::string dump_json(const ddp::Config& cfg, const ddp::SimResult& res);
 
 // --explain on the last layer's weight gradient as it sits in the first bucket of the first all-reduce.

@@ -22,7 +22,8 @@ namespace ddplab::verify {
 std::set<std::string> runner_flag_names();
 // The runner flags that may stand alone (--share-gpus, --nccl-exact), added to a program's own bare flags.
 std::set<std::string> with_runner_bare_flags(std::set<std::string> program_bare = {});
-const char* runner_usage();
+// The runner flags' usage text; `backend_line` false leaves out --backend/--nproc (a lab words its own).
+std::string runner_usage(bool backend_line = true);
 
 struct Rank {
   RankEnv env;
