@@ -140,6 +140,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  return ddplab::guarded_main("gpu_step", argc, argv, run);
-}
+int main(int argc, char** argv) { return ddplab::guarded_main("gpu_step", argc, argv, run); }

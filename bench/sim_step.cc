@@ -47,8 +47,8 @@ Measured measure(const Case& c) {
   std::vector<std::unique_ptr<ddp::Replica>> reps;
   for (int64_t r = 0; r < c.replicas; ++r) {
     reps.push_back(std::make_unique<ddp::Replica>(cfg, r));
-    reps.back()->reducer = std::make_unique<ddp::Reducer>(reps.back()->model.parameters(), cfg.world_size,
-                                                          cfg.bucket_cap_mb, cfg.average);
+    reps.back()->reducer =
+        std::make_unique<ddp::Reducer>(reps.back()->model.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
   }
   std::vector<std::vector<int64_t>> batch(static_cast<size_t>(c.replicas));
   for (int64_t r = 0; r < c.replicas; ++r) {
@@ -82,16 +82,18 @@ Measured measure(const Case& c) {
 
 int main(int argc, char** argv) {
   const std::string reference = argc > 1 ? argv[1] : "bench/sim_step_reference.py";
-  const std::vector<Case> cases = {{"notebook 6-4-2, 2 replicas, batch 32", {6, 4, 2}, 2, 32, 2000},
-                                   {"MLP 1024-4096-4096-1024, 8 replicas, batch 64", {1024, 4096, 4096, 1024}, 8, 64, 3}};
+  const std::vector<Case> cases = {
+      {"notebook 6-4-2, 2 replicas, batch 32", {6, 4, 2}, 2, 32, 2000},
+      {"MLP 1024-4096-4096-1024, 8 replicas, batch 64", {1024, 4096, 4096, 1024}, 8, 64, 3}};
   fmt::print("{:<48} {:>14} {:>14} {:>10}   peak RSS after step 1 / last\n", "one simulated DDP step", "ddplab ms",
              "PyTorch ms", "speedup");
   for (const Case& c : cases) {
     const Measured m = measure(c);
     // The PyTorch reference, same configuration, same machine, right now.
     // OPENBLAS_NUM_THREADS=1: torch.set_num_threads(1) alone leaves OpenBLAS free to use every core.
-    const std::string cmd = fmt::format("OPENBLAS_NUM_THREADS=1 /usr/bin/python3 {} --layers {} --replicas {} --batch {} --steps {} 2>&1",
-                                        reference, fmt::join(c.layers, ","), c.replicas, c.batch, c.steps);
+    const std::string cmd =
+        fmt::format("OPENBLAS_NUM_THREADS=1 /usr/bin/python3 {} --layers {} --replicas {} --batch {} --steps {} 2>&1",
+                    reference, fmt::join(c.layers, ","), c.replicas, c.batch, c.steps);
     double torch_ms = -1;
     if (FILE* p = popen(cmd.c_str(), "r")) {
       char line[256];

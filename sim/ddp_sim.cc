@@ -6,11 +6,11 @@
 
 #include <fmt/format.h>
 
-#include "src/ddp/report.h"
-#include "src/ddp/explain.h"
-#include "src/ddp/timeline.h"
 #include "src/compare.h"
 #include "src/ddp/config.h"
+#include "src/ddp/explain.h"
+#include "src/ddp/report.h"
+#include "src/ddp/timeline.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
 #include "src/io.h"
@@ -33,8 +33,8 @@ using namespace ddplab;
 
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
-  for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps",
-                        "compute-gflops", "dump-params", "quiet"}) {
+  for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps", "compute-gflops",
+                        "dump-params", "quiet"}) {
     known.insert(f);
   }
   const Flags flags(argc, argv, known, {"explain", "quiet"});
@@ -77,7 +77,8 @@ int run(int argc, char** argv) {
       std::string line = fmt::format("epoch {} DistributedSampler:", e + 1);
       for (size_t r = 0; r < res.sampler_indices[static_cast<size_t>(e)].size(); ++r) {
         const auto& idx = res.sampler_indices[static_cast<size_t>(e)][r];
-        const std::vector<int64_t> head(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(8, idx.size())));
+        const std::vector<int64_t> head(idx.begin(),
+                                        idx.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(8, idx.size())));
         line += fmt::format(" rank{} [{}{}]", r, fmt::join(head, " "), idx.size() > 8 ? " ..." : "");
       }
       fmt::print("{}\n", line);

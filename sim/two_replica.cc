@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "src/ddp/two_replica.h"
 #include "src/compare.h"
+#include "src/ddp/two_replica.h"
 #include "src/flags.h"
 #include "src/io.h"
 
@@ -39,9 +39,9 @@ std::vector<CmpResult> cmp_models(const MLP& a, const MLP& b) {
 }
 
 int run(int argc, char** argv) {
-  const ddplab::Flags flags(argc, argv,
-                            {"replicas", "seed", "samples", "batch-size", "in-features", "hidden",
-                             "out-features", "lr", "dump-params"});
+  const ddplab::Flags flags(
+      argc, argv,
+      {"replicas", "seed", "samples", "batch-size", "in-features", "hidden", "out-features", "lr", "dump-params"});
   if (flags.help()) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -81,8 +81,7 @@ int run(int argc, char** argv) {
       fmt::print("{}\n", ddplab::format_cmp(row));
     }
   }
-  fmt::print("\n# replica 0 vs one device trained in one step on the {} batches concatenated\n",
-             cfg.replicas);
+  fmt::print("\n# replica 0 vs one device trained in one step on the {} batches concatenated\n", cfg.replicas);
   int64_t differ = 0, total = 0;
   for (const CmpResult& row : cmp_models(r.replicas[0], r.one_device[0])) {
     fmt::print("{}\n", ddplab::format_cmp(row));
@@ -96,8 +95,7 @@ int run(int argc, char** argv) {
         "bitwise equal: no, {} of {} parameters differ in their last bits. Same mathematics, different\n"
         "order of float additions: one matmul over {} rows vs {} matmuls over {} rows, then a sum of {}\n"
         "gradients and a division by {}. Each rounding is tiny; 'approximate' is what to expect.\n",
-        differ, total, cfg.replicas * cfg.batch_size, cfg.replicas, cfg.batch_size, cfg.replicas,
-        cfg.replicas);
+        differ, total, cfg.replicas * cfg.batch_size, cfg.replicas, cfg.batch_size, cfg.replicas, cfg.replicas);
   }
   if (!dump.empty()) {
     if (std::string why = ddplab::write_file_atomic(dump, ddplab::dump_json(r)); !why.empty()) {

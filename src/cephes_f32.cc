@@ -33,8 +33,7 @@ constexpr float kMinusDP1 = -0.78515625f;
 constexpr float kMinusDP2 = -2.4187564849853515625e-4f;
 constexpr float kMinusDP3 = -3.77489497744594108e-8f;
 constexpr float kSinP[3] = {-1.9515295891E-4f, 8.3321608736E-3f, -1.6666654611E-1f};
-constexpr float kCosP[3] = {2.443315711809948E-005f, -1.388731625493765E-003f,
-                            4.166664568298827E-002f};
+constexpr float kCosP[3] = {2.443315711809948E-005f, -1.388731625493765E-003f, 4.166664568298827E-002f};
 constexpr float kFourOverPi = 1.27323954473516f;
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 namespace ddplab::cephes {
 
-float log_ps(float x);                      // natural log; x in (0, 1] for Box-Muller
+float log_ps(float x);                        // natural log; x in (0, 1] for Box-Muller
 void sincos_ps(float x, float* s, float* c);  // x in [0, 2*pi)
 
 }  // namespace ddplab::cephes

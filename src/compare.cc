@@ -9,8 +9,7 @@
 
 namespace ddplab {
 
-CmpResult cmp(const std::string& name, const float* a, const float* b, int64_t n, double rtol,
-              double atol) {
+CmpResult cmp(const std::string& name, const float* a, const float* b, int64_t n, double rtol, double atol) {
   CmpResult r;
   r.name = name;
   r.numel = n;
@@ -27,8 +26,10 @@ CmpResult cmp(const std::string& name, const float* a, const float* b, int64_t n
     const float err = std::fabs(x - y);
     const bool close = (x == y) || (std::isfinite(err) && err <= fatol + std::fabs(frtol * y));
     if (!close) r.approximate = false;
-    if (std::isnan(err)) any_nan_diff = true;
-    else if (err > r.maxdiff) r.maxdiff = err;
+    if (std::isnan(err))
+      any_nan_diff = true;
+    else if (err > r.maxdiff)
+      r.maxdiff = err;
   }
   if (any_nan_diff) r.maxdiff = std::nanf("");  // torch's max() propagates NaN
   return r;
@@ -58,8 +59,7 @@ std::string python_float_repr(double v) {
     } else if (static_cast<int>(digits.size()) <= exp10 + 1) {
       out = digits + std::string(static_cast<size_t>(exp10 + 1) - digits.size(), '0') + ".0";
     } else {
-      out = digits.substr(0, static_cast<size_t>(exp10 + 1)) + "." +
-            digits.substr(static_cast<size_t>(exp10 + 1));
+      out = digits.substr(0, static_cast<size_t>(exp10 + 1)) + "." + digits.substr(static_cast<size_t>(exp10 + 1));
     }
   } else {
     out = digits.substr(0, 1);
@@ -70,9 +70,8 @@ std::string python_float_repr(double v) {
 }
 
 std::string format_cmp(const CmpResult& r) {
-  return fmt::format("{:<15} | exact: {:<5} | approximate: {:<5} | maxdiff: {}", r.name,
-                     r.exact ? "True" : "False", r.approximate ? "True" : "False",
-                     python_float_repr(static_cast<double>(r.maxdiff)));
+  return fmt::format("{:<15} | exact: {:<5} | approximate: {:<5} | maxdiff: {}", r.name, r.exact ? "True" : "False",
+                     r.approximate ? "True" : "False", python_float_repr(static_cast<double>(r.maxdiff)));
 }
 
 }  // namespace ddplab

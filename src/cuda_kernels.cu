@@ -143,7 +143,8 @@ void gpu_ref_grad_input(const float* gy, const float* w, float* gx, int64_t batc
 void gpu_ref_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
   gpu_grad_weight(Kernels::reference, gy, x, gw, batch, in, out);
 }
-void gpu_fast_forward(const float* x, const float* w, const float* b, float* y, int64_t batch, int64_t in, int64_t out) {
+void gpu_fast_forward(const float* x, const float* w, const float* b, float* y, int64_t batch, int64_t in,
+                      int64_t out) {
   gpu_forward(Kernels::fast, x, w, b, y, batch, in, out);
 }
 void gpu_fast_grad_input(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
@@ -155,8 +156,8 @@ void gpu_fast_grad_weight(const float* gy, const float* x, float* gw, int64_t ba
 
 const LinearKernels kGpuReference = {"reference on the GPU (fixed-order kernels, --fmad=false)", gpu_ref_forward,
                                      gpu_ref_grad_input, gpu_ref_grad_weight, gpu_grad_bias};
-const LinearKernels kGpuFast = {"fast on the GPU (cuBLAS)", gpu_fast_forward, gpu_fast_grad_input,
-                                gpu_fast_grad_weight, gpu_grad_bias};
+const LinearKernels kGpuFast = {"fast on the GPU (cuBLAS)", gpu_fast_forward, gpu_fast_grad_input, gpu_fast_grad_weight,
+                                gpu_grad_bias};
 
 }  // namespace
 

@@ -19,12 +19,12 @@ const LinearKernels& cuda_kernels(Kernels k);
 // `stream` is a cudaStream_t (nullptr: the legacy default stream). cuBLAS: one handle per process, set to
 // `stream` at each call (so one thread at a time).
 namespace dev {
-void linear_forward(Kernels k, const float* x, const float* w, const float* bias, float* y, int64_t batch,
-                    int64_t in, int64_t out, void* stream);
-void linear_grad_input(Kernels k, const float* gy, const float* w, float* gx, int64_t batch, int64_t in,
-                       int64_t out, void* stream);
-void linear_grad_weight(Kernels k, const float* gy, const float* x, float* gw, int64_t batch, int64_t in,
-                        int64_t out, void* stream);
+void linear_forward(Kernels k, const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
+                    int64_t out, void* stream);
+void linear_grad_input(Kernels k, const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out,
+                       void* stream);
+void linear_grad_weight(Kernels k, const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out,
+                        void* stream);
 // Both tables sum the bias gradient in the reference order (rows in order, one thread per output).
 void linear_grad_bias(const float* gy, float* gb, int64_t batch, int64_t out, void* stream);
 }  // namespace dev

@@ -24,8 +24,7 @@ std::vector<int64_t> Dataset::gather_labels(const std::vector<int64_t>& indices)
   return out;
 }
 
-Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out_shape, uint64_t seed,
-                              Generator& g) {
+Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out_shape, uint64_t seed, Generator& g) {
   g.manual_seed(seed);
   Dataset d;
   d.x.resize(num_samples, in_shape);
@@ -37,8 +36,8 @@ Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out
   return d;
 }
 
-DistributedSampler::DistributedSampler(int64_t dataset_len, int64_t num_replicas, int64_t rank,
-                                       bool shuffle, uint64_t seed, bool drop_last)
+DistributedSampler::DistributedSampler(int64_t dataset_len, int64_t num_replicas, int64_t rank, bool shuffle,
+                                       uint64_t seed, bool drop_last)
     : dataset_len_(dataset_len),
       num_replicas_(num_replicas),
       rank_(rank),
@@ -79,8 +78,7 @@ std::vector<int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
-DataLoader::DataLoader(int64_t dataset_len, int64_t batch_size, bool shuffle, bool drop_last,
-                       Generator& gen)
+DataLoader::DataLoader(int64_t dataset_len, int64_t batch_size, bool shuffle, bool drop_last, Generator& gen)
     : sampler_len_(dataset_len), batch_size_(batch_size), drop_last_(drop_last), gen_(&gen) {
   if (shuffle) {
     sampler_ = [dataset_len, &gen]() {
@@ -97,8 +95,7 @@ DataLoader::DataLoader(int64_t dataset_len, int64_t batch_size, bool shuffle, bo
   }
 }
 
-DataLoader::DataLoader(const DistributedSampler& sampler, int64_t batch_size, bool drop_last,
-                       Generator& gen)
+DataLoader::DataLoader(const DistributedSampler& sampler, int64_t batch_size, bool drop_last, Generator& gen)
     : sampler_([&sampler]() { return sampler.indices(); }),
       sampler_len_(sampler.num_samples()),
       batch_size_(batch_size),

@@ -25,14 +25,14 @@ struct Dataset {
 
 // Notebook 000's RandomTensorDataset: manual_seed(seed), then per sample randn(in_shape), randn(out_shape).
 // Draws from the global generator, as the notebook does (or from `gen`: a process's own global one).
-Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out_shape,
-                              uint64_t seed = 12345, Generator& gen = default_generator());
+Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out_shape, uint64_t seed = 12345,
+                              Generator& gen = default_generator());
 
 // torch.utils.data.DistributedSampler(dataset, num_replicas, rank, shuffle, seed, drop_last).
 class DistributedSampler {
  public:
-  DistributedSampler(int64_t dataset_len, int64_t num_replicas, int64_t rank, bool shuffle = true,
-                     uint64_t seed = 0, bool drop_last = false);
+  DistributedSampler(int64_t dataset_len, int64_t num_replicas, int64_t rank, bool shuffle = true, uint64_t seed = 0,
+                     bool drop_last = false);
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   // This rank's indices for the current epoch: randperm(N) from a Generator seeded seed + epoch (or
   // 0..N-1), padded by repeating from the start (or truncated with drop_last), then rank::num_replicas.

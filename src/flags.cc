@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-
 namespace ddplab {
 
 Flags::Flags(int argc, char** argv, const std::set<std::string>& known, const std::set<std::string>& bare) {
@@ -121,8 +120,8 @@ std::string Flags::get_choice(const std::string& name, const std::string& def,
   throw UsageError(fmt::format("--{} must be one of {} (got '{}')", name, fmt::join(choices, "|"), v));
 }
 
-std::vector<int64_t> Flags::get_int_list(const std::string& name, const std::vector<int64_t>& def,
-                                         int64_t min, int64_t max) const {
+std::vector<int64_t> Flags::get_int_list(const std::string& name, const std::vector<int64_t>& def, int64_t min,
+                                         int64_t max) const {
   auto it = values_.find(name);
   if (it == values_.end()) return def;
   std::vector<int64_t> out;

@@ -38,8 +38,8 @@ class Flags {
   std::string get_string(const std::string& name, const std::string& def) const;
   std::string get_choice(const std::string& name, const std::string& def,
                          const std::vector<std::string>& choices) const;
-  std::vector<int64_t> get_int_list(const std::string& name, const std::vector<int64_t>& def,
-                                    int64_t min, int64_t max) const;  // "6,4,2"
+  std::vector<int64_t> get_int_list(const std::string& name, const std::vector<int64_t>& def, int64_t min,
+                                    int64_t max) const;  // "6,4,2"
 
  private:
   std::map<std::string, std::string> values_;

@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <climits>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -28,7 +28,7 @@ constexpr size_t kNameMax = 255;  // NAME_MAX of Linux file systems
 // gets the new content), up to 40 links like the kernel. "" when the chain loops.
 std::string resolve_links(std::string path) {
   for (int hops = 0; hops < 40; ++hops) {
-    struct stat st{};
+    struct stat st {};
     if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;
     std::string target(PATH_MAX, '\0');
     const ssize_t n = readlink(path.c_str(), target.data(), target.size());
@@ -41,7 +41,7 @@ std::string resolve_links(std::string path) {
 
 // A character device or FIFO (/dev/null, /dev/stdout, a pipe): written in place, never replaced.
 bool is_stream(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode));
 }
 
@@ -62,17 +62,19 @@ std::string write_all(int fd, const std::string& content, const std::string& nam
 
 std::string check_writable(const std::string& given) {
   if (given.empty()) return "empty path";
-  if (given.size() >= PATH_MAX) return fmt::format("the path is {} bytes long; the limit is {}", given.size(), PATH_MAX - 1);
+  if (given.size() >= PATH_MAX)
+    return fmt::format("the path is {} bytes long; the limit is {}", given.size(), PATH_MAX - 1);
   if (given.back() == '/') return fmt::format("'{}' is a directory, not a file", given);
   const std::string path = resolve_links(given);
   if (path.empty()) return fmt::format("'{}' is a loop of symbolic links", given);
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return fmt::format("'{}' is a directory, not a file", given);
     if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
       return access(path.c_str(), W_OK) == 0 ? "" : fmt::format("cannot write '{}': {}", given, std::strerror(errno));
     }
-    if (!S_ISREG(st.st_mode)) return fmt::format("'{}' is neither a regular file, a character device nor a pipe", given);
+    if (!S_ISREG(st.st_mode))
+      return fmt::format("'{}' is neither a regular file, a character device nor a pipe", given);
   }
   const size_t slash = path.rfind('/');
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -148,7 +150,8 @@ std::string json_tensor(const Parameter& p) {
 std::string json_params(const std::vector<const Parameter*>& params, const std::vector<std::string>& names) {
   std::string out = "{";
   for (size_t i = 0; i < params.size(); ++i) {
-    out += fmt::format("{}\"{}\": {}", i ? ", " : "", names.empty() ? params[i]->name : names[i], json_tensor(*params[i]));
+    out +=
+        fmt::format("{}\"{}\": {}", i ? ", " : "", names.empty() ? params[i]->name : names[i], json_tensor(*params[i]));
   }
   return out + "}";
 }

@@ -24,16 +24,14 @@ void grad_bias_rows(const float* gy, float* gb, int64_t batch, int64_t out) {
   }
 }
 
-void fast_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
-                  int64_t out) {
+void fast_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in, int64_t out) {
   for (int64_t b = 0; b < batch; ++b) {  // addmm starts from the bias (beta = 1)
     for (int64_t o = 0; o < out; ++o) y[b * out + o] = bias[o];
   }
   gemm::linear_forward(x, w, y, batch, in, out);
 }
 
-void ref_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
-                 int64_t out) {
+void ref_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in, int64_t out) {
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t o = 0; o < out; ++o) {
       float acc = 0.0f;

@@ -22,8 +22,7 @@ const char* kernels_name(Kernels k);
 
 struct LinearKernels {
   const char* name;
-  void (*forward)(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in,
-                  int64_t out);
+  void (*forward)(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in, int64_t out);
   void (*grad_input)(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out);
   void (*grad_weight)(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out);
   void (*grad_bias)(const float* gy, float* gb, int64_t batch, int64_t out);

@@ -1,6 +1,5 @@
 #include "src/nn.h"
 
-
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -62,8 +61,8 @@ Matrix Linear::backward(const Matrix& grad_out, bool need_grad_input) {
   return grad_in;
 }
 
-MLP::MLP(const std::vector<int64_t>& sizes, bool relu_between,
-         const std::vector<std::string>& layer_names, Generator& gen)
+MLP::MLP(const std::vector<int64_t>& sizes, bool relu_between, const std::vector<std::string>& layer_names,
+         Generator& gen)
     : relu(relu_between) {
   if (sizes.size() < 2 || layer_names.size() != sizes.size() - 1) {
     throw std::invalid_argument("MLP needs n >= 2 sizes and n - 1 layer names");
@@ -74,8 +73,7 @@ MLP::MLP(const std::vector<int64_t>& sizes, bool relu_between,
   }
 }
 
-std::vector<std::string> MLP::sequential_names(size_t num_linear, bool relu,
-                                               const std::string& prefix) {
+std::vector<std::string> MLP::sequential_names(size_t num_linear, bool relu, const std::string& prefix) {
   std::vector<std::string> names;
   for (size_t i = 0; i < num_linear; ++i) {
     names.push_back(prefix + "." + std::to_string(relu ? 2 * i : i));

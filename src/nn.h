@@ -15,8 +15,7 @@ class Linear {
  public:
   // Draws exactly what reset_parameters draws, in its order: kaiming_uniform_(W, a=sqrt(5)) then
   // uniform_(b, -1/sqrt(in), 1/sqrt(in)).
-  Linear(int64_t in_features, int64_t out_features, const std::string& prefix,
-         Generator& gen = default_generator());
+  Linear(int64_t in_features, int64_t out_features, const std::string& prefix, Generator& gen = default_generator());
 
   Matrix forward(const Matrix& x);  // remembers x for backward
   // Accumulates weight/bias grads; returns the grad wrt x when asked (the first layer's input needs none,
@@ -40,8 +39,7 @@ class MLP {
       Generator& gen = default_generator());
 
   // nn.Sequential names: "layers.0", "layers.2" with ReLU between, "layers.0", "layers.1" without.
-  static std::vector<std::string> sequential_names(size_t num_linear, bool relu,
-                                                   const std::string& prefix = "layers");
+  static std::vector<std::string> sequential_names(size_t num_linear, bool relu, const std::string& prefix = "layers");
 
   Matrix forward(const Matrix& x);
   void backward(const Matrix& grad_out);  // fills .grad of every parameter

@@ -82,11 +82,11 @@ void Adam::step() {
     float* w = p.data();
     const float* g = grad.data();
     for (Eigen::Index k = 0; k < p.numel(); ++k) {
-      m[k] = std::fma(g[k], one_minus_beta1, m[k] * beta1);        // mul_(beta1).add_(g, alpha=1-beta1)
+      m[k] = std::fma(g[k], one_minus_beta1, m[k] * beta1);  // mul_(beta1).add_(g, alpha=1-beta1)
       // mul_(beta2), then addcmul_(g, g, value=1-beta2) = v + (value * g) * g, the last multiply fused
       v[k] = std::fma(one_minus_beta2 * g[k], g[k], v[k] * beta2);
       const float denom = std::sqrt(v[k]) / bias_correction2_sqrt + eps;
-      w[k] = w[k] + neg_step_size * m[k] / denom;                   // addcdiv_(m, denom, value=-step_size)
+      w[k] = w[k] + neg_step_size * m[k] / denom;  // addcdiv_(m, denom, value=-step_size)
     }
   }
 }

@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 
 constexpr uint64_t kFnvOffset = 1469598103934665603ULL, kFnvPrime = 1099511628211ULL;
-constexpr int kMaxDepth = 16;  // a standard header nests 3 deep: {name: {"shape": [...]}}
+constexpr int kMaxDepth = 16;     // a standard header nests 3 deep: {name: {"shape": [...]}}
 constexpr size_t kMaxShown = 80;  // names and values quoted in a message are cut to this many bytes
 
 uint64_t fnv1a(uint64_t h, const unsigned char* p, size_t n) {
@@ -36,10 +36,10 @@ struct DType {
   const char* name;
   uint64_t bits;
 };
-constexpr DType kDTypes[] = {{"BOOL", 8},    {"U8", 8},       {"I8", 8},       {"F8_E5M2", 8}, {"F8_E4M3", 8},
-                             {"F8_E8M0", 8}, {"F4", 4},       {"F6_E2M3", 6},  {"F6_E3M2", 6}, {"I16", 16},
-                             {"U16", 16},    {"F16", 16},     {"BF16", 16},    {"I32", 32},    {"U32", 32},
-                             {"F32", 32},    {"F64", 64},     {"I64", 64},     {"U64", 64},    {"C64", 64}};
+constexpr DType kDTypes[] = {{"BOOL", 8},    {"U8", 8},   {"I8", 8},      {"F8_E5M2", 8}, {"F8_E4M3", 8},
+                             {"F8_E8M0", 8}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"I16", 16},
+                             {"U16", 16},    {"F16", 16}, {"BF16", 16},   {"I32", 32},    {"U32", 32},
+                             {"F32", 32},    {"F64", 64}, {"I64", 64},    {"U64", 64},    {"C64", 64}};
 
 const DType* find_dtype(const std::string& name) {
   for (const DType& d : kDTypes) {
@@ -166,7 +166,8 @@ TensorMap load(const std::string& path, LoadInfo* info) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw fail(fmt::format("cannot open: {}", std::strerror(errno)));
   const auto regular = [&](const struct stat& s) {
-    if (!S_ISREG(s.st_mode)) throw fail(fmt::format("is {}; only a regular file is read as safetensors", file_kind(s.st_mode)));
+    if (!S_ISREG(s.st_mode))
+      throw fail(fmt::format("is {}; only a regular file is read as safetensors", file_kind(s.st_mode)));
   };
   regular(st);
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -187,7 +188,8 @@ TensorMap load(const std::string& path, LoadInfo* info) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
   if (n > size - 8) throw fail(fmt::format("truncated: header says {} bytes, the file has {} after it", n, size - 8));
-  if (n > kMaxHeaderBytes) throw fail(fmt::format("header length {} exceeds the limit of {} bytes", n, kMaxHeaderBytes));
+  if (n > kMaxHeaderBytes)
+    throw fail(fmt::format("header length {} exceeds the limit of {} bytes", n, kMaxHeaderBytes));
   std::string text(static_cast<size_t>(n), '\0');
   file.read(text.data(), 8, n);
   const uint64_t data_begin = 8 + n, data_size = size - data_begin;
@@ -195,7 +197,8 @@ TensorMap load(const std::string& path, LoadInfo* info) {
   json header;
   try {
     header = json::parse(text, [&](int depth, json::parse_event_t event, json&) {
-      if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= kMaxDepth) {
+      if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+          depth >= kMaxDepth) {
         throw fail(fmt::format("corrupt header: JSON nested deeper than {} levels", kMaxDepth));
       }
       return true;
@@ -204,13 +207,15 @@ TensorMap load(const std::string& path, LoadInfo* info) {
     throw fail(std::string("corrupt header: ") + cut(e.what(), 300));
   }
   text = std::string();
-  if (!header.is_object()) throw fail(fmt::format("corrupt header: a JSON {}, not an object of tensors", header.type_name()));
+  if (!header.is_object())
+    throw fail(fmt::format("corrupt header: a JSON {}, not an object of tensors", header.type_name()));
 
   LoadInfo found;
   std::vector<Entry> entries;
   for (const auto& [name, t] : header.items()) {
     if (name == "__metadata__") {  // safetensors: a free-form map of strings to strings
-      if (!t.is_object()) throw fail(fmt::format("__metadata__ must be an object of strings (got a JSON {})", t.type_name()));
+      if (!t.is_object())
+        throw fail(fmt::format("__metadata__ must be an object of strings (got a JSON {})", t.type_name()));
       for (const auto& [k, v] : t.items()) {
         if (!v.is_string()) throw fail(fmt::format("__metadata__ {} must be a string (got {})", quoted(k), shown(v)));
         found.metadata[k] = v.get<std::string>();
@@ -220,7 +225,8 @@ TensorMap load(const std::string& path, LoadInfo* info) {
     Entry e;
     e.name = name;
     const std::string what = "tensor " + quoted(name);
-    if (!t.is_object()) throw fail(fmt::format("{}: must be an object with dtype, shape, data_offsets (got {})", what, shown(t)));
+    if (!t.is_object())
+      throw fail(fmt::format("{}: must be an object with dtype, shape, data_offsets (got {})", what, shown(t)));
     const auto dtype = t.find("dtype"), shape = t.find("shape"), offsets = t.find("data_offsets");
     if (dtype == t.end() || shape == t.end() || offsets == t.end()) {
       throw fail(fmt::format("{}: needs dtype, shape and data_offsets (got {})", what, shown(t)));
@@ -228,14 +234,16 @@ TensorMap load(const std::string& path, LoadInfo* info) {
     if (!dtype->is_string() || !(e.dtype = find_dtype(dtype->get<std::string>()))) {
       throw fail(fmt::format("{}: unknown dtype {} (safetensors has {})", what, shown(*dtype), dtype_names()));
     }
-    if (!shape->is_array()) throw fail(fmt::format("{}: shape must be a list of non-negative integers (got {})", what, shown(*shape)));
+    if (!shape->is_array())
+      throw fail(fmt::format("{}: shape must be a list of non-negative integers (got {})", what, shown(*shape)));
     bool zero = false;
     uint64_t numel = 1;
     bool overflow = false;
     for (const json& d : *shape) {
       uint64_t v = 0;
       if (!non_negative_integer(d, &v)) {
-        throw fail(fmt::format("{}: shape entries must be non-negative integers (got {} in {})", what, shown(d), shown(*shape)));
+        throw fail(fmt::format("{}: shape entries must be non-negative integers (got {} in {})", what, shown(d),
+                               shown(*shape)));
       }
       if (v > static_cast<uint64_t>(INT64_MAX)) {
         throw fail(fmt::format("{}: shape entry {} exceeds 2^63-1", what, v));
@@ -249,15 +257,18 @@ TensorMap load(const std::string& path, LoadInfo* info) {
     if ((!zero && overflow) || __builtin_mul_overflow(numel, e.dtype->bits, &bits)) {
       throw fail(fmt::format("{}: shape {} of {} needs more than 2^64 bits", what, shown(*shape), e.dtype->name));
     }
-    if (bits % 8 != 0) throw fail(fmt::format("{}: shape {} of {} is not a whole number of bytes", what, shown(*shape), e.dtype->name));
+    if (bits % 8 != 0)
+      throw fail(fmt::format("{}: shape {} of {} is not a whole number of bytes", what, shown(*shape), e.dtype->name));
     e.numel = numel;
     if (!offsets->is_array() || offsets->size() != 2 || !non_negative_integer((*offsets)[0], &e.begin) ||
         !non_negative_integer((*offsets)[1], &e.end)) {
-      throw fail(fmt::format("{}: data_offsets must be [begin, end], two non-negative integers (got {})", what, shown(*offsets)));
+      throw fail(fmt::format("{}: data_offsets must be [begin, end], two non-negative integers (got {})", what,
+                             shown(*offsets)));
     }
     if (e.end < e.begin) throw fail(fmt::format("{}: data_offsets {} end before they begin", what, shown(*offsets)));
     if (e.end > data_size) {
-      throw fail(fmt::format("{}: data_offsets {} go past the end of the data ({} bytes)", what, shown(*offsets), data_size));
+      throw fail(
+          fmt::format("{}: data_offsets {} go past the end of the data ({} bytes)", what, shown(*offsets), data_size));
     }
     if (e.end - e.begin != bits / 8) {
       throw fail(fmt::format("{}: data_offsets {} hold {} bytes, its shape {} of {} needs {}", what, shown(*offsets),
@@ -275,13 +286,15 @@ TensorMap load(const std::string& path, LoadInfo* info) {
       throw fail(fmt::format("tensor {}: data_offsets [{}, {}] overlap tensor {}'s [{}, {}]", quoted(e.name), e.begin,
                              e.end, quoted(prev->name), prev->begin, prev->end));
     }
-    if (e.begin > pos) throw fail(fmt::format("data bytes [{}, {}) belong to no tensor (safetensors allows no gaps)", pos, e.begin));
+    if (e.begin > pos)
+      throw fail(fmt::format("data bytes [{}, {}) belong to no tensor (safetensors allows no gaps)", pos, e.begin));
     pos = e.end;
     prev = &e;
   }
   if (pos != data_size) {
-    throw fail(fmt::format("the last {} of the {} data bytes belong to no tensor (safetensors allows no trailing bytes)",
-                           data_size - pos, data_size));
+    throw fail(
+        fmt::format("the last {} of the {} data bytes belong to no tensor (safetensors allows no trailing bytes)",
+                    data_size - pos, data_size));
   }
   for (const Entry& e : entries) {
     if (std::strcmp(e.dtype->name, "F32") != 0) {
@@ -304,7 +317,8 @@ TensorMap load(const std::string& path, LoadInfo* info) {
     out[e.name] = std::move(t);
   }
   if (sum != found.metadata.end()) {
-    if (fmt::format("{:016x}", h) != sum->second) throw fail("checksum mismatch: the data was changed or cut after it was written");
+    if (fmt::format("{:016x}", h) != sum->second)
+      throw fail("checksum mismatch: the data was changed or cut after it was written");
     found.checksum_verified = true;
   }
   if (info) *info = std::move(found);

@@ -16,7 +16,7 @@ struct Parameter {
   std::string name;
   std::vector<int64_t> shape;  // as torch reports it: {out, in} or {out}
   Matrix value;
-  Matrix grad;                 // meaningful only when has_grad
+  Matrix grad;  // meaningful only when has_grad
   bool has_grad = false;
 
   int64_t numel() const { return value.size(); }

@@ -45,9 +45,7 @@ uint64_t Generator::random64() {
   return (hi << 32) | lo;
 }
 
-int64_t Generator::random_int64() {
-  return static_cast<int64_t>(random64() % (static_cast<uint64_t>(1) << 63));
-}
+int64_t Generator::random_int64() { return static_cast<int64_t>(random64() % (static_cast<uint64_t>(1) << 63)); }
 
 double Generator::normal_double(double mean, double std) {
   if (next_double_normal_sample_) {

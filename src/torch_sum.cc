@@ -50,9 +50,8 @@ std::vector<float> row_sum(int64_t n, int64_t lanes, Load load) {
   constexpr int64_t kIlp = 4;
   const int64_t groups = n / kIlp;
   // lane (p, k) of the grouped view = row g*4 + p, lane k
-  std::vector<float> partial = multi_row_sum(groups, kIlp * lanes, [&](int64_t g, int64_t pk) {
-    return load(g * kIlp + pk / lanes, pk % lanes);
-  });
+  std::vector<float> partial = multi_row_sum(
+      groups, kIlp * lanes, [&](int64_t g, int64_t pk) { return load(g * kIlp + pk / lanes, pk % lanes); });
   for (int64_t i = groups * kIlp; i < n; ++i) {
     for (int64_t k = 0; k < lanes; ++k) partial[k] = partial[k] + load(i, k);
   }

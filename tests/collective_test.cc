@@ -85,7 +85,7 @@ TEST(Allreduce, WhichAlgorithmsAgreeBitwiseOnOrdinaryData) {
       std::printf("\n");
     }
     const size_t naive = 0, ring = 1, hd = 2, tree = 3;  // algorithm_names() order
-    if (ws == 2) {  // one addition, and float addition is commutative: all agree
+    if (ws == 2) {                                       // one addition, and float addition is commutative: all agree
       for (size_t a = 0; a < names.size(); ++a) {
         for (size_t b = 0; b < names.size(); ++b) EXPECT_EQ(differ[a][b], 0u);
       }

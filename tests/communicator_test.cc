@@ -13,7 +13,11 @@ namespace {
 template <typename F>
 void on_ranks(comm::LocalGroup& g, int n, F f) {
   std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r) ts.emplace_back([&, r] { auto c = g.communicator(r); f(*c); });
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      auto c = g.communicator(r);
+      f(*c);
+    });
   for (auto& t : ts) t.join();
 }
 
@@ -44,7 +48,8 @@ TEST(LocalGroup, TimeoutNamesTheCollective) {
     FAIL() << "expected a timeout";
   } catch (const comm::CommError& e) {
     EXPECT_NE(std::string(e.what()).find("all_reduce #0 timed out after 50 ms: only 1 of 2 ranks arrived"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -53,10 +53,10 @@ TEST(DdpSim, MatchesTorchDdpGoldens) {
 
 TEST(DdpSim, LiveAgainstTorchDdp) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
-  const std::vector<std::string> args = {"--world-size", "3", "--samples", "31", "--batch-size", "3",
-                                         "--layers", "5,7,3", "--activation", "relu", "--loss", "ce",
-                                         "--epochs", "2", "--no-sync", "2", "--momentum", "0.9", "--lr", "0.1",
-                                         "--sampler-seed", "5"};
+  const std::vector<std::string> args = {"--world-size", "3",     "--samples",      "31",   "--batch-size", "3",
+                                         "--layers",     "5,7,3", "--activation",   "relu", "--loss",       "ce",
+                                         "--epochs",     "2",     "--no-sync",      "2",    "--momentum",   "0.9",
+                                         "--lr",         "0.1",   "--sampler-seed", "5"};
   const std::string out = testing::temp_dir() + "/torch.json";
   std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
   cmd.insert(cmd.end(), args.begin(), args.end());
@@ -71,9 +71,9 @@ TEST(DdpSim, LiveMseRunIsBitwiseTorchDdp) {
   // Same machine, same OpenBLAS: for MSE models every float of the run is PyTorch's (the static goldens
   // only assert allclose, since another CPU may pick another OpenBLAS kernel than the one that wrote them).
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
-  const std::vector<std::string> args = {"--world-size", "3", "--samples", "45", "--batch-size", "4", "--layers",
-                                         "7,24,12,3", "--activation", "relu", "--epochs", "2", "--momentum", "0.9",
-                                         "--lr", "0.05", "--no-sync", "2"};
+  const std::vector<std::string> args = {"--world-size", "3",         "--samples",    "45",   "--batch-size", "4",
+                                         "--layers",     "7,24,12,3", "--activation", "relu", "--epochs",     "2",
+                                         "--momentum",   "0.9",       "--lr",         "0.05", "--no-sync",    "2"};
   const std::string out = testing::temp_dir() + "/torch.json";
   std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
   cmd.insert(cmd.end(), args.begin(), args.end());
@@ -111,8 +111,9 @@ TEST(DdpSim, AlgorithmsChangeBitsButNotTheMath) {
   naive_args.insert(naive_args.end(), {"--dump-params", out});
   ASSERT_EQ(ddp_sim(naive_args).status, 0);
   const json nv = testing::load_json(out);
-  const auto m = testing::match("ring vs naive layers.0.weight", testing::floats(ring["replicas"][0]["layers.0.weight"]),
-                                testing::floats(nv["replicas"][0]["layers.0.weight"]));
+  const auto m =
+      testing::match("ring vs naive layers.0.weight", testing::floats(ring["replicas"][0]["layers.0.weight"]),
+                     testing::floats(nv["replicas"][0]["layers.0.weight"]));
   EXPECT_TRUE(m.allclose);
   EXPECT_LT(m.equal, m.total);
 }
@@ -131,8 +132,8 @@ TEST(DdpSim, ExplainShowsTheRingAndTheFirstDifference) {
 TEST(DdpSim, TraceParsesAndEventsOrderAsDdp) {
   constexpr double kSlack = 2e-3;  // the trace prints microseconds with 3 decimals
   const std::string path = testing::temp_dir() + "/trace.json";
-  const CommandResult r = ddp_sim({"--world-size", "4", "--layers", "64,2048,512,10", "--batch-size", "4",
-                                   "--samples", "32", "--quiet", "--trace", path});
+  const CommandResult r = ddp_sim({"--world-size", "4", "--layers", "64,2048,512,10", "--batch-size", "4", "--samples",
+                                   "32", "--quiet", "--trace", path});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("hidden behind backward"), std::string::npos) << r.out;
   const json t = testing::load_json(path);
@@ -145,7 +146,8 @@ TEST(DdpSim, TraceParsesAndEventsOrderAsDdp) {
   for (auto& [pid, events] : compute) {
     // Compute thread: two iterations; each encloses its forward, backward (last layer first), optimizer.
     std::vector<json> steps;
-    for (const auto& e : events) if (e["cat"] == "step") steps.push_back(e);
+    for (const auto& e : events)
+      if (e["cat"] == "step") steps.push_back(e);
     ASSERT_EQ(steps.size(), 2u);
     EXPECT_NE(steps[0]["name"].get<std::string>().find("(1 bucket)"), std::string::npos);
     EXPECT_NE(steps[1]["name"].get<std::string>().find("(2 buckets)"), std::string::npos) << steps[1];
@@ -162,9 +164,8 @@ TEST(DdpSim, TraceParsesAndEventsOrderAsDdp) {
       order.push_back(e["name"]);
     }
     EXPECT_EQ(std::vector<std::string>(order.begin(), order.begin() + 7),
-              (std::vector<std::string>{"forward layers.0", "forward layers.1", "forward layers.2",
-                                        "backward layers.2", "backward layers.1", "backward layers.0",
-                                        "optimizer step"}));
+              (std::vector<std::string>{"forward layers.0", "forward layers.1", "forward layers.2", "backward layers.2",
+                                        "backward layers.1", "backward layers.0", "optimizer step"}));
     // Communication: each all-reduce starts after its bucket is ready, one at a time, and before the
     // optimizer step of its iteration.
     double ready = -1, comm_end = -1;

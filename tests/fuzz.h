@@ -22,6 +22,8 @@ using Rng = std::mt19937_64;
 
 inline uint64_t pick(Rng& rng, uint64_t n) { return n ? rng() % n : 0; }  // [0, n)
 template <class T>
-const T& pick(Rng& rng, const std::vector<T>& v) { return v[pick(rng, v.size())]; }
+const T& pick(Rng& rng, const std::vector<T>& v) {
+  return v[pick(rng, v.size())];
+}
 
 }  // namespace ddplab::fuzz

@@ -25,8 +25,9 @@ constexpr int kFlagCases = 50000;
 
 // ---- Flags for the DDP config, as sim/ddp_sim.cc parses them. ----
 
-const std::vector<std::string> kSimExtras = {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps",
-                                            "compute-gflops", "dump-params", "quiet"};
+const std::vector<std::string> kSimExtras = {"compare-single-device", "explain",   "trace",
+                                             "link-latency-us",       "link-gbps", "compute-gflops",
+                                             "dump-params",           "quiet"};
 
 // sim/ddp_sim.cc's reading of its flags, everything but running the simulation.
 ddp::Config parse_like_ddp_sim(const std::vector<std::string>& args) {
@@ -84,12 +85,57 @@ std::string valid_value(Rng& rng, const std::string& name) {
   return pick(rng, std::vector<std::string>{"true", "false", "1", "0"});  // the booleans
 }
 
-const std::vector<std::string> kBadValues = {
-    "", "-1", "0", "-0", "99999999999999999999", "-99999999999999999999", "9223372036854775807", "9223372036854775808",
-    "-9223372036854775808", "18446744073709551616", "1e308", "1e309", "-1e309", "1e-320", "nan", "NaN", "inf", "-inf",
-    "0x10", "0x1p-3", " 5", "5 ", "+5", "abc", "true", "false", "yes", ",", ",,", "1,,2", ",1", "1,", "-1,2", "2,-1",
-    "65536,65537", "1,99999999999999999999", "6;4;2", "6 4 2", "1.5", "1e3", "ring", "relu", "sgd", "per-rank", "--",
-    "=", "\xc3\xa9", "\xff", std::string(1, '\0'), std::string(10000, '7'), std::string(5000, '1') + "," + std::string(5000, '1')};
+const std::vector<std::string> kBadValues = {"",
+                                             "-1",
+                                             "0",
+                                             "-0",
+                                             "99999999999999999999",
+                                             "-99999999999999999999",
+                                             "9223372036854775807",
+                                             "9223372036854775808",
+                                             "-9223372036854775808",
+                                             "18446744073709551616",
+                                             "1e308",
+                                             "1e309",
+                                             "-1e309",
+                                             "1e-320",
+                                             "nan",
+                                             "NaN",
+                                             "inf",
+                                             "-inf",
+                                             "0x10",
+                                             "0x1p-3",
+                                             " 5",
+                                             "5 ",
+                                             "+5",
+                                             "abc",
+                                             "true",
+                                             "false",
+                                             "yes",
+                                             ",",
+                                             ",,",
+                                             "1,,2",
+                                             ",1",
+                                             "1,",
+                                             "-1,2",
+                                             "2,-1",
+                                             "65536,65537",
+                                             "1,99999999999999999999",
+                                             "6;4;2",
+                                             "6 4 2",
+                                             "1.5",
+                                             "1e3",
+                                             "ring",
+                                             "relu",
+                                             "sgd",
+                                             "per-rank",
+                                             "--",
+                                             "=",
+                                             "\xc3\xa9",
+                                             "\xff",
+                                             std::string(1, '\0'),
+                                             std::string(10000, '7'),
+                                             std::string(5000, '1') + "," + std::string(5000, '1')};
 
 std::string mutate_value(Rng& rng, std::string v) {
   static const std::string kChars = "0123456789-+.,eE xa";
@@ -128,10 +174,14 @@ TEST(Fuzz, DdpFlagsEndInUsageErrorOrAConfig) {
       const std::string name = r < 92 ? pick(rng, names) : pick(rng, kBadNames);
       std::string value;
       const uint64_t how = pick(rng, 10);
-      if (how < 5) value = valid_value(rng, name);
-      else if (how < 8) value = pick(rng, kBadValues);
-      else if (how < 9) value = mutate_value(rng, valid_value(rng, name));
-      else value = name == "layers" ? many : mutate_value(rng, pick(rng, kBadValues));
+      if (how < 5)
+        value = valid_value(rng, name);
+      else if (how < 8)
+        value = pick(rng, kBadValues);
+      else if (how < 9)
+        value = mutate_value(rng, valid_value(rng, name));
+      else
+        value = name == "layers" ? many : mutate_value(rng, pick(rng, kBadValues));
       const uint64_t form = pick(rng, 20);
       if (form < 14) {
         args.push_back("--" + name);
@@ -159,7 +209,8 @@ TEST(Fuzz, DdpFlagsEndInUsageErrorOrAConfig) {
       }
       ddp::describe(cfg);
     } catch (const UsageError& e) {
-      if (std::string(e.what()).find('\n') != std::string::npos) failure = std::string("message not one line: ") + e.what();
+      if (std::string(e.what()).find('\n') != std::string::npos)
+        failure = std::string("message not one line: ") + e.what();
     } catch (const std::exception& e) {
       failure = std::string("another exception: ") + e.what();
     } catch (...) {

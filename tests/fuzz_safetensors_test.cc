@@ -44,7 +44,9 @@ Parts split(const std::string& bytes) {
   return {bytes.substr(8, n), bytes.substr(8 + n)};
 }
 
-std::string f32(const std::vector<float>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
+std::string f32(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -72,11 +74,13 @@ std::vector<Parts> seeds(const std::string& dir) {
     out.push_back(split(slurp(path)));
   }
   // 3. Standard files as other writers make them: no checksum, metadata or not, data not in name order.
-  out.push_back({R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}  )",
-                 f32({1, 2, 3, 4, 5, 6})});
-  out.push_back({R"({"__metadata__":{"format":"pt"},"x":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
-                 R"("e":{"dtype":"F32","shape":[0],"data_offsets":[12,12]},"y":{"dtype":"F32","shape":[1,1],"data_offsets":[12,16]}})",
-                 f32({7, 8, 9, 10})});
+  out.push_back(
+      {R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}  )",
+       f32({1, 2, 3, 4, 5, 6})});
+  out.push_back(
+      {R"({"__metadata__":{"format":"pt"},"x":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+       R"("e":{"dtype":"F32","shape":[0],"data_offsets":[12,12]},"y":{"dtype":"F32","shape":[1,1],"data_offsets":[12,16]}})",
+       f32({7, 8, 9, 10})});
   return out;
 }
 
@@ -108,20 +112,86 @@ std::vector<std::pair<size_t, size_t>> strings(const std::string& h) {
   return out;
 }
 
-const std::vector<std::string> kNumbers = {
-    "0", "1", "-1", "-0", "3", "4", "8", "12", "16", "2.5", "1e3", "1.0", "-4", "255", "4294967295", "4294967296",
-    "2147483648", "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
-    "18446744073709551615", "18446744073709551616", "99999999999999999999", "4611686018427387904",
-    "4611686018427387905", "2305843009213693952", "1e308", "1e309", "-1e308", "100000000", "100000001", "00", "1.", "01"};
-const std::vector<std::string> kStrings = {
-    "\"\"", "\"F32\"", "\"F16\"", "\"BF16\"", "\"F64\"", "\"F4\"", "\"F6_E2M3\"", "\"BOOL\"", "\"Q8\"", "\"f32\"",
-    "\"__metadata__\"", "\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"checksum_fnv1a64\"", "\"0000000000000000\"",
-    "\"a\\nb\"", "\"\\u0000\"", "\"\\ud800\"", "\"\xff\"", "5", "null", "[]", "{}", "[1,2]", "true"};
+const std::vector<std::string> kNumbers = {"0",
+                                           "1",
+                                           "-1",
+                                           "-0",
+                                           "3",
+                                           "4",
+                                           "8",
+                                           "12",
+                                           "16",
+                                           "2.5",
+                                           "1e3",
+                                           "1.0",
+                                           "-4",
+                                           "255",
+                                           "4294967295",
+                                           "4294967296",
+                                           "2147483648",
+                                           "9223372036854775807",
+                                           "9223372036854775808",
+                                           "-9223372036854775808",
+                                           "-9223372036854775809",
+                                           "18446744073709551615",
+                                           "18446744073709551616",
+                                           "99999999999999999999",
+                                           "4611686018427387904",
+                                           "4611686018427387905",
+                                           "2305843009213693952",
+                                           "1e308",
+                                           "1e309",
+                                           "-1e308",
+                                           "100000000",
+                                           "100000001",
+                                           "00",
+                                           "1.",
+                                           "01"};
+const std::vector<std::string> kStrings = {"\"\"",
+                                           "\"F32\"",
+                                           "\"F16\"",
+                                           "\"BF16\"",
+                                           "\"F64\"",
+                                           "\"F4\"",
+                                           "\"F6_E2M3\"",
+                                           "\"BOOL\"",
+                                           "\"Q8\"",
+                                           "\"f32\"",
+                                           "\"__metadata__\"",
+                                           "\"dtype\"",
+                                           "\"shape\"",
+                                           "\"data_offsets\"",
+                                           "\"checksum_fnv1a64\"",
+                                           "\"0000000000000000\"",
+                                           "\"a\\nb\"",
+                                           "\"\\u0000\"",
+                                           "\"\\ud800\"",
+                                           "\"\xff\"",
+                                           "5",
+                                           "null",
+                                           "[]",
+                                           "{}",
+                                           "[1,2]",
+                                           "true"};
 const std::vector<std::string> kValues = {  // whole JSON values, for a shape, data_offsets or metadata
-    "[]", "[0]", "[-1]", "[1,-1]", "[0,0]", "[4611686018427387905]", "[4294967296,4294967296]", "[[1]]", "[1.5]",
-    "null", "\"x\"", "{}", "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]",
-    "[18446744073709551615,18446744073709551615]", "[0,18446744073709551615]", "[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]",
-    "{\"a\":\"b\"}", "{\"checksum_fnv1a64\":1}"};
+    "[]",
+    "[0]",
+    "[-1]",
+    "[1,-1]",
+    "[0,0]",
+    "[4611686018427387905]",
+    "[4294967296,4294967296]",
+    "[[1]]",
+    "[1.5]",
+    "null",
+    "\"x\"",
+    "{}",
+    "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]",
+    "[18446744073709551615,18446744073709551615]",
+    "[0,18446744073709551615]",
+    "[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]",
+    "{\"a\":\"b\"}",
+    "{\"checksum_fnv1a64\":1}"};
 
 // One JSON-level mutation of the header text; the length field is rewritten to match afterwards.
 // kinds 0-2 keep the JSON well-formed (a value replaced by another), 3-4 need not.
@@ -183,7 +253,8 @@ std::string mutate_header(Rng& rng, Parts& p, bool well_formed) {
 std::string mutate_bytes(Rng& rng, std::string& f, size_t header_end) {
   const auto at = [&](bool header_bias) {
     if (f.empty()) return size_t{0};
-    if (header_bias && header_end > 0 && pick(rng, 4) != 0) return static_cast<size_t>(pick(rng, std::min(header_end, f.size())));
+    if (header_bias && header_end > 0 && pick(rng, 4) != 0)
+      return static_cast<size_t>(pick(rng, std::min(header_end, f.size())));
     return static_cast<size_t>(pick(rng, f.size()));
   };
   switch (pick(rng, 9)) {
@@ -209,8 +280,9 @@ std::string mutate_bytes(Rng& rng, std::string& f, size_t header_end) {
     }
     case 5: {  // the header length field rewritten
       const uint64_t n = header_end - 8, size = f.size();
-      const std::vector<uint64_t> choices = {0, 1, 2, 7, 8, n - 1, n + 1, n + 8, size - 8, size - 7, size, 1ull << 31, 1ull << 32,
-                                             100000000, 100000001, 1ull << 63, ~0ull, rng()};
+      const std::vector<uint64_t> choices = {0,          1,         2,         7,          8,     n - 1,
+                                             n + 1,      n + 8,     size - 8,  size - 7,   size,  1ull << 31,
+                                             1ull << 32, 100000000, 100000001, 1ull << 63, ~0ull, rng()};
       const uint64_t v = pick(rng, choices);
       if (f.size() < 8) f.resize(8);
       f.replace(0, 8, le64(v));
@@ -305,7 +377,8 @@ TEST(Fuzz, SafetensorsLoadRefusesCleanlyOrLoads) {
       if (floats * 4 > bytes.size()) failure = "more floats than the file holds";
     } catch (const safetensors::FormatError& e) {
       const std::string what = e.what();
-      if (what.find('\n') != std::string::npos || what.rfind(path + ": ", 0) != 0) failure = "message not one line naming the file: " + what;
+      if (what.find('\n') != std::string::npos || what.rfind(path + ": ", 0) != 0)
+        failure = "message not one line naming the file: " + what;
       ++kinds[kind(what, path)];
     } catch (const std::exception& e) {
       failure = std::string("another exception: ") + e.what();
@@ -317,7 +390,8 @@ TEST(Fuzz, SafetensorsLoadRefusesCleanlyOrLoads) {
     if (!failure.empty()) {
       ++crashes;
       const char* out = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-      const std::string keep = std::string(out ? out : dir.c_str()) + "/fuzz_case_" + std::to_string(c) + ".safetensors";
+      const std::string keep =
+          std::string(out ? out : dir.c_str()) + "/fuzz_case_" + std::to_string(c) + ".safetensors";
       std::ofstream(keep, std::ios::binary) << bytes;
       ADD_FAILURE() << "case " << c << " (" << how << "): " << failure << " (bytes kept in " << keep << ")";
     }
@@ -327,9 +401,12 @@ TEST(Fuzz, SafetensorsLoadRefusesCleanlyOrLoads) {
   std::vector<std::pair<int, std::string>> top;
   for (const auto& [k, n] : kinds) top.emplace_back(-n, k);
   std::sort(top.begin(), top.end());
-  for (size_t i = 0; i < std::min<size_t>(top.size(), 12); ++i) std::printf("  %5d  %s\n", -top[i].first, top[i].second.c_str());
-  std::printf("fuzz safetensors: %d cases, %d refused cleanly, %d loaded, %d crashes (seed %llu, %zu kinds of refusal, %.1f s)\n",
-              kSafetensorsCases, refused, loaded, crashes, static_cast<unsigned long long>(kSeed), kinds.size(), secs);
+  for (size_t i = 0; i < std::min<size_t>(top.size(), 12); ++i)
+    std::printf("  %5d  %s\n", -top[i].first, top[i].second.c_str());
+  std::printf(
+      "fuzz safetensors: %d cases, %d refused cleanly, %d loaded, %d crashes (seed %llu, %zu kinds of refusal, %.1f "
+      "s)\n",
+      kSafetensorsCases, refused, loaded, crashes, static_cast<unsigned long long>(kSeed), kinds.size(), secs);
   EXPECT_EQ(crashes, 0);
   EXPECT_GT(loaded, 0) << "no mutation left a loadable file: the fuzzer explores nothing past the checks";
   EXPECT_GT(kinds.size(), 30u) << "the mutations reach too few of the checks";

@@ -11,11 +11,11 @@
 #include "src/comm/local_group.h"
 #include "src/ddp/trainer.h"
 #include "src/kernels.h"
-#include "src/torch_rng.h"
-#include "tests/testing.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
 #include "src/store/store.h"
+#include "src/torch_rng.h"
+#include "tests/testing.h"
 
 namespace ddplab {
 namespace {
@@ -47,8 +47,8 @@ TEST(Gpu, ReferenceKernelsEqualTheCpuOnesBitForBit) {
 TEST(Gpu, NcclVerifierWithReferenceKernelsIsExact) {
   if (std::string why = gpu_missing(1); !why.empty()) GTEST_SKIP() << why;
   // --share-gpus: two ranks run on one GPU as well as on two.
-  const auto r = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--share-gpus", "--nproc", "2", "--kernels",
-                                       "reference", "--epochs", "2", "--quiet"});
+  const auto r = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--share-gpus", "--nproc", "2",
+                                       "--kernels", "reference", "--epochs", "2", "--quiet"});
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_EQ(r.out.find("exact: False"), std::string::npos) << r.out;
 }
@@ -141,9 +141,9 @@ TEST(Gpu, DeviceTrainerWithCublasIsCloseToTheHost) {
 
 TEST(Gpu, NcclVerifierPrintsTheGpuTimingLine) {
   if (std::string why = gpu_missing(1); !why.empty()) GTEST_SKIP() << why;
-  const auto r = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "1", "--kernels",
-                                       "reference", "--epochs", "2", "--no-sync", "2", "--optimizer", "adam",
-                                       "--quiet"});
+  const auto r =
+      testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "1", "--kernels", "reference",
+                            "--epochs", "2", "--no-sync", "2", "--optimizer", "adam", "--quiet"});
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("timing: real training "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" ms (GPU, nccl), simulator "), std::string::npos) << r.out;

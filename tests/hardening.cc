@@ -12,7 +12,8 @@
 
 namespace ddplab::hardening {
 
-CommandResult run(const std::vector<std::string>& env, const std::string& program, const std::vector<std::string>& args) {
+CommandResult run(const std::vector<std::string>& env, const std::string& program,
+                  const std::vector<std::string>& args) {
   std::vector<std::string> cmd = {"/usr/bin/env"};
   cmd.insert(cmd.end(), env.begin(), env.end());
   cmd.push_back(program);

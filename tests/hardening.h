@@ -22,7 +22,8 @@ inline const std::string kVerify = "verify/ddp_verify";
 inline const std::string kTrainer = "notebooks_ported/003_trainer/003_trainer";
 
 // `program` with `args`, under /usr/bin/env with `env` (NAME=VALUE entries) added.
-CommandResult run(const std::vector<std::string>& env, const std::string& program, const std::vector<std::string>& args);
+CommandResult run(const std::vector<std::string>& env, const std::string& program,
+                  const std::vector<std::string>& args);
 
 size_t lines(const std::string& s);
 

@@ -70,7 +70,6 @@ std::vector<std::string> entries(const std::string& dir) {
   return out;
 }
 
-
 // Cause 6: a launcher killed by SIGTERM, SIGINT or SIGKILL left its ranks running (re-parented) and its
 // rendezvous directory behind.
 TEST_F(Hardening, KillingTheLauncherLeavesNoRankAndNoDirectory) {
@@ -78,9 +77,9 @@ TEST_F(Hardening, KillingTheLauncherLeavesNoRankAndNoDirectory) {
     SCOPED_TRACE(strsignal(sig));
     const std::string tmp = testing::temp_dir();
     // Rank 1 hangs at once and rank 0 waits for it (60 s): both stay alive until someone stops them.
-    const Spawned launcher = spawn({"TMPDIR=" + tmp}, kVerify,
-                                   {"--nproc", "2", "--fault", "hang", "--fault-rank", "1", "--fault-at", "1",
-                                    "--timeout", "60", "--quiet"});
+    const Spawned launcher = spawn(
+        {"TMPDIR=" + tmp}, kVerify,
+        {"--nproc", "2", "--fault", "hang", "--fault-rank", "1", "--fault-at", "1", "--timeout", "60", "--quiet"});
     const bool up = wait_for(10, [&] { return launcher.err().find("injected fault: hang") != std::string::npos; });
     EXPECT_TRUE(up) << launcher.err();
     const std::map<int, pid_t> ranks = ranks_of(launcher.pid);
@@ -92,11 +91,11 @@ TEST_F(Hardening, KillingTheLauncherLeavesNoRankAndNoDirectory) {
       EXPECT_TRUE(WIFSIGNALED(status)) << status;
     } else {
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << "\n" << launcher.err();
-      EXPECT_NE(launcher.err().find("interrupted by signal " + std::to_string(sig)), std::string::npos) << launcher.err();
+      EXPECT_NE(launcher.err().find("interrupted by signal " + std::to_string(sig)), std::string::npos)
+          << launcher.err();
     }
-    const bool ranks_gone = wait_for(5, [&] {
-      return std::all_of(ranks.begin(), ranks.end(), [](const auto& rp) { return gone(rp.second); });
-    });
+    const bool ranks_gone = wait_for(
+        5, [&] { return std::all_of(ranks.begin(), ranks.end(), [](const auto& rp) { return gone(rp.second); }); });
     EXPECT_TRUE(ranks_gone) << "ranks still running after the launcher was killed";
     const bool dir_gone = wait_for(5, [&] { return entries(tmp).empty(); });
     EXPECT_TRUE(dir_gone) << "left behind in " << tmp << ": " << (entries(tmp).empty() ? "" : entries(tmp)[0]);
@@ -112,12 +111,13 @@ TEST_F(Hardening, KillingTheLauncherLeavesNoRankAndNoDirectory) {
 // Cause 7: WORLD_SIZE / OMPI_COMM_WORLD_SIZE escaped the 1..64 limit of --nproc (100000 was accepted).
 TEST_F(Hardening, WorldSizeFromTheEnvironmentHasTheNprocLimit) {
   const std::string dir = testing::temp_dir();
-  const std::vector<std::string> args = {"--store", "file:" + dir, "--samples", "200000", "--batch-size", "1",
-                                         "--timeout", "2", "--quiet"};
+  const std::vector<std::string> args = {"--store", "file:" + dir, "--samples", "200000", "--batch-size",
+                                         "1",       "--timeout",   "2",         "--quiet"};
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"RANK=0", "WORLD_SIZE=100000"}, "WORLD_SIZE must be in [1, 64] (got 100000)"},
       {{"RANK=0", "WORLD_SIZE=65"}, "WORLD_SIZE must be in [1, 64] (got 65)"},
-      {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=100000"}, "OMPI_COMM_WORLD_SIZE must be in [1, 64] (got 100000)"},
+      {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=100000"},
+       "OMPI_COMM_WORLD_SIZE must be in [1, 64] (got 100000)"},
   };
   for (const auto& [env, expect] : cases) {
     const auto t0 = Clock::now();
@@ -133,7 +133,8 @@ TEST_F(Hardening, WorldSizeFromTheEnvironmentHasTheNprocLimit) {
 // within the 0..63 range, silently injected nothing. Now: refused once, before any rank starts.
 TEST_F(Hardening, FaultFlagsAreCheckedOnceBeforeRanksStart) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"notebooks_ported/001_toy_ddp/001_toy_ddp", "--fault", "exit", "--fault-rank", "99"}, "--fault-rank must be in [0, 1] (got 99)"},
+      {{"notebooks_ported/001_toy_ddp/001_toy_ddp", "--fault", "exit", "--fault-rank", "99"},
+       "--fault-rank must be in [0, 1] (got 99)"},
       {{kVerify, "--fault", "exit", "--fault-rank", "5"}, "--fault-rank must be in [0, 1] (got 5)"},
       {{kVerify, "--fault-at", "3"}, "--fault-at needs --fault exit|hang"},
   };
@@ -148,8 +149,9 @@ TEST_F(Hardening, FaultFlagsAreCheckedOnceBeforeRanksStart) {
 
 // Cause 8: a rank killed by a signal made the launcher exit 128+signal (137), outside 0/1/2/3.
 TEST_F(Hardening, ARankKilledBySignalMakesTheLauncherExit1) {
-  const Spawned launcher = spawn({}, kVerify, {"--nproc", "2", "--fault", "hang", "--fault-rank", "1", "--fault-at",
-                                               "1", "--timeout", "30", "--quiet"});
+  const Spawned launcher =
+      spawn({}, kVerify,
+            {"--nproc", "2", "--fault", "hang", "--fault-rank", "1", "--fault-at", "1", "--timeout", "30", "--quiet"});
   const bool up = wait_for(10, [&] { return launcher.err().find("injected fault: hang") != std::string::npos; });
   EXPECT_TRUE(up) << launcher.err();
   const std::map<int, pid_t> ranks = ranks_of(launcher.pid);
@@ -169,7 +171,8 @@ TEST_F(Hardening, ARankKilledBySignalMakesTheLauncherExit1) {
 TEST_F(Hardening, OnlyTheRankThatExitedIsBlamed) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
       {kTrainer, {"--backend", "gloo", "--nproc", "4", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3"}},
-      {kVerify, {"--nproc", "4", "--epochs", "2", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3", "--quiet"}},
+      {kVerify,
+       {"--nproc", "4", "--epochs", "2", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3", "--quiet"}},
   };
   for (const auto& [program, args] : runs) {
     SCOPED_TRACE(program);

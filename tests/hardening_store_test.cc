@@ -54,7 +54,7 @@ class RedisServer {
     pid_ = fork();
     if (pid_ == 0) {
       std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                       "--save", "", "--appendonly", "no"};
+                                       "--save",       "",       "--appendonly",        "no"};
       if (!password.empty()) args.insert(args.end(), {"--requirepass", password});
       std::vector<char*> a;
       for (const std::string& x : args) a.push_back(const_cast<char*>(x.c_str()));
@@ -133,10 +133,14 @@ TEST_F(Hardening, RedisStoreNeverUsesPlantedOrStaleKeys) {
   const FakePeer fake;
   const std::string stale = "0123456789abcdef0123456789abcdef";
   const std::vector<std::pair<std::string, std::string>> planted = {
-      {"hard/0", fake.address()},          {"hard/1", fake.address()},
-      {"hard/rank_0", "fakehost"},         {"hard/rank_1", "fakehost"},
-      {"hard/nonce", stale},               {"hard/" + stale + "/go", std::string(64, '0')},
-      {"hard/" + stale + "/0", fake.address()}, {"hard/" + stale + "/rank_0", "fakehost"},
+      {"hard/0", fake.address()},
+      {"hard/1", fake.address()},
+      {"hard/rank_0", "fakehost"},
+      {"hard/rank_1", "fakehost"},
+      {"hard/nonce", stale},
+      {"hard/" + stale + "/go", std::string(64, '0')},
+      {"hard/" + stale + "/0", fake.address()},
+      {"hard/" + stale + "/rank_0", "fakehost"},
   };
   for (const auto& [k, v] : planted) ASSERT_EQ(redis_command(redis.port(), {"SET", k, v}), "+OK") << k;
   const auto env = [&](int r) {
@@ -186,7 +190,8 @@ TEST_F(Hardening, RedisPasswordsAreSentAndReported) {
 TEST_F(Hardening, FileStoreKeepsRunsApartAndIgnoresStaleOnes) {
   const std::string dir = testing::temp_dir();
   const auto args = [&](const std::string& id) {
-    return std::vector<std::string>{"--nproc", "2", "--store", "file:" + dir, "--run-id", id, "--timeout", "10", "--quiet"};
+    return std::vector<std::string>{"--nproc", "2",         "--store", "file:" + dir, "--run-id",
+                                    id,        "--timeout", "10",      "--quiet"};
   };
   CommandResult a;
   std::thread t([&] { a = run({}, kVerify, args("run-a")); });
@@ -222,7 +227,8 @@ TEST_F(Hardening, StoreValuesAreCheckedBeforeUse) {
   const std::string err = rank0.err();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << err;
   EXPECT_NE(err.find("rank 0: rank 1's address in the store is not a Gloo address (7 bytes, expected 136"),
-            std::string::npos) << err;
+            std::string::npos)
+      << err;
   EXPECT_EQ(lines(err), 1u) << err;
 }
 
@@ -251,7 +257,8 @@ TEST_F(Hardening, GatheredStringLengthsAreCheckedBeforeUse) {
     ADD_FAILURE() << "a 4 EiB length was accepted";
   } catch (const comm::CommError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1 reported a string of 4611686018427387904 bytes; the limit is"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   } catch (const std::exception& e) {
     ADD_FAILURE() << "not a CommError naming the rank and the limit: " << e.what();
   }

@@ -35,7 +35,7 @@ TEST(AtomicWrite, FollowsASymbolicLinkAndKeepsIt) {
   const std::string target = dir + "/target.json", link = dir + "/link.json";
   ASSERT_EQ(symlink("target.json", link.c_str()), 0);  // relative, as `ln -s` makes it
   EXPECT_EQ(write_file_atomic(link, "{}\n"), "");
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(lstat(link.c_str(), &st), 0);
   EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link was replaced by a regular file";
   EXPECT_EQ(read(target), "{}\n");
@@ -50,7 +50,7 @@ TEST(AtomicWrite, WritesThroughAPipeInsteadOfReplacingIt) {
   EXPECT_EQ(write_file_atomic(fifo, "through the pipe\n"), "");
   reader.join();
   EXPECT_EQ(got, "through the pipe\n");
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the pipe was replaced by a regular file";
   EXPECT_EQ(check_writable("/dev/null"), "");
@@ -99,7 +99,7 @@ TEST(Limits, AFootprintOverTheFreeMemoryIsRefused) {
   const double avail = available_memory_bytes();
   if (avail <= 0) GTEST_SKIP() << "/proc/meminfo has no MemAvailable here";
   Footprint f;
-  f.parameters = kMaxParameterElements / 2;  // under every ceiling...
+  f.parameters = kMaxParameterElements / 2;                           // under every ceiling...
   f.copies = static_cast<int64_t>(avail / (2.0 * f.parameters)) + 8;  // ...but more bytes than are free
   try {
     check_footprint(f, "--test");
@@ -136,9 +136,10 @@ TEST(GuardedMain, EveryExceptionBecomesOneLineAndAStatus) {
   EXPECT_EQ(guarded_main("p", 1, argv, throws_runtime_error), 1);
   EXPECT_EQ(guarded_main("p", 1, argv, throws_usage), 2);
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(err, "p: out of memory (the run needed more than this machine could give)\n"
-                 "p: the run failed: something broke\n"
-                 "p: --x must be 1\n");
+  EXPECT_EQ(err,
+            "p: out of memory (the run needed more than this machine could give)\n"
+            "p: the run failed: something broke\n"
+            "p: --x must be 1\n");
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ TEST(NcclRing, ChunksOfAShortBufferAre16ByteAligned) {
 
 TEST(NcclRing, LongBuffersRunFullLoopsThenAShortOne) {
   // C = 8, 2 ranks: loops of 16; 37 = 16 + 16 + 5, and the last loop has C' = roundUp(3, 4) = 4.
-  EXPECT_EQ(spans(37, 2, 8), (std::vector<Span>{{0, 8, 1}, {8, 16, 0}, {16, 24, 1}, {24, 32, 0}, {32, 36, 1}, {36, 37, 0}}));
+  EXPECT_EQ(spans(37, 2, 8),
+            (std::vector<Span>{{0, 8, 1}, {8, 16, 0}, {16, 24, 1}, {24, 32, 0}, {32, 36, 1}, {36, 37, 0}}));
   // Exactly two full loops: no short loop after them.
   EXPECT_EQ(spans(32, 2, 8).size(), 4u);
   // The pinned configuration's chunk: 2 MiB of floats (NCCL_BUFFSIZE 4 MiB / 8 steps * 4 chunk steps).
@@ -136,10 +137,11 @@ TEST(NcclRing, EqualsRealNcclRecordedOnAGpu) {
       char hash[17];
       std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a_bits(x[0].data(), n)));
       EXPECT_EQ(hash, c["sum_fnv1a"].get<std::string>()) << label;
-      std::printf("%-18s nccl-ring vs real NCCL %s: %zu chunk starts %s, sum hash %s (rank order differs in %zu of %zu)\n",
-                  label.c_str(), g["nccl_version"].get<std::string>().c_str(), spans_checked,
-                  spans_checked ? "equal" : "(none for 2 ranks)", std::string(hash) == c["sum_fnv1a"].get<std::string>() ? "equal" : "DIFFERS",
-                  differ, n);
+      std::printf(
+          "%-18s nccl-ring vs real NCCL %s: %zu chunk starts %s, sum hash %s (rank order differs in %zu of %zu)\n",
+          label.c_str(), g["nccl_version"].get<std::string>().c_str(), spans_checked,
+          spans_checked ? "equal" : "(none for 2 ranks)",
+          std::string(hash) == c["sum_fnv1a"].get<std::string>() ? "equal" : "DIFFERS", differ, n);
     }
   }
 }

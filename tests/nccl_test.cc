@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/testing.h"
 #include "src/nccl/nccl_backend.h"
+#include "tests/testing.h"
 
 namespace ddplab {
 namespace {
@@ -35,8 +35,8 @@ TEST(Nccl, ManyRanksOnOneGpuMatchTheNcclRingExactly) {
   };
   for (int ws = 2; ws <= 8; ++ws) {
     for (const auto& c : cases) {
-      std::vector<std::string> args = {"--backend", "nccl", "--share-gpus", "--nccl-exact", "--kernels", "reference",
-                                       "--nproc",   std::to_string(ws), "--quiet"};
+      std::vector<std::string> args = {"--backend", "nccl",    "--share-gpus",     "--nccl-exact", "--kernels",
+                                       "reference", "--nproc", std::to_string(ws), "--quiet"};
       args.insert(args.end(), c.begin(), c.end());
       const CommandResult r = verify(args);
       std::string label = "ws=" + std::to_string(ws);
@@ -78,15 +78,27 @@ TEST(Nccl, WithoutALauncherTheSurvivorNamesTheDeadPeer) {
   if (std::string why = no_gpu(); !why.empty()) GTEST_SKIP() << why;
   const std::string dir = testing::temp_dir();
   const auto rank_cmd = [&](int r, std::vector<std::string> extra) {
-    std::vector<std::string> cmd = {"/usr/bin/env", "RANK=" + std::to_string(r), "WORLD_SIZE=2",
-                                    "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=2", kVerify,
-                                    "--backend", "nccl", "--share-gpus", "--store", "file:" + dir, "--timeout", "4",
+    std::vector<std::string> cmd = {"/usr/bin/env",
+                                    "RANK=" + std::to_string(r),
+                                    "WORLD_SIZE=2",
+                                    "LOCAL_RANK=" + std::to_string(r),
+                                    "LOCAL_WORLD_SIZE=2",
+                                    kVerify,
+                                    "--backend",
+                                    "nccl",
+                                    "--share-gpus",
+                                    "--store",
+                                    "file:" + dir,
+                                    "--timeout",
+                                    "4",
                                     "--quiet"};
     cmd.insert(cmd.end(), extra.begin(), extra.end());
     return cmd;
   };
   CommandResult r1;
-  std::thread t([&] { r1 = testing::run_command(rank_cmd(1, {"--fault", "exit", "--fault-rank", "1", "--fault-at", "1"})); });
+  std::thread t([&] {
+    r1 = testing::run_command(rank_cmd(1, {"--fault", "exit", "--fault-rank", "1", "--fault-at", "1"}));
+  });
   const auto t0 = std::chrono::steady_clock::now();
   const CommandResult r0 = testing::run_command(rank_cmd(0, {}));
   const double s = seconds_since(t0);
@@ -101,9 +113,9 @@ TEST(Nccl, InitWithAMissingPeerEndsAtTheTimeout) {
   if (std::string why = no_gpu(); !why.empty()) GTEST_SKIP() << why;
   const std::string dir = testing::temp_dir();
   const auto t0 = std::chrono::steady_clock::now();
-  const CommandResult r = testing::run_command({"/usr/bin/env", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0",
-                                                "LOCAL_WORLD_SIZE=2", kVerify, "--backend", "nccl", "--share-gpus",
-                                                "--store", "file:" + dir, "--timeout", "3"});
+  const CommandResult r =
+      testing::run_command({"/usr/bin/env", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", kVerify,
+                            "--backend", "nccl", "--share-gpus", "--store", "file:" + dir, "--timeout", "3"});
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_NE(r.err.find("NCCL init of 2 ranks did not finish within 3000 ms"), std::string::npos) << r.err;
   EXPECT_LT(seconds_since(t0), 3 + 2 + 5) << r.err;

@@ -65,10 +65,10 @@ TEST(MLP, ForwardBackwardMatchPyTorch) {
     const Matrix out = mlp.forward(x);
     const std::string label = "MLP " + c["sizes"].dump() + " " + c["loss_fn"].get<std::string>();
     // BLAS sums the products in another order: outputs near zero need an absolute tolerance.
-    EXPECT_TRUE(match(label + " forward", {out.data(), out.data() + out.size()}, floats(c["out"]), 1e-5, 1e-6).allclose);
-    LossResult l = c["loss_fn"] == "mse"
-                       ? mse_loss(out, matrix(floats(c["y"]), batch, sizes.back()))
-                       : cross_entropy(out, c["labels"].get<std::vector<int64_t>>());
+    EXPECT_TRUE(
+        match(label + " forward", {out.data(), out.data() + out.size()}, floats(c["out"]), 1e-5, 1e-6).allclose);
+    LossResult l = c["loss_fn"] == "mse" ? mse_loss(out, matrix(floats(c["y"]), batch, sizes.back()))
+                                         : cross_entropy(out, c["labels"].get<std::vector<int64_t>>());
     EXPECT_NEAR(l.loss, c["loss"].get<double>(), 1e-6 * std::max(1.0, std::abs(c["loss"].get<double>())));
     mlp.zero_grad();
     mlp.backward(l.grad);

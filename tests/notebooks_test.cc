@@ -51,13 +51,15 @@ void compare_001(const std::string& label, const json& got, const json& want) {
     const json &g = got["ranks"][r], &w = want["ranks"][r];
     EXPECT_EQ(g["indices"], w["indices"]) << label << " rank " << r;
     EXPECT_TRUE(testing::match(label + " losses rank" + std::to_string(r), testing::floats(g["losses"]),
-                               testing::floats(w["losses"]), 1e-4, 1e-6).allclose);
+                               testing::floats(w["losses"]), 1e-4, 1e-6)
+                    .allclose);
     EXPECT_EQ(g["train_acc"].get<double>(), w["train_acc"].get<double>()) << label;
     EXPECT_EQ(g["test_acc"].get<double>(), w["test_acc"].get<double>()) << label;
-    const std::vector<std::string> names = {"layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias",
-                                            "layers.4.weight", "layers.4.bias"};
+    const std::vector<std::string> names = {"layers.0.weight", "layers.0.bias",   "layers.2.weight",
+                                            "layers.2.bias",   "layers.4.weight", "layers.4.bias"};
     EXPECT_TRUE(testing::match(label + " params rank" + std::to_string(r), ordered_values(g["params"], names),
-                               ordered_values(w["params"], names), 1.3e-6, 1e-5).allclose);
+                               ordered_values(w["params"], names), 1.3e-6, 1e-5)
+                    .allclose);
   }
 }
 
@@ -70,9 +72,11 @@ void compare_003(const std::string& label, const json& got, const json& want) {
                                      ordered_values(w["initial"], {"weight", "bias"}));
     EXPECT_EQ(init.equal, init.total) << "Linear(20, 1) after MyTrainDataset's draws must be bit-exact";
     EXPECT_TRUE(testing::match(label + " final rank" + std::to_string(r), ordered_values(g["params"], ours),
-                               ordered_values(w["params"], {"weight", "bias"}), 1.3e-6, 1e-5).allclose);
+                               ordered_values(w["params"], {"weight", "bias"}), 1.3e-6, 1e-5)
+                    .allclose);
     EXPECT_TRUE(testing::match(label + " losses rank" + std::to_string(r), testing::floats(g["losses"]),
-                               testing::floats(w["losses"]), 1e-4, 1e-7).allclose);
+                               testing::floats(w["losses"]), 1e-4, 1e-7)
+                    .allclose);
   }
 }
 
@@ -86,13 +90,15 @@ TEST(Notebooks, LabsMatchTheirNotebooksGoldens) {
     if (which == "003_trainer") compare_003(name, got, want);
     if (which == "004_parallelism") {
       for (const auto& [key, v] : want.items()) {
-        EXPECT_TRUE(testing::match(name + " " + key, testing::floats(got[key]), testing::floats(v), 1e-5, 1e-6).allclose);
+        EXPECT_TRUE(
+            testing::match(name + " " + key, testing::floats(got[key]), testing::floats(v), 1e-5, 1e-6).allclose);
       }
     }
     if (which == "002_checkpoint") {
       EXPECT_NEAR(got["loss"].get<double>(), want["loss"].get<double>(), 1e-6);
       EXPECT_TRUE(testing::match(name + " params", ordered_values(got["params"], {"net.weight", "net.bias"}),
-                                 ordered_values(want["params"], {"net.weight", "net.bias"}), 1.3e-6, 1e-5).allclose);
+                                 ordered_values(want["params"], {"net.weight", "net.bias"}), 1.3e-6, 1e-5)
+                      .allclose);
     }
   }
 }
@@ -100,9 +106,11 @@ TEST(Notebooks, LabsMatchTheirNotebooksGoldens) {
 TEST(Notebooks, Lab001BroadcastIsWhatMakesPerRankInitsEqual) {
   const CommandResult without = lab("001_toy_ddp", {"--init", "per-rank", "--broadcast", "false"});
   EXPECT_NE(without.out.find("# rank 1 vs rank 0 after training\nlayers.0.weight | exact: False | approximate: False"),
-            std::string::npos) << without.out;
+            std::string::npos)
+      << without.out;
   const CommandResult with = lab("001_toy_ddp", {"--init", "per-rank"});
-  EXPECT_NE(with.out.find("# rank 1 vs rank 0 after training\nlayers.0.weight | exact: True"), std::string::npos) << with.out;
+  EXPECT_NE(with.out.find("# rank 1 vs rank 0 after training\nlayers.0.weight | exact: True"), std::string::npos)
+      << with.out;
 }
 
 TEST(Notebooks, Lab003CrossEntropyOnOneColumnLearnsNothing) {
@@ -116,8 +124,10 @@ TEST(Notebooks, Lab003CrossEntropyOnOneColumnLearnsNothing) {
 }
 
 TEST(Notebooks, Lab003StepsPerEpoch) {
-  EXPECT_NE(lab("003_trainer", {"--max-epochs", "1"}).out.find("[CPU: 3 Epoch: 0, Batch size: 32 | Steps 16]"), std::string::npos);
-  EXPECT_NE(lab("003_trainer", {"--max-epochs", "1", "--world-size", "1"}).out.find("[CPU: 0 Epoch: 0, Batch size: 32 | Steps 64]"),
+  EXPECT_NE(lab("003_trainer", {"--max-epochs", "1"}).out.find("[CPU: 3 Epoch: 0, Batch size: 32 | Steps 16]"),
+            std::string::npos);
+  EXPECT_NE(lab("003_trainer", {"--max-epochs", "1", "--world-size", "1"})
+                .out.find("[CPU: 0 Epoch: 0, Batch size: 32 | Steps 64]"),
             std::string::npos);
   const CommandResult bug = lab("003_trainer", {"--notebook-bugs"});
   EXPECT_EQ(bug.status, 1);
@@ -132,14 +142,16 @@ TEST(Notebooks, LiveAgainstReferenceScripts) {
   ASSERT_EQ(py.status, 0) << py.err;
   compare_001("live 001 ws4", lab_dump("001_toy_ddp", {"--world-size", "4", "--epochs", "2"}),
               testing::load_json(dir + "/001.json"));
-  const CommandResult py3 = testing::run_command({"/usr/bin/python3", "notebooks_ported/003_trainer/reference.py",
-                                                  "--world-size", "3", "--max-epochs", "1", "--batch-size", "50",
-                                                  "--dump", dir + "/003.json"});
+  const CommandResult py3 =
+      testing::run_command({"/usr/bin/python3", "notebooks_ported/003_trainer/reference.py", "--world-size", "3",
+                            "--max-epochs", "1", "--batch-size", "50", "--dump", dir + "/003.json"});
   ASSERT_EQ(py3.status, 0) << py3.err;
-  compare_003("live 003 ws3 b50", lab_dump("003_trainer", {"--world-size", "3", "--max-epochs", "1", "--batch-size", "50"}),
+  compare_003("live 003 ws3 b50",
+              lab_dump("003_trainer", {"--world-size", "3", "--max-epochs", "1", "--batch-size", "50"}),
               testing::load_json(dir + "/003.json"));
-  const CommandResult py4 = testing::run_command({"/usr/bin/python3", "notebooks_ported/004_parallelism/reference.py", "--world-size",
-                                                  "4", "--dp-devices", "3", "--dump", dir + "/004.json"});
+  const CommandResult py4 =
+      testing::run_command({"/usr/bin/python3", "notebooks_ported/004_parallelism/reference.py", "--world-size", "4",
+                            "--dp-devices", "3", "--dump", dir + "/004.json"});
   ASSERT_EQ(py4.status, 0) << py4.err;
   const json got4 = lab_dump("004_parallelism", {"--world-size", "4", "--dp-devices", "3"});
   const json want4 = testing::load_json(dir + "/004.json");
@@ -166,15 +178,18 @@ TEST(Notebooks, Lab004ShowsWhatIsExactAndWhy) {
   EXPECT_NE(col.find("input.grad      | exact: False | approximate: True"), std::string::npos) << col;
   EXPECT_NE(section("un-waited async all-reduce").find("input.grad      | exact: False | approximate: False"),
             std::string::npos);
-  EXPECT_NE(section("# RowParallelLinear").find("output          | exact: False | approximate: True"), std::string::npos);
+  EXPECT_NE(section("# RowParallelLinear").find("output          | exact: False | approximate: True"),
+            std::string::npos);
 }
 
 TEST(Notebooks, Lab002CheckpointReadsBackInTorch) {
   const std::string path = testing::temp_dir() + "/model.safetensors";
   const CommandResult r = lab("002_checkpoint", {"--checkpoint", path});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("[rank1] checkpoint vs own parameters:\nmodule.net.weight | exact: True"), std::string::npos) << r.out;
-  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: reading the checkpoint in torch skipped";
+  EXPECT_NE(r.out.find("[rank1] checkpoint vs own parameters:\nmodule.net.weight | exact: True"), std::string::npos)
+      << r.out;
+  if (!testing::torch_available())
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch: reading the checkpoint in torch skipped";
   const CommandResult py = testing::run_command({"/usr/bin/python3", "tests/read_checkpoint.py", path});
   EXPECT_EQ(py.status, 0) << py.out << py.err;
   std::printf("%s", py.out.c_str());
@@ -208,7 +223,8 @@ TEST(Notebooks, Lab002RefusesCorruptCheckpoints) {
 }
 
 TEST(Notebooks, Lab002SkewedRankTimesOutAndLeavesNothingBehind) {
-  for (const std::vector<std::string>& where : {std::vector<std::string>{}, std::vector<std::string>{"--backend", "gloo", "--nproc", "2"}}) {
+  for (const std::vector<std::string>& where :
+       {std::vector<std::string>{}, std::vector<std::string>{"--backend", "gloo", "--nproc", "2"}}) {
     const std::string tmp = testing::temp_dir();  // the lab's own checkpoint goes to $TMPDIR
     std::vector<std::string> args = {"/usr/bin/env", "TMPDIR=" + tmp, "notebooks_ported/002_checkpoint/002_checkpoint"};
     args.insert(args.end(), where.begin(), where.end());
@@ -221,7 +237,8 @@ TEST(Notebooks, Lab002SkewedRankTimesOutAndLeavesNothingBehind) {
 }
 
 TEST(Notebooks, Lab002SkewRankMustBeARankOfTheRun) {
-  for (const std::vector<std::string>& where : {std::vector<std::string>{}, std::vector<std::string>{"--backend", "gloo", "--nproc", "2"}}) {
+  for (const std::vector<std::string>& where :
+       {std::vector<std::string>{}, std::vector<std::string>{"--backend", "gloo", "--nproc", "2"}}) {
     std::vector<std::string> args = where;
     args.insert(args.end(), {"--skew-rank", "5", "--skew-seconds", "1"});
     const CommandResult r = lab("002_checkpoint", args);
@@ -242,7 +259,8 @@ TEST(Notebooks, LabsRunOnRealGlooRanks) {
   EXPECT_NE(c.out.find("[rank1] checkpoint vs own parameters"), std::string::npos) << c.out;
   const CommandResult d = lab("004_parallelism", {"--backend", "gloo", "--nproc", "3"});
   EXPECT_EQ(d.status, 0) << d.err;
-  EXPECT_NE(d.out.find("# ZeRO (optimizer state, gradients, parameters sharded over 3 ranks)"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("# ZeRO (optimizer state, gradients, parameters sharded over 3 ranks)"), std::string::npos)
+      << d.out;
 }
 
 TEST(Notebooks, BadFlags) {

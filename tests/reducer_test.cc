@@ -19,7 +19,8 @@ TEST(Reducer, BucketAssignmentMatchesTorch) {
   for (const auto& c : g["cases"]) {
     std::vector<size_t> bytes;
     for (const auto& n : c["numels"]) bytes.push_back(n.get<size_t>() * 4);
-    const auto got = assign_buckets(c["order"].get<std::vector<size_t>>(), bytes, c["limits"].get<std::vector<size_t>>());
+    const auto got =
+        assign_buckets(c["order"].get<std::vector<size_t>>(), bytes, c["limits"].get<std::vector<size_t>>());
     EXPECT_EQ(got, c["buckets"].get<std::vector<std::vector<size_t>>>()) << c.dump();
   }
 }

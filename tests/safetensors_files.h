@@ -74,7 +74,8 @@ inline uint32_t bits(float f) {
 }
 
 inline CommandResult lab_load(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/bin/timeout", "20", "notebooks_ported/002_checkpoint/002_checkpoint", "--load"};
+  std::vector<std::string> argv = {"/usr/bin/timeout", "20", "notebooks_ported/002_checkpoint/002_checkpoint",
+                                   "--load"};
   argv.insert(argv.end(), args.begin(), args.end());
   return testing::run_command(argv);
 }

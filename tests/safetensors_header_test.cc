@@ -60,15 +60,17 @@ TEST(Safetensors, OverflowingShapesAreRefused) {
                 .find("shape entries must be non-negative integers"),
             std::string::npos);
   // A zero anywhere makes 0 elements, whatever the other entries: accepted, no data.
-  EXPECT_EQ(refusal_of("zero.st", R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""),
-            "(loaded)");
+  EXPECT_EQ(
+      refusal_of("zero.st", R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""),
+      "(loaded)");
 }
 
 TEST(Safetensors, FractionalShapeEntriesAreRefused) {
   // 2.5 was read as 2 before: a [2, 2] tensor from a header that says [2.5, 2].
-  EXPECT_NE(refusal_of("frac.st", R"({"a":{"dtype":"F32","shape":[2.5,2],"data_offsets":[0,16]}})", f32_bytes({1, 2, 3, 4}))
-                .find("non-negative integers (got 2.5"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal_of("frac.st", R"({"a":{"dtype":"F32","shape":[2.5,2],"data_offsets":[0,16]}})", f32_bytes({1, 2, 3, 4}))
+          .find("non-negative integers (got 2.5"),
+      std::string::npos);
   EXPECT_NE(refusal_of("str.st", R"({"a":{"dtype":"F32","shape":"4","data_offsets":[0,16]}})", f32_bytes({1, 2, 3, 4}))
                 .find("shape must be a list"),
             std::string::npos);
@@ -77,18 +79,19 @@ TEST(Safetensors, FractionalShapeEntriesAreRefused) {
 // Zero-element tensors: no memcpy from or to a null pointer (UBSan reported it before), shape kept.
 TEST(Safetensors, ZeroElementTensorsLoad) {
   const std::string data = f32_bytes({1.5f, 2.5f, -4.0f});
-  const std::string path = write_file(
-      "empty.st", st_bytes(with_sum(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                                    R"("empty":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]},)"
-                                    R"("z":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", data),
-                           data));
+  const std::string path =
+      write_file("empty.st", st_bytes(with_sum(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                               R"("empty":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]},)"
+                                               R"("z":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                                               data),
+                                      data));
   const TensorMap m = safetensors::load(path);
   EXPECT_EQ(m.at("empty").shape, (std::vector<int64_t>{0, 3}));
   EXPECT_TRUE(m.at("empty").data.empty());
   EXPECT_EQ(m.at("a").data, (std::vector<float>{1.5f, 2.5f}));
   EXPECT_EQ(m.at("z").data, (std::vector<float>{-4.0f}));
-  const TensorMap only = safetensors::load(
-      write_file("only_empty.st", st_bytes(with_sum(R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})", ""), "")));
+  const TensorMap only = safetensors::load(write_file(
+      "only_empty.st", st_bytes(with_sum(R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})", ""), "")));
   EXPECT_TRUE(only.at("e").data.empty());
   EXPECT_EQ(only.at("e").shape, (std::vector<int64_t>{0}));
 }
@@ -97,12 +100,16 @@ TEST(Safetensors, ZeroElementTensorsLoad) {
 TEST(Safetensors, OffsetsMustTileTheData) {
   const std::string d8 = f32_bytes({1, 2});
   // Both tensors on the same 8 bytes: accepted before.
-  EXPECT_NE(refusal_of("overlap.st", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                                     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8)
+  EXPECT_NE(refusal_of("overlap.st",
+                       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                       d8)
                 .find("tensor \"b\": data_offsets [0, 8] overlap tensor \"a\"'s [0, 8]"),
             std::string::npos);
-  EXPECT_NE(refusal_of("gap.st", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                                 R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", f32_bytes({1, 2, 3}))
+  EXPECT_NE(refusal_of("gap.st",
+                       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                       f32_bytes({1, 2, 3}))
                 .find("data bytes [4, 8) belong to no tensor"),
             std::string::npos);
   EXPECT_NE(refusal_of("tail.st", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d8)
@@ -170,7 +177,8 @@ TEST(Safetensors, HeaderIsBoundedAndMustBeAnObject) {
   EXPECT_NE(refusal_of("deep.st", "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}", "")
                 .find("corrupt header: JSON nested deeper than 16 levels"),
             std::string::npos);
-  EXPECT_NE(refusal_of("badjson.st", "{\"a\":", "").find("corrupt header: [json.exception.parse_error"), std::string::npos);
+  EXPECT_NE(refusal_of("badjson.st", "{\"a\":", "").find("corrupt header: [json.exception.parse_error"),
+            std::string::npos);
   EXPECT_EQ(refusal_of("nothing.st", "{}", ""), "(loaded)");  // no tensors is a valid file
 }
 
@@ -195,10 +203,12 @@ TEST(Safetensors, NonRegularFilesAreRefused) {
 
 TEST(Safetensors, MessagesAreOneLine) {
   // A name with a newline (JSON "\n") was printed raw, cutting the message in two.
-  const std::string m = refusal_of("nl.st", R"({"a\nb":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", f32_bytes({1, 2}));
+  const std::string m =
+      refusal_of("nl.st", R"({"a\nb":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", f32_bytes({1, 2}));
   EXPECT_NE(m.find(R"(tensor "a\nb" has dtype F64)"), std::string::npos) << m;
   const std::string long_name(5000, 'x');
-  const std::string l = refusal_of("long.st", "{\"" + long_name + "\":{\"dtype\":\"Q\",\"shape\":[],\"data_offsets\":[0,0]}}", "");
+  const std::string l =
+      refusal_of("long.st", "{\"" + long_name + "\":{\"dtype\":\"Q\",\"shape\":[],\"data_offsets\":[0,0]}}", "");
   EXPECT_LT(l.size(), 400u) << "names are cut in messages";
 }
 

@@ -22,12 +22,16 @@ TEST(Safetensors, ChecksumIsVerifiedWherePresent) {
   bytes[bytes.size() - 1] ^= 0x01;
   EXPECT_NE(refusal(write_file("flip.st", bytes)).find("checksum mismatch"), std::string::npos);
   const std::string d = f32_bytes({1});
-  EXPECT_NE(refusal_of("wrongsum.st", R"({"__metadata__":{"checksum_fnv1a64":"0000000000000000"},)"
-                                      R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d)
+  EXPECT_NE(refusal_of("wrongsum.st",
+                       R"({"__metadata__":{"checksum_fnv1a64":"0000000000000000"},)"
+                       R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                       d)
                 .find("checksum mismatch"),
             std::string::npos);
-  EXPECT_NE(refusal_of("numsum.st", R"({"__metadata__":{"checksum_fnv1a64":5},)"
-                                    R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d)
+  EXPECT_NE(refusal_of("numsum.st",
+                       R"({"__metadata__":{"checksum_fnv1a64":5},)"
+                       R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                       d)
                 .find("__metadata__ \"checksum_fnv1a64\" must be a string (got 5)"),
             std::string::npos);
   EXPECT_NE(refusal_of("listmeta.st", R"({"__metadata__":[1],"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d)
@@ -94,7 +98,8 @@ json.dump({n: {'shape': list(t.shape), 'values': t.flatten().tolist()} for n, t 
 print('written', w1, w2)
 )PY";
 
-void expect_python_values(const std::string& label, const json& want, const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>& got) {
+void expect_python_values(const std::string& label, const json& want,
+                          const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>& got) {
   ASSERT_EQ(got.size(), want.size()) << label;
   for (const auto& [name, w] : want.items()) {
     ASSERT_TRUE(got.count(name)) << label << " " << name;
@@ -111,7 +116,8 @@ void expect_python_values(const std::string& label, const json& want, const std:
 }
 
 TEST(Safetensors, ReadsFilesWrittenByPython) {
-  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: the Python-written files are skipped";
+  if (!testing::torch_available())
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch: the Python-written files are skipped";
   const std::string dir = testing::temp_dir();
   const CommandResult py = testing::run_command({"/usr/bin/python3", "-c", kPythonWriter, dir});
   ASSERT_EQ(py.status, 0) << py.err;
@@ -132,7 +138,8 @@ TEST(Safetensors, ReadsFilesWrittenByPython) {
     EXPECT_NE(r.out.find("empty torch.Size([0, 5]) 0 floats\n"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("scalar torch.Size([]) 1 floats\n"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("no checksum_fnv1a64 in __metadata__ (not written by ddplab): the data is read unverified"),
-              std::string::npos) << r.out;
+              std::string::npos)
+        << r.out;
     got.clear();
     const json dumped = testing::load_json(dump);
     for (const auto& [n, t] : dumped.items()) {
@@ -148,12 +155,19 @@ TEST(Safetensors, ReadsFilesWrittenByPython) {
 // a negative shape was listed, a directory was "truncated").
 TEST(Safetensors, LabLoadRefusesCraftedFilesWithStatus2) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {write_file("lab_neg.st", st_bytes(with_sum(R"({"a":{"dtype":"F32","shape":[-2,-2],"data_offsets":[0,16]}})", f32_bytes({1, 2, 3, 4})), f32_bytes({1, 2, 3, 4}))),
+      {write_file("lab_neg.st", st_bytes(with_sum(R"({"a":{"dtype":"F32","shape":[-2,-2],"data_offsets":[0,16]}})",
+                                                  f32_bytes({1, 2, 3, 4})),
+                                         f32_bytes({1, 2, 3, 4}))),
        "shape entries must be non-negative integers"},
-      {write_file("lab_wrap.st", st_bytes(with_sum(R"({"a":{"dtype":"F32","shape":[4611686018427387905],"data_offsets":[0,4]}})", f32_bytes({1})), f32_bytes({1}))),
+      {write_file("lab_wrap.st",
+                  st_bytes(with_sum(R"({"a":{"dtype":"F32","shape":[4611686018427387905],"data_offsets":[0,4]}})",
+                                    f32_bytes({1})),
+                           f32_bytes({1}))),
        "needs more than 2^64 bits"},
       {write_file("lab_overlap.st", st_bytes(with_sum(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                                                      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", f32_bytes({1})), f32_bytes({1}))),
+                                                      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                                                      f32_bytes({1})),
+                                             f32_bytes({1}))),
        "overlap"},
       {testing::temp_dir(), "is a directory"},
   };

@@ -103,8 +103,8 @@ bool torch_available() {
   return ok;
 }
 
-Match match(const std::string& label, const std::vector<float>& got, const std::vector<float>& want,
-            double rtol, double atol) {
+Match match(const std::string& label, const std::vector<float>& got, const std::vector<float>& want, double rtol,
+            double atol) {
   Match m;
   if (got.size() != want.size()) {
     std::printf("%s: size %zu, expected %zu\n", label.c_str(), got.size(), want.size());

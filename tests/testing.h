@@ -41,7 +41,7 @@ struct Match {
   double maxdiff = 0.0;
   bool allclose = true;  // torch.allclose(a, b) with b the reference
 };
-Match match(const std::string& label, const std::vector<float>& got, const std::vector<float>& want,
-            double rtol = 1e-5, double atol = 1e-8);
+Match match(const std::string& label, const std::vector<float>& got, const std::vector<float>& want, double rtol = 1e-5,
+            double atol = 1e-8);
 
 }  // namespace ddplab::testing

@@ -22,8 +22,7 @@ TEST(TorchRng, RandnBothPathsAndTailsAreBitExact) {
   for (const auto& c : golden()["randn"]) {
     Generator g(c["seed"].get<uint64_t>());
     const int64_t n = c["n"];
-    const auto m = match("randn seed=" + c["seed"].dump() + " n=" + std::to_string(n), g.randn(n),
-                         floats(c["values"]));
+    const auto m = match("randn seed=" + c["seed"].dump() + " n=" + std::to_string(n), g.randn(n), floats(c["values"]));
     EXPECT_EQ(m.equal, m.total) << "seed " << c["seed"] << " n " << n;
     ++cases;
   }
@@ -43,8 +42,8 @@ TEST(TorchRng, CachedNormalSampleCarriesAcrossCalls) {
     Generator g(c["seed"].get<uint64_t>());
     const auto sizes = c["sizes"].get<std::vector<int64_t>>();
     for (size_t k = 0; k < sizes.size(); ++k) {
-      const auto m = match("randn sequence " + c["sizes"].dump() + " part " + std::to_string(k),
-                           g.randn(sizes[k]), floats(c["values"][k]));
+      const auto m = match("randn sequence " + c["sizes"].dump() + " part " + std::to_string(k), g.randn(sizes[k]),
+                           floats(c["values"][k]));
       EXPECT_EQ(m.equal, m.total);
     }
   }

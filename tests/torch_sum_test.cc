@@ -31,8 +31,8 @@ TEST(TorchSum, ColumnSumsAreBitExact) {
     EXPECT_EQ(got, want) << rows << " x " << cols;
   }
   std::printf("sum(0): %lld/%lld bitwise equal to torch (a plain running sum: %lld/%lld)\n",
-              static_cast<long long>(exact), static_cast<long long>(total),
-              static_cast<long long>(sequential_exact), static_cast<long long>(total));
+              static_cast<long long>(exact), static_cast<long long>(total), static_cast<long long>(sequential_exact),
+              static_cast<long long>(total));
 }
 
 }  // namespace

@@ -70,11 +70,11 @@ TEST(TwoReplica, MatchesPyTorchGoldens) {
 TEST(TwoReplica, PrintsTheNotebookLines) {
   const CommandResult r = two_replica({});
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* line : {"epoch 1 | train_loss=2.1911\n",
-                           "x_0.shape: torch.Size([32, 6]), y_0.shape: torch.Size([32, 2])\n",
-                           "x_1.shape: torch.Size([32, 6]), y_1.shape: torch.Size([32, 2])\n",
-                           "W1              | exact: True  | approximate: True  | maxdiff: 0.0\n",
-                           "b2              | exact: True  | approximate: True  | maxdiff: 0.0\n"}) {
+  for (const char* line :
+       {"epoch 1 | train_loss=2.1911\n", "x_0.shape: torch.Size([32, 6]), y_0.shape: torch.Size([32, 2])\n",
+        "x_1.shape: torch.Size([32, 6]), y_1.shape: torch.Size([32, 2])\n",
+        "W1              | exact: True  | approximate: True  | maxdiff: 0.0\n",
+        "b2              | exact: True  | approximate: True  | maxdiff: 0.0\n"}) {
     EXPECT_NE(r.out.find(line), std::string::npos) << "missing: " << line << "in:\n" << r.out;
   }
 }
@@ -82,9 +82,9 @@ TEST(TwoReplica, PrintsTheNotebookLines) {
 TEST(TwoReplica, LiveAgainstReferencePy) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live PyTorch check skipped";
   // A configuration no golden covers: odd sizes, three replicas, a short last batch in the epoch.
-  const std::vector<std::string> args = {"--replicas", "3", "--seed", "99", "--samples", "50", "--batch-size",
-                                         "7", "--in-features", "9", "--hidden", "5", "--out-features", "3",
-                                         "--lr", "0.05"};
+  const std::vector<std::string> args = {"--replicas",     "3", "--seed",        "99",  "--samples", "50",
+                                         "--batch-size",   "7", "--in-features", "9",   "--hidden",  "5",
+                                         "--out-features", "3", "--lr",          "0.05"};
   const std::string ref_out = testing::temp_dir() + "/ref.json";
   std::vector<std::string> ref = {"/usr/bin/python3", "notebooks_ported/000_two_replica/reference.py"};
   ref.insert(ref.end(), args.begin(), args.end());
@@ -96,7 +96,9 @@ TEST(TwoReplica, LiveAgainstReferencePy) {
   // The printed epoch line and shapes agree too.
   const CommandResult cpp = two_replica(args);
   for (const std::string& key : {std::string("epoch 1 | train_loss="), std::string("x_2.shape:")}) {
-    const auto line = [&](const std::string& s) { return s.substr(s.find(key), s.find('\n', s.find(key)) - s.find(key)); };
+    const auto line = [&](const std::string& s) {
+      return s.substr(s.find(key), s.find('\n', s.find(key)) - s.find(key));
+    };
     ASSERT_NE(py.out.find(key), std::string::npos);
     EXPECT_EQ(line(cpp.out), line(py.out));
   }

@@ -54,15 +54,17 @@ TEST(Verify, GlooEqualsTheSimulatorBitForBit) {
       EXPECT_EQ(r.status, 0) << label << "\n" << r.out << r.err;
       EXPECT_EQ(r.out.find("exact: False"), std::string::npos) << label << "\n" << r.out;
       EXPECT_NE(r.out.find("verified: every rank bitwise identical"), std::string::npos) << r.out;
-      std::printf("%-70s sim vs real: %s\n", label.c_str(), r.out.find("exact: False") == std::string::npos ? "all exact" : "DIFFER");
+      std::printf("%-70s sim vs real: %s\n", label.c_str(),
+                  r.out.find("exact: False") == std::string::npos ? "all exact" : "DIFFER");
     }
   }
 }
 
 TEST(Verify, AgainstTorchDdpOnGloo) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
-  const std::vector<std::string> args = {"--samples", "30", "--batch-size", "3", "--layers", "5,9,3",
-                                         "--activation", "relu", "--loss", "ce", "--epochs", "2", "--lr", "0.2"};
+  const std::vector<std::string> args = {"--samples",    "30",   "--batch-size", "3",  "--layers", "5,9,3",
+                                         "--activation", "relu", "--loss",       "ce", "--epochs", "2",
+                                         "--lr",         "0.2"};
   const std::string dir = testing::temp_dir();
   auto v = args;
   v.insert(v.end(), {"--nproc", "3", "--quiet", "--dump-params", dir + "/real.json"});
@@ -87,7 +89,8 @@ TEST(Verify, AgainstTorchDdpOnGloo) {
 
 TEST(Verify, DumpIsDdpSimsDumpForTheSameRun) {
   const std::string dir = testing::temp_dir();
-  const std::vector<std::string> args = {"--world-size", "3", "--epochs", "2", "--layers", "6,8,2", "--activation", "relu"};
+  const std::vector<std::string> args = {"--world-size", "3",     "--epochs",     "2",
+                                         "--layers",     "6,8,2", "--activation", "relu"};
   auto v = args;
   v.insert(v.end(), {"--nproc", "3", "--quiet", "--dump-params", dir + "/real.json"});
   ASSERT_EQ(verify(v).status, 0);
@@ -114,9 +117,9 @@ TEST(Verify, RanksMeetThroughRedisTorchrunStyle) {
                                          "MASTER_PORT=" + std::to_string(port)};
   CommandResult r1;
   std::thread t([&] { r1 = verify_env(env1, {"--run-id", "redis-test", "--quiet"}); });
-  const CommandResult r0 = verify_env({"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-                                       "MASTER_PORT=" + std::to_string(port)},
-                                      {"--run-id", "redis-test", "--quiet"});
+  const CommandResult r0 =
+      verify_env({"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)},
+                 {"--run-id", "redis-test", "--quiet"});
   t.join();
   kill(redis, SIGTERM);
   waitpid(redis, nullptr, 0);
@@ -128,8 +131,8 @@ TEST(Verify, RanksMeetThroughRedisTorchrunStyle) {
 TEST(Verify, RunsUnderMpirun) {
   if (access("/usr/bin/mpirun", X_OK) != 0) GTEST_SKIP() << "mpirun (openmpi-bin) is not installed";
   const std::string dir = testing::temp_dir();
-  const CommandResult r = testing::run_command({"/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
-                                                "2", kVerify, "--store", "file:" + dir, "--quiet"});
+  const CommandResult r = testing::run_command({"/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                                                kVerify, "--store", "file:" + dir, "--quiet"});
   if (r.status != 0 && r.err.find("verified") == std::string::npos && r.out.find("ddp_verify") == std::string::npos) {
     GTEST_SKIP() << "mpirun could not start processes here: " << r.err.substr(0, 300);
   }
@@ -139,7 +142,8 @@ TEST(Verify, RunsUnderMpirun) {
 
 TEST(Verify, ARankThatExitsStopsTheOthersAndNamesIt) {
   const auto t0 = std::chrono::steady_clock::now();
-  const CommandResult r = verify({"--nproc", "3", "--fault", "exit", "--fault-rank", "1", "--fault-at", "2", "--quiet"});
+  const CommandResult r =
+      verify({"--nproc", "3", "--fault", "exit", "--fault-rank", "1", "--fault-at", "2", "--quiet"});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("rank 1 exited with status 1"), std::string::npos) << r.err;
@@ -150,8 +154,8 @@ TEST(Verify, ARankThatExitsStopsTheOthersAndNamesIt) {
 
 TEST(Verify, ARankThatHangsIsNamedWithinTheTimeout) {
   const auto t0 = std::chrono::steady_clock::now();
-  const CommandResult r = verify({"--nproc", "3", "--fault", "hang", "--fault-rank", "2", "--fault-at", "3",
-                                  "--timeout", "2", "--quiet"});
+  const CommandResult r =
+      verify({"--nproc", "3", "--fault", "hang", "--fault-rank", "2", "--fault-at", "3", "--timeout", "2", "--quiet"});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("rank 2 exited or hangs"), std::string::npos) << r.err;
@@ -197,7 +201,10 @@ TEST(Verify, BadInputAndUnavailableBackends) {
   const std::vector<BadInput> cases = {
       {{}, {}, 2, "no ranks: give --nproc N"},
       {{}, {"--nproc", "3", "--world-size", "2"}, 2, "--world-size 2 disagrees with --nproc 3"},
-      {{}, {"--nproc", "2", "--store", "file:/nonexistent-dir"}, 2, "store directory '/nonexistent-dir' does not exist"},
+      {{},
+       {"--nproc", "2", "--store", "file:/nonexistent-dir"},
+       2,
+       "store directory '/nonexistent-dir' does not exist"},
       {{}, {"--nproc", "2", "--store", "redis://127.0.0.1:1"}, 2, "cannot reach the Redis store at 127.0.0.1:1"},
       {{}, {"--nproc", "2", "--store", "tcp://x"}, 2, "--store must be file:DIR or redis://HOST:PORT"},
       {{"RANK=0"}, {"--store", "file:/tmp"}, 2, "RANK is set but WORLD_SIZE is not"},
@@ -211,7 +218,9 @@ TEST(Verify, BadInputAndUnavailableBackends) {
       {{}, {"--nproc", "2", "--backend", "nccl"}, 3, "NCCL backend needs 2 CUDA devices"},
       {{}, {"--nproc", "2", "--share-gpus"}, 2, "--share-gpus needs --backend nccl"},
       {{}, {"--nproc", "2", "--nccl-exact"}, 2, "--nccl-exact needs --backend nccl"},
-      {{}, {"--nproc", "2", "--backend", "nccl", "--nccl-exact", "--allreduce", "ring"}, 2,
+      {{},
+       {"--nproc", "2", "--backend", "nccl", "--nccl-exact", "--allreduce", "ring"},
+       2,
        "--nccl-exact compares with the simulator's --allreduce nccl-ring (got ring)"},
   };
   for (const BadInput& c : cases) {

@@ -15,15 +15,15 @@
 
 #include <fmt/format.h>
 
-#include "src/ddp/report.h"
 #include "src/ddp/config.h"
+#include "src/ddp/report.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
-#include "src/io.h"
 #include "src/gloo/gloo_comm.h"
+#include "src/io.h"
+#include "src/launch/runner.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
-#include "src/launch/runner.h"
 
 namespace {
 
@@ -60,14 +60,17 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
 
   // Rank 0 gathers everyone's parameters (and, for the dump, indices and losses).
   std::vector<float> flat;
-  for (const Parameter* p : mine.replica->model.parameters()) flat.insert(flat.end(), p->data(), p->data() + p->numel());
+  for (const Parameter* p : mine.replica->model.parameters())
+    flat.insert(flat.end(), p->data(), p->data() + p->numel());
   std::vector<float> everyone(flat.size() * static_cast<size_t>(env.world_size));
   comm->all_gather(flat.data(), flat.size() * sizeof(float), everyone.data());
   // For the dump, as ddp_sim writes it: state_dicts by rank, sampler indices by [epoch][rank], losses by rank.
-  const auto params_json = comm::all_gather_strings(*comm, json_params(std::as_const(mine.replica->model).parameters()));
+  const auto params_json =
+      comm::all_gather_strings(*comm, json_params(std::as_const(mine.replica->model).parameters()));
   std::vector<std::string> indices_json;
   for (const auto& epoch : mine.sampler_indices) {
-    indices_json.push_back(fmt::format("[{}]", fmt::join(comm::all_gather_strings(*comm, fmt::format("[{}]", fmt::join(epoch, ", "))), ", ")));
+    indices_json.push_back(fmt::format(
+        "[{}]", fmt::join(comm::all_gather_strings(*comm, fmt::format("[{}]", fmt::join(epoch, ", "))), ", ")));
   }
   std::vector<std::string> my_losses;
   for (const auto& l : mine.log) my_losses.push_back(json_float(l.loss));
@@ -77,7 +80,8 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
   if (env.rank == 0) {
     const auto sim_start = std::chrono::steady_clock::now();
     const ddp::SimResult sim = ddp::simulate(cfg, false);
-    const double sim_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sim_start).count();
+    const double sim_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sim_start).count();
     bool ok = true;
     std::string report = fmt::format("timing: real training {:.1f} ms ({}, {}), simulator {:.1f} ms (CPU)\n",
                                      mine.train_seconds * 1e3, on_gpu ? "GPU" : "CPU", backend, sim_ms);
@@ -95,7 +99,8 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
       for (const auto& row : sim_rows) ok = ok && row.approximate;
       for (const auto& row : rank_rows) ok = ok && row.exact;
       if (r == 0 || r + 1 == env.world_size) {
-        report += fmt::format("\n# sim vs real, rank {} (simulator all-reduce: {}{})\n", r, collective::algorithm_name(cfg.allreduce),
+        report += fmt::format("\n# sim vs real, rank {} (simulator all-reduce: {}{})\n", r,
+                              collective::algorithm_name(cfg.allreduce),
                               backend != "nccl" ? ", the order of Gloo's ring"
                               : cfg.allreduce == collective::Algorithm::nccl_ring
                                   ? "; NCCL pinned by --nccl-exact adds in this order"
@@ -113,7 +118,8 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
     verdict = ok ? 0.0f : 1.0f;
     const std::string dump = flags.get_string("dump-params", "");
     if (!dump.empty()) {
-      const std::string out = dump_json(DumpPieces{env.world_size, backend, args, params_json, indices_json, losses_json});
+      const std::string out =
+          dump_json(DumpPieces{env.world_size, backend, args, params_json, indices_json, losses_json});
       if (std::string why = write_file_atomic(dump, out); !why.empty()) {
         std::fprintf(stderr, "ddp_verify: --dump-params: %s\n", why.c_str());
         verdict = 1.0f;

@@ -21,9 +21,9 @@
 
 #include "src/flags.h"
 #include "src/io.h"
-#include "src/torch_rng.h"
-#include "src/nccl/nccl_backend.h"
 #include "src/launch/runner.h"
+#include "src/nccl/nccl_backend.h"
+#include "src/torch_rng.h"
 
 namespace {
 
@@ -67,8 +67,8 @@ std::string record_case(comm::Communicator& c, int64_t n, int64_t seed) {
   c.all_reduce(x.data(), x.size(), comm::ReduceOp::sum);
   std::vector<std::string> head;  // a few values, for a reader comparing by eye
   for (size_t i = 0; i < std::min<size_t>(4, x.size()); ++i) head.push_back(json_float(x[i]));
-  return fmt::format("    {{\"n\": {}, \"seed\": {}, \"spans\": {}, \"sum_fnv1a\": \"{:016x}\", \"sum_head\": [{}]}}", n,
-                     seed, spans, fnv1a_bits(x.data(), x.size()), fmt::join(head, ", "));
+  return fmt::format("    {{\"n\": {}, \"seed\": {}, \"spans\": {}, \"sum_fnv1a\": \"{:016x}\", \"sum_head\": [{}]}}",
+                     n, seed, spans, fnv1a_bits(x.data(), x.size()), fmt::join(head, ", "));
 }
 
 int run(int argc, char** argv) {
@@ -86,12 +86,15 @@ int run(int argc, char** argv) {
   const auto sizes = flags.get_int_list("sizes", {1, 5, 1000, 12345, 1048579, 5000003}, 1, 1 << 26);
   const int64_t seed = flags.get_int("seed", 0, 0, 1 << 30);
   if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) != "nccl") throw UsageError("--backend nccl is required");
-  const auto prepare = [&](int) { return std::vector<std::string>{"sizes", flags.get_string("sizes", ""), "seed", std::to_string(seed)}; };
+  const auto prepare = [&](int) {
+    return std::vector<std::string>{"sizes", flags.get_string("sizes", ""), "seed", std::to_string(seed)};
+  };
   return verify::run_ranks(flags, argc, argv, prepare, [&](verify::Rank& rank) {
     std::vector<std::string> cases;
     for (int64_t n : sizes) {
       cases.push_back(record_case(*rank.comm, n, seed));
-      if (rank.env.rank == 0) std::fprintf(stderr, "nccl_order: ws %d n %lld recorded\n", rank.env.world_size, static_cast<long long>(n));
+      if (rank.env.rank == 0)
+        std::fprintf(stderr, "nccl_order: ws %d n %lld recorded\n", rank.env.world_size, static_cast<long long>(n));
     }
     if (rank.env.rank != 0) return 0;
     std::vector<std::string> env;
@@ -99,7 +102,8 @@ int run(int argc, char** argv) {
       if (const char* v = std::getenv(k)) env.push_back(fmt::format("\"{}\": \"{}\"", k, v));
     }
     const std::string json = fmt::format(
-        "{{\n  \"nccl_version\": \"{}\",\n  \"environment\": {{{}}},\n  \"world_size\": {},\n  \"cases\": [\n{}\n  ]\n}}\n",
+        "{{\n  \"nccl_version\": \"{}\",\n  \"environment\": {{{}}},\n  \"world_size\": {},\n  \"cases\": [\n{}\n  "
+        "]\n}}\n",
         verify::nccl_version(), fmt::join(env, ", "), rank.env.world_size, fmt::join(cases, ",\n"));
     if (std::string why = write_file_atomic(out, json); !why.empty()) throw verify::SetupError(why);
     std::printf("nccl_order: %d ranks, %zu sizes -> %s\n", rank.env.world_size, sizes.size(), out.c_str());

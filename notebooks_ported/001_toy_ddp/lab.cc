@@ -91,8 +91,7 @@ int run(int argc, char** argv) {
           lab::print_line(fmt::format(
               "DistributedSampler: 5 samples over {} ranks -> {} each; {} padded with a repeat of the first "
               "indices, and the drop_last loader (batch 2) then drops {} per rank every epoch",
-              v.world_size, first.size(), first.size() * static_cast<size_t>(v.world_size) - 5,
-              first.size() % 2));
+              v.world_size, first.size(), first.size() * static_cast<size_t>(v.world_size) - 5, first.size() % 2));
         }
         std::string idx;
         for (const auto& e : *v.indices) idx += fmt::format(" [{}]", fmt::join(e, " "));
@@ -125,10 +124,11 @@ int run(int argc, char** argv) {
         for (const auto& l : *v.log) losses.push_back(json_float(l.loss));
         std::vector<std::string> epochs;
         for (const auto& e : *v.indices) epochs.push_back(fmt::format("[{}]", fmt::join(e, ", ")));
-        rank_json.push_back(fmt::format("{{\"losses\": [{}], \"indices\": [{}], \"train_acc\": {}, \"test_acc\": {}, "
-                                        "\"params\": {}}}",
-                                        fmt::join(losses, ", "), fmt::join(epochs, ", "), json_float(train_acc),
-                                        json_float(test_acc), json_params(std::as_const(rep.model).parameters())));
+        rank_json.push_back(
+            fmt::format("{{\"losses\": [{}], \"indices\": [{}], \"train_acc\": {}, \"test_acc\": {}, "
+                        "\"params\": {}}}",
+                        fmt::join(losses, ", "), fmt::join(epochs, ", "), json_float(train_acc), json_float(test_acc),
+                        json_params(std::as_const(rep.model).parameters())));
         return 0;
       });
   return std::max(status, lab::write_ranks_dump(flags, "001_toy_ddp", dump, rank_json));

@@ -19,10 +19,10 @@
 #include "src/compare.h"
 #include "src/ddp/reducer.h"
 #include "src/io.h"
+#include "src/launch/runner.h"
 #include "src/loss.h"
 #include "src/optim.h"
 #include "src/safetensors.h"
-#include "src/launch/runner.h"
 
 namespace {
 
@@ -74,7 +74,8 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
   // ddp_model.state_dict() names every tensor "module.<name>".
   if (rank == 0) {
     safetensors::TensorMap sd;
-    for (const Parameter* p : model.parameters()) sd["module." + p->name] = {p->shape, {p->data(), p->data() + p->numel()}};
+    for (const Parameter* p : model.parameters())
+      sd["module." + p->name] = {p->shape, {p->data(), p->data() + p->numel()}};
     if (std::string why = safetensors::save(checkpoint, sd); !why.empty()) throw UsageError("--checkpoint: " + why);
     lab::print_line(fmt::format("[rank0] saved {} tensors to {}", sd.size(), checkpoint));
   }
@@ -121,7 +122,8 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
   if (flags.has("dump") && rank == 0) {
     const std::string doc = fmt::format("{{\"loss\": {}, \"params\": {}}}\n", json_float(l.loss),
                                         json_params(std::as_const(model).parameters()));
-    if (std::string why = write_file_atomic(flags.get_string("dump", ""), doc); !why.empty()) throw UsageError("--dump: " + why);
+    if (std::string why = write_file_atomic(flags.get_string("dump", ""), doc); !why.empty())
+      throw UsageError("--dump: " + why);
   }
   return 0;
 }
@@ -150,32 +152,37 @@ int run(int argc, char** argv) {
       return 2;
     }
     for (const auto& [name, t] : tensors) {  // a name with control characters is shown JSON-escaped: one line each
-      const bool plain = std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
-      lab::print_line(fmt::format("{} {} {} floats", plain ? name : nlohmann::json(name).dump(), torch_size(t.shape), t.data.size()));
+      const bool plain =
+          std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+      lab::print_line(fmt::format("{} {} {} floats", plain ? name : nlohmann::json(name).dump(), torch_size(t.shape),
+                                  t.data.size()));
     }
     lab::print_line(info.checksum_verified
                         ? "checksum_fnv1a64 verified"
                         : "no checksum_fnv1a64 in __metadata__ (not written by ddplab): the data is read unverified");
     if (!dump.empty()) {
-      if (std::string why = write_file_atomic(dump, tensors_json(tensors)); !why.empty()) throw UsageError("--dump: " + why);
+      if (std::string why = write_file_atomic(dump, tensors_json(tensors)); !why.empty())
+        throw UsageError("--dump: " + why);
     }
     return 0;
   }
   for (const char* f : {"checkpoint", "dump"}) {
     if (flags.has(f)) {
-      if (std::string why = check_writable(flags.get_string(f, "")); !why.empty()) throw UsageError(fmt::format("--{}: {}", f, why));
+      if (std::string why = check_writable(flags.get_string(f, "")); !why.empty())
+        throw UsageError(fmt::format("--{}: {}", f, why));
     }
   }
   const char* tmp = std::getenv("TMPDIR");
   const char* run_id = std::getenv("DDPLAB_RUN_ID");
-  const std::string checkpoint = flags.get_string(
-      "checkpoint", fmt::format("{}/model.checkpoint.{}.safetensors", tmp && *tmp ? tmp : "/tmp",
-                                run_id ? std::string(run_id) : std::to_string(getpid())));
+  const std::string checkpoint =
+      flags.get_string("checkpoint", fmt::format("{}/model.checkpoint.{}.safetensors", tmp && *tmp ? tmp : "/tmp",
+                                                 run_id ? std::string(run_id) : std::to_string(getpid())));
   // The skewed rank must exist: refused here, once, before any rank starts.
-  const int64_t world_size = flags.get_string("backend", "sim") == "sim" ? flags.get_int("world-size", 2, 1, ddp::kMaxWorldSize)
-                             : flags.has("nproc")                       ? flags.get_int("nproc", 2, 1, ddp::kMaxWorldSize)
-                             : std::getenv("WORLD_SIZE")                ? std::atoi(std::getenv("WORLD_SIZE"))
-                                                                        : ddp::kMaxWorldSize;
+  const int64_t world_size = flags.get_string("backend", "sim") == "sim"
+                                 ? flags.get_int("world-size", 2, 1, ddp::kMaxWorldSize)
+                             : flags.has("nproc")        ? flags.get_int("nproc", 2, 1, ddp::kMaxWorldSize)
+                             : std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE"))
+                                                         : ddp::kMaxWorldSize;
   if (const int64_t skew_rank = flags.get_int("skew-rank", -1, -1, ddp::kMaxWorldSize - 1); skew_rank >= world_size) {
     throw UsageError(fmt::format("--skew-rank {} is not a rank of this run (world size {})", skew_rank, world_size));
   }

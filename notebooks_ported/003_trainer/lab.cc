@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "notebooks_ported/lab/lab.h"
-#include "src/ddp/report.h"
 #include "src/compare.h"
+#include "src/ddp/report.h"
 #include "src/io.h"
 #include "src/launch/runner.h"
 
@@ -47,7 +47,7 @@ int run(int argc, char** argv) {
   cfg.layers = {20, 1};
   cfg.loss = ddp::parse_loss(flags.get_choice("loss", "mse", {"mse", "ce-probs"}));
   cfg.lr = 1e-2;
-  cfg.seed = kDefaultSeed;  // a fresh process: torch's default seed, no manual_seed in the notebook
+  cfg.seed = kDefaultSeed;              // a fresh process: torch's default seed, no manual_seed in the notebook
   cfg.init = ddp::InitKind::continue_;  // Linear(20, 1) draws right after the dataset, from the same generator
   cfg.epochs = flags.get_int("max-epochs", 5, 1, 1000);
   cfg.batch_size = flags.get_int("batch-size", 32, 1, 2048);
@@ -66,11 +66,12 @@ int run(int argc, char** argv) {
         if (it != printed.end() && it->second == l.epoch) return "";
         printed[l.rank] = l.epoch;
         const int64_t ws = flags.get_string("backend", "sim") == "sim" ? flags.get_int("world-size", 4, 1, 64)
-                                                                        : flags.get_int("nproc", 4, 1, 64);
+                                                                       : flags.get_int("nproc", 4, 1, 64);
         ddp::Config c = cfg;
         c.world_size = ws;
         const int64_t steps = (c.num_samples_per_rank() + cfg.batch_size - 1) / cfg.batch_size;
-        return fmt::format("[{}: {} Epoch: {}, Batch size: {} | Steps {}]", device, l.rank, l.epoch, cfg.batch_size, steps);
+        return fmt::format("[{}: {} Epoch: {}, Batch size: {} | Steps {}]", device, l.rank, l.epoch, cfg.batch_size,
+                           steps);
       },
       [&](lab::RankView& v) {
         Generator gen;
@@ -82,8 +83,9 @@ int run(int argc, char** argv) {
           for (const CmpResult& row : cmp_models(v.replica->model, initial)) table += format_cmp(row) + "\n";
           float max_abs_loss = 0;
           for (const auto& l : *v.log) max_abs_loss = std::max(max_abs_loss, std::abs(l.loss));
-          lab::print_line(fmt::format("\n# rank 0: trained model vs the model before training\n{}largest |loss| seen: {}",
-                                      table, python_float_repr(max_abs_loss)));
+          lab::print_line(
+              fmt::format("\n# rank 0: trained model vs the model before training\n{}largest |loss| seen: {}", table,
+                          python_float_repr(max_abs_loss)));
           if (cfg.loss == ddp::LossKind::ce_probs) {
             lab::print_line(
                 "F.cross_entropy(output, ys) with one output column and float targets treats ys as class\n"
@@ -93,8 +95,8 @@ int run(int argc, char** argv) {
         }
         std::vector<std::string> losses;
         for (const auto& l : *v.log) losses.push_back(json_float(l.loss));
-        rank_json.push_back(fmt::format("{{\"losses\": [{}], \"initial\": {}, \"params\": {}}}", fmt::join(losses, ", "),
-                                        json_params(initial.parameters()),
+        rank_json.push_back(fmt::format("{{\"losses\": [{}], \"initial\": {}, \"params\": {}}}",
+                                        fmt::join(losses, ", "), json_params(initial.parameters()),
                                         json_params(std::as_const(v.replica->model).parameters())));
         return 0;
       });

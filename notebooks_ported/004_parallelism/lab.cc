@@ -9,15 +9,17 @@
 #include "notebooks_ported/004_parallelism/parallel.h"
 #include "notebooks_ported/lab/lab.h"
 #include "src/comm/local_group.h"
-#include "src/io.h"
 #include "src/ddp/reducer.h"
+#include "src/io.h"
+#include "src/launch/runner.h"
 #include "src/loss.h"
 #include "src/optim.h"
-#include "src/launch/runner.h"
 
 namespace ddplab::lab004 {
 // Sections end with a newline; print_line adds its own.
-inline void print(const std::string& s) { lab::print_line(s.empty() || s.back() != '\n' ? s : s.substr(0, s.size() - 1)); }
+inline void print(const std::string& s) {
+  lab::print_line(s.empty() || s.back() != '\n' ? s : s.substr(0, s.size() - 1));
+}
 }  // namespace ddplab::lab004
 
 namespace {
@@ -72,8 +74,9 @@ std::string ddp_basic(comm::Communicator& c) {
     s.rows.push_back(cmp(p->name, all.data() + last + o, all.data() + o, p->numel()));
     o += static_cast<size_t>(p->numel());
   }
-  s.note = "Every rank drew the same \"random\" batch: a fresh process starts from torch's default seed, and\n"
-           "the notebook seeds nothing. DDP keeps the replicas bitwise equal either way.\n";
+  s.note =
+      "Every rank drew the same \"random\" batch: a fresh process starts from torch's default seed, and\n"
+      "the notebook seeds nothing. DDP keeps the replicas bitwise equal either way.\n";
   return lab004::render(s);
 }
 
@@ -104,10 +107,12 @@ std::string lightning(comm::Communicator& c) {
 }
 
 int body(const Flags& flags, comm::Communicator& c) {
-  const std::string part = flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"});
+  const std::string part =
+      flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"});
   const auto want = [&](const char* p) { return part == "all" || part == p; };
   const bool r0 = c.rank() == 0;
-  if (want("dp") && r0) lab004::print(keep(lab004::data_parallel(static_cast<int>(flags.get_int("dp-devices", 2, 1, 64)))));
+  if (want("dp") && r0)
+    lab004::print(keep(lab004::data_parallel(static_cast<int>(flags.get_int("dp-devices", 2, 1, 64)))));
   if (want("ddp")) {
     if (std::string s = ddp_basic(c); r0) lab004::print(s);
   }
@@ -139,7 +144,8 @@ int body(const Flags& flags, comm::Communicator& c) {
       for (float x : v) f.push_back(json_float(x));
       items.push_back(fmt::format("\"{}\": [{}]", k, fmt::join(f, ", ")));
     }
-    if (std::string why = write_file_atomic(flags.get_string("dump", ""), fmt::format("{{{}}}\n", fmt::join(items, ",\n")));
+    if (std::string why =
+            write_file_atomic(flags.get_string("dump", ""), fmt::format("{{{}}}\n", fmt::join(items, ",\n")));
         !why.empty()) {
       throw UsageError("--dump: " + why);
     }
@@ -159,7 +165,8 @@ int run(int argc, char** argv) {
   flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"});
   flags.get_int("dp-devices", 2, 1, 64);
   if (flags.has("dump")) {
-    if (std::string why = check_writable(flags.get_string("dump", "")); !why.empty()) throw UsageError("--dump: " + why);
+    if (std::string why = check_writable(flags.get_string("dump", "")); !why.empty())
+      throw UsageError("--dump: " + why);
   }
   return lab::run_on_ranks(flags, argc, argv, "004_parallelism", {"--part", flags.get_string("part", "all")},
                            [&](comm::Communicator& c) { return body(flags, c); });

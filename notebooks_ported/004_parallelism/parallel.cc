@@ -65,10 +65,11 @@ Section data_parallel(int devices) {
   s.title = fmt::format("DataParallel over {} devices vs one device (Linear(100, 10), 1000 samples)", devices);
   s.rows = {cmp_mat("output", gathered, out_single), cmp_mat("fc1.weight.grad", grad_w, single.linears[0].weight.grad),
             cmp_mat("fc1.bias.grad", grad_b, single.linears[0].bias.grad)};
-  s.tensors = {{"dp.weight.grad", {grad_w.data(), grad_w.data() + grad_w.size()}},
-               {"dp.bias.grad", {grad_b.data(), grad_b.data() + grad_b.size()}},
-               {"single.weight.grad", {single.linears[0].weight.grad.data(), single.linears[0].weight.grad.data() + 1000}},
-               {"single.bias.grad", {single.linears[0].bias.grad.data(), single.linears[0].bias.grad.data() + 10}}};
+  s.tensors = {
+      {"dp.weight.grad", {grad_w.data(), grad_w.data() + grad_w.size()}},
+      {"dp.bias.grad", {grad_b.data(), grad_b.data() + grad_b.size()}},
+      {"single.weight.grad", {single.linears[0].weight.grad.data(), single.linears[0].weight.grad.data() + 1000}},
+      {"single.bias.grad", {single.linears[0].bias.grad.data(), single.linears[0].bias.grad.data() + 10}}};
   s.note = fmt::format(
       "output shape torch.Size([1000, 10]) on cpu:0 (the notebook: cuda:0). Every output row is computed by one\n"
       "replica from its chunk of {} rows; the gradient is one matmul per chunk, summed into device 0: the same\n"
@@ -232,8 +233,9 @@ Section row_parallel(comm::Communicator& c) {
   s.tensors = {{"row.output", {y.data(), y.data() + y.size()}},
                {"row.weight.grad", {gw.data(), gw.data() + gw.size()}},
                {"row.input.grad", {gi.data(), gi.data() + gi.size()}}};
-  s.note = "output sums over input features split across ranks, added by the all-reduce: approximate.\n"
-           "weight.grad and input.grad need no communication: each element is whole on one rank: exact.\n";
+  s.note =
+      "output sums over input features split across ranks, added by the all-reduce: approximate.\n"
+      "weight.grad and input.grad need no communication: each element is whole on one rank: exact.\n";
   return s;
 }
 
@@ -253,7 +255,8 @@ Section zero(comm::Communicator& c) {
   const auto unflat = [](MLP& m, const std::vector<float>& v) {
     size_t o = 0;
     for (Parameter* p : m.parameters()) {
-      std::copy(v.begin() + static_cast<std::ptrdiff_t>(o), v.begin() + static_cast<std::ptrdiff_t>(o + p->numel()), p->data());
+      std::copy(v.begin() + static_cast<std::ptrdiff_t>(o), v.begin() + static_cast<std::ptrdiff_t>(o + p->numel()),
+                p->data());
       o += static_cast<size_t>(p->numel());
     }
   };
@@ -283,7 +286,8 @@ Section zero(comm::Communicator& c) {
     const auto gflat = averaged(ddp, step);
     size_t o = 0;
     for (Parameter* p : ddp.parameters()) {
-      std::copy(gflat.begin() + static_cast<std::ptrdiff_t>(o), gflat.begin() + static_cast<std::ptrdiff_t>(o + p->numel()), p->grad.data());
+      std::copy(gflat.begin() + static_cast<std::ptrdiff_t>(o),
+                gflat.begin() + static_cast<std::ptrdiff_t>(o + p->numel()), p->grad.data());
       o += static_cast<size_t>(p->numel());
     }
     ddp_opt.step();
@@ -296,13 +300,15 @@ Section zero(comm::Communicator& c) {
   mine.name = "shard";
   mine.value = Matrix::Zero(static_cast<Eigen::Index>(shard), 1);
   const auto params0 = flat(zmodel);
-  std::copy(params0.begin() + static_cast<std::ptrdiff_t>(lo), params0.begin() + static_cast<std::ptrdiff_t>(hi), mine.data());
+  std::copy(params0.begin() + static_cast<std::ptrdiff_t>(lo), params0.begin() + static_cast<std::ptrdiff_t>(hi),
+            mine.data());
   Adam zopt({&mine}, ao);
   for (int step = 0; step < 3; ++step) {
     // Stage 3 gathers the parameters before forward; stages 1 and 2 already hold them all.
     const auto gflat = averaged(zmodel, step);  // reduce-scatter = the ring all-reduce's first half
     mine.grad = Matrix::Zero(static_cast<Eigen::Index>(shard), 1);
-    std::copy(gflat.begin() + static_cast<std::ptrdiff_t>(lo), gflat.begin() + static_cast<std::ptrdiff_t>(hi), mine.grad.data());
+    std::copy(gflat.begin() + static_cast<std::ptrdiff_t>(lo), gflat.begin() + static_cast<std::ptrdiff_t>(hi),
+              mine.grad.data());
     mine.has_grad = true;
     zopt.step();  // Adam on my shard only
     std::vector<float> all(shard * static_cast<size_t>(n));
@@ -315,7 +321,8 @@ Section zero(comm::Communicator& c) {
   if (r != 0) return s;
   const auto pz = zmodel.parameters();
   const auto pd = ddp.parameters();
-  for (size_t i = 0; i < pz.size(); ++i) s.rows.push_back(cmp(pz[i]->name, pz[i]->data(), pd[i]->data(), pz[i]->numel()));
+  for (size_t i = 0; i < pz.size(); ++i)
+    s.rows.push_back(cmp(pz[i]->name, pz[i]->data(), pd[i]->data(), pz[i]->numel()));
   const double Pd = static_cast<double>(P), sh = static_cast<double>(shard);
   s.note = fmt::format(
       "Bitwise DDP's: Adam is element by element, and each element sees the same averaged gradient. What\n"

@@ -36,7 +36,8 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
   }
   if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
   const int ws = static_cast<int>(flags.get_int("world-size", 2, 1, ddp::kMaxWorldSize));
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
   comm::LocalGroup group(ws, collective::Algorithm::ring);
   std::vector<int> status(static_cast<size_t>(ws), 0);
   std::vector<std::string> errors(static_cast<size_t>(ws));
@@ -62,9 +63,11 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
   return *std::max_element(status.begin(), status.end());
 }
 
-int write_ranks_dump(const Flags& flags, const char* program, const std::string& path, const std::vector<std::string>& ranks) {
+int write_ranks_dump(const Flags& flags, const char* program, const std::string& path,
+                     const std::vector<std::string>& ranks) {
   if (path.empty() || flags.get_string("backend", "sim") != "sim") return 0;
-  const std::string doc = fmt::format("{{\"world_size\": {}, \"ranks\": [{}]}}\n", ranks.size(), fmt::join(ranks, ",\n"));
+  const std::string doc =
+      fmt::format("{{\"world_size\": {}, \"ranks\": [{}]}}\n", ranks.size(), fmt::join(ranks, ",\n"));
   if (std::string why = write_file_atomic(path, doc); !why.empty()) {
     std::fprintf(stderr, "%s: --dump: %s\n", program, why.c_str());
     return 1;
@@ -99,23 +102,22 @@ int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Pr
       }
       std::vector<std::vector<int64_t>> indices;
       for (const auto& e : sim.sampler_indices) indices.push_back(e[static_cast<size_t>(r)]);
-      RankView v{r, static_cast<int>(cfg.world_size), sim.replicas[static_cast<size_t>(r)].get(), &log, &indices, nullptr};
+      RankView v{r,      static_cast<int>(cfg.world_size), sim.replicas[static_cast<size_t>(r)].get(), &log, &indices,
+                 nullptr};
       status = std::max(status, report(v));
     }
     return status;
   }
-  return verify::run_ddp_ranks(
-      flags, argc, argv, cfg,
-      [&](verify::Rank& rank, const ddp::Config& ranks_cfg) {
-        ddp::RankResult res = ddp::train_rank(ranks_cfg, *rank.comm, rank.kernels(ranks_cfg.kernels));
-        if (progress) {
-          for (const auto& l : res.log) {
-            if (std::string line = progress(l); !line.empty()) print_line(line);
-          }
-        }
-        RankView v{rank.env.rank, rank.env.world_size, res.replica.get(), &res.log, &res.sampler_indices, rank.comm.get()};
-        return report(v);
-      });
+  return verify::run_ddp_ranks(flags, argc, argv, cfg, [&](verify::Rank& rank, const ddp::Config& ranks_cfg) {
+    ddp::RankResult res = ddp::train_rank(ranks_cfg, *rank.comm, rank.kernels(ranks_cfg.kernels));
+    if (progress) {
+      for (const auto& l : res.log) {
+        if (std::string line = progress(l); !line.empty()) print_line(line);
+      }
+    }
+    RankView v{rank.env.rank, rank.env.world_size, res.replica.get(), &res.log, &res.sampler_indices, rank.comm.get()};
+    return report(v);
+  });
 }
 
 }  // namespace ddplab::lab

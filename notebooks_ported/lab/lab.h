@@ -17,10 +17,10 @@ namespace ddplab::lab {
 
 struct RankView {
   int rank = 0, world_size = 1;
-  ddp::Replica* replica = nullptr;                     // after training
-  const std::vector<ddp::BatchLog>* log = nullptr;     // this rank's batches
+  ddp::Replica* replica = nullptr;                             // after training
+  const std::vector<ddp::BatchLog>* log = nullptr;             // this rank's batches
   const std::vector<std::vector<int64_t>>* indices = nullptr;  // this rank's sampler indices per epoch
-  comm::Communicator* comm = nullptr;                  // real ranks only
+  comm::Communicator* comm = nullptr;                          // real ranks only
 };
 
 std::set<std::string> lab_flag_names();  // backend, nproc, world-size and the runner's
@@ -42,7 +42,8 @@ int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Pr
 // --dump for labs whose ranks all report in this process (the simulator): {"world_size", "ranks": [...]}.
 // Returns 0, or 1 after one line on stderr when the file cannot be written; no file when `path` is empty
 // or the ranks ran as separate processes.
-int write_ranks_dump(const Flags& flags, const char* program, const std::string& path, const std::vector<std::string>& ranks);
+int write_ranks_dump(const Flags& flags, const char* program, const std::string& path,
+                     const std::vector<std::string>& ranks);
 
 // One line written with one write, so concurrent ranks never cut into each other's lines.
 void print_line(const std::string& line);

@@ -22,11 +22,16 @@ std::string algorithm_name(Algorithm a) { return algorithm_names()[static_cast<s
 
 void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n) {
   switch (a) {
-    case Algorithm::naive: return naive_allreduce(bufs, n);
-    case Algorithm::ring: return ring_allreduce(bufs, n);
-    case Algorithm::halving_doubling: return halving_doubling_allreduce(bufs, n);
-    case Algorithm::tree: return tree_allreduce(bufs, n);
-    case Algorithm::nccl_ring: return nccl_ring_allreduce(bufs, n);
+    case Algorithm::naive:
+      return naive_allreduce(bufs, n);
+    case Algorithm::ring:
+      return ring_allreduce(bufs, n);
+    case Algorithm::halving_doubling:
+      return halving_doubling_allreduce(bufs, n);
+    case Algorithm::tree:
+      return tree_allreduce(bufs, n);
+    case Algorithm::nccl_ring:
+      return nccl_ring_allreduce(bufs, n);
   }
 }
 

@@ -27,7 +27,10 @@ void halving_doubling_allreduce(const std::vector<float*>& bufs, size_t n) {
     for (size_t r = 0; r < P; ++r) snapshot[r].assign(bufs[r], bufs[r] + n);
     for (size_t r = 0; r < P; ++r) {
       const size_t partner = r ^ d, mid = lo[r] + (hi[r] - lo[r]) / 2;
-      if ((r & d) == 0) hi[r] = mid; else lo[r] = mid;
+      if ((r & d) == 0)
+        hi[r] = mid;
+      else
+        lo[r] = mid;
       for (size_t i = lo[r]; i < hi[r]; ++i) bufs[r][i] = snapshot[r][i] + snapshot[partner][i];
     }
   }

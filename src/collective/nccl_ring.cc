@@ -8,10 +8,7 @@
 namespace ddplab::collective {
 
 std::vector<std::pair<std::string, std::string>> nccl_exact_environment() {
-  return {{"NCCL_ALGO", "Ring"},
-          {"NCCL_PROTO", "Simple"},
-          {"NCCL_MIN_NCHANNELS", "1"},
-          {"NCCL_MAX_NCHANNELS", "1"}};
+  return {{"NCCL_ALGO", "Ring"}, {"NCCL_PROTO", "Simple"}, {"NCCL_MIN_NCHANNELS", "1"}, {"NCCL_MAX_NCHANNELS", "1"}};
 }
 
 // NCCL_BUFFSIZE 4 MiB / NCCL_STEPS 8 = 512 KiB per step, times ALLREDUCE_CHUNKSTEPS 4 = 2 MiB.

@@ -32,6 +32,7 @@ size_t nccl_ring_chunk_elems();
 struct NcclChunk {
   size_t begin, end, first, owner;
 };
-std::vector<NcclChunk> nccl_ring_chunks(size_t n_elems, size_t world_size, size_t chunk_elems = nccl_ring_chunk_elems());
+std::vector<NcclChunk> nccl_ring_chunks(size_t n_elems, size_t world_size,
+                                        size_t chunk_elems = nccl_ring_chunk_elems());
 
 }  // namespace ddplab::collective

@@ -31,8 +31,10 @@ std::vector<std::string> all_gather_strings(Communicator& c, const std::string& 
   // lengths, so every rank refuses alike (none is left waiting in the second all_gather).
   for (size_t r = 0; r < n; ++r) {
     if (lens[r] > kMaxGatheredString) {
-      throw CommError(fmt::format("rank {}: all_gather_strings: rank {} reported a string of {} bytes; the limit is {} "
-                                  "bytes", c.rank(), r, lens[r], kMaxGatheredString));
+      throw CommError(
+          fmt::format("rank {}: all_gather_strings: rank {} reported a string of {} bytes; the limit is {} "
+                      "bytes",
+                      c.rank(), r, lens[r], kMaxGatheredString));
     }
   }
   if (lens[static_cast<size_t>(c.rank())] != len) {
@@ -41,8 +43,8 @@ std::vector<std::string> all_gather_strings(Communicator& c, const std::string& 
   }
   const size_t width = *std::max_element(lens.begin(), lens.end());
   if (width * n > kMaxGatheredTotal) {
-    throw CommError(fmt::format("rank {}: all_gather_strings: {} ranks x {} bytes exceed the limit of {} bytes", c.rank(),
-                                n, width, kMaxGatheredTotal));
+    throw CommError(fmt::format("rank {}: all_gather_strings: {} ranks x {} bytes exceed the limit of {} bytes",
+                                c.rank(), n, width, kMaxGatheredTotal));
   }
   std::vector<char> padded(width, '\0'), all(width * n);
   std::memcpy(padded.data(), mine.data(), mine.size());

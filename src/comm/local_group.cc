@@ -35,11 +35,15 @@ class LocalComm : public Communicator {
     });
   }
   void all_gather(const void* in, size_t bytes, void* out) override {
-    struct Io { const void* in; void* out; } io{in, out};
+    struct Io {
+      const void* in;
+      void* out;
+    } io{in, out};
     g_.collective(rank_, "all_gather", &io, timeout, [&](std::vector<void*>& slots) {
       for (void* dst : slots) {
         for (size_t r = 0; r < slots.size(); ++r) {
-          std::memcpy(static_cast<char*>(static_cast<Io*>(dst)->out) + r * bytes, static_cast<Io*>(slots[r])->in, bytes);
+          std::memcpy(static_cast<char*>(static_cast<Io*>(dst)->out) + r * bytes, static_cast<Io*>(slots[r])->in,
+                      bytes);
         }
       }
     });
@@ -75,8 +79,8 @@ void LocalGroup::collective(int rank, const char* name, void* buf, std::chrono::
   if (!cv_.wait_for(lock, timeout, [&] { return generation_ != gen || !broken_.empty(); })) {
     broken_ = fmt::format("{} #{} timed out after {} ms on rank {}", name, seq_, timeout.count(), rank);
     cv_.notify_all();
-    throw CommError(fmt::format("rank {}: {} #{} timed out after {} ms: only {} of {} ranks arrived", rank, name,
-                                seq_, timeout.count(), arrived_, world_size_));
+    throw CommError(fmt::format("rank {}: {} #{} timed out after {} ms: only {} of {} ranks arrived", rank, name, seq_,
+                                timeout.count(), arrived_, world_size_));
   }
   if (generation_ == gen) throw CommError(fmt::format("rank {}: {} #{} abandoned: {}", rank, name, seq_, broken_));
 }

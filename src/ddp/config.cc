@@ -44,9 +44,10 @@ struct FlagSpec {
 
 template <class T>
 FlagSpec int_flag(const char* name, T Config::*m, int64_t min, int64_t max, const char* usage) {
-  return {name, usage,
-          [=](const Flags& f, Config& c) { c.*m = static_cast<T>(f.get_int(name, static_cast<int64_t>(c.*m), min, max)); },
-          [=](const Config& c) { return std::to_string(c.*m); }};
+  return {
+      name, usage,
+      [=](const Flags& f, Config& c) { c.*m = static_cast<T>(f.get_int(name, static_cast<int64_t>(c.*m), min, max)); },
+      [=](const Config& c) { return std::to_string(c.*m); }};
 }
 
 FlagSpec double_flag(const char* name, double Config::*m, double min, double max, const char* usage) {
@@ -103,7 +104,8 @@ const std::vector<FlagSpec>& flag_table() {
                   "001's 5 points;\n"
                   "                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample) "
                   "[{def}]\n"),
-      int_flag("samples", &Config::samples, 1, 1 << 22, "  --samples N               random dataset size [{def}]       "),
+      int_flag("samples", &Config::samples, 1, 1 << 22,
+               "  --samples N               random dataset size [{def}]       "),
       int_flag("seed", &Config::seed, 0, INT64_MAX, "--seed S   manual_seed for data and model [{def}]\n"),
       bool_flag("shuffle", &Config::shuffle, "  --shuffle true|false      DistributedSampler shuffle [{def}]   "),
       int_flag("sampler-seed", &Config::sampler_seed, 0, INT64_MAX, "--sampler-seed S [{def}]\n"),
@@ -201,18 +203,21 @@ Config config_from_flags(const Flags& flags) {
 
 void validate(const Config& c) {
   if (c.dataset == DatasetKind::toy && (c.layers.front() != 2 || c.layers.back() != 2)) {
-    throw UsageError(fmt::format("--dataset toy has 2 features and 2 classes: --layers must start and end with 2 "
-                                 "(got {})", fmt::join(c.layers, ",")));
+    throw UsageError(
+        fmt::format("--dataset toy has 2 features and 2 classes: --layers must start and end with 2 "
+                    "(got {})",
+                    fmt::join(c.layers, ",")));
   }
   if (c.dataset_size() < c.world_size) {
-    throw UsageError(fmt::format("--world-size {} exceeds the dataset size {}: every rank needs a sample",
-                                 c.world_size, c.dataset_size()));
+    throw UsageError(fmt::format("--world-size {} exceeds the dataset size {}: every rank needs a sample", c.world_size,
+                                 c.dataset_size()));
   }
   const int64_t shard = c.num_samples_per_rank();
   if (c.batch_size > shard) {
-    throw UsageError(fmt::format("--batch-size {} is larger than a rank's shard of {} samples "
-                                 "(dataset {} / world size {})",
-                                 c.batch_size, shard, c.dataset_size(), c.world_size));
+    throw UsageError(
+        fmt::format("--batch-size {} is larger than a rank's shard of {} samples "
+                    "(dataset {} / world size {})",
+                    c.batch_size, shard, c.dataset_size(), c.world_size));
   }
   check_footprint(footprint(c), "--layers, --world-size, --samples, --batch-size");
 }
@@ -242,14 +247,14 @@ std::vector<std::string> to_args(const Config& c) {
 
 std::string describe(const Config& c) {
   std::string opt = c.optimizer == OptimizerKind::sgd ? fmt::format("sgd lr={} momentum={}", c.lr, c.momentum)
-                                         : fmt::format("adam lr={}", c.lr);
+                                                      : fmt::format("adam lr={}", c.lr);
   return fmt::format(
       "world_size={} | MLP {}{} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
       "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}",
       c.world_size, fmt::join(c.layers, "-"), c.relu ? " relu" : "", loss_name(c.loss), opt, dataset_name(c.dataset),
       c.dataset_size(), c.batch_size, c.shuffle, c.drop_last, init_name(c.init), c.broadcast,
-      average_names()[static_cast<size_t>(c.average)],
-      c.bucket_cap_mb, c.no_sync, collective::algorithm_name(c.allreduce), kernels_name(c.kernels));
+      average_names()[static_cast<size_t>(c.average)], c.bucket_cap_mb, c.no_sync,
+      collective::algorithm_name(c.allreduce), kernels_name(c.kernels));
 }
 
 }  // namespace ddplab::ddp

@@ -56,7 +56,7 @@ struct Config {
   int64_t epochs = 1;
   // DDP
   InitKind init = InitKind::same;  // same: every rank seeds `seed`; per-rank: rank r seeds seed + r
-  bool broadcast = true;      // DDP's broadcast of rank 0's parameters at construction
+  bool broadcast = true;           // DDP's broadcast of rank 0's parameters at construction
   Average average = Average::predivide;
   double bucket_cap_mb = 25.0;
   int64_t no_sync = 1;  // all-reduce every K micro-batches

@@ -14,8 +14,7 @@ Average parse_average(const std::string& s) {
   throw std::invalid_argument("unknown averaging '" + s + "'");
 }
 
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
-                                                const std::vector<size_t>& bytes,
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order, const std::vector<size_t>& bytes,
                                                 const std::vector<size_t>& limits) {
   std::vector<std::vector<size_t>> result;
   std::vector<size_t> open;

@@ -28,8 +28,7 @@ struct Bucket {
 // compute_bucket_assignment_by_size: walk `order`, add each tensor to the open bucket, and close the
 // bucket once its size reaches the current limit (limits advance one per closed bucket, the last one
 // repeats). Buckets may exceed their limit by one tensor.
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order,
-                                                const std::vector<size_t>& bytes,
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order, const std::vector<size_t>& bytes,
                                                 const std::vector<size_t>& limits);
 
 class Reducer {

@@ -87,7 +87,8 @@ std::string dump_json(const DumpPieces& d) {
   if (!d.backend.empty()) out += fmt::format(" \"backend\": \"{}\",\n", d.backend);
   std::vector<std::string> quoted;
   for (const std::string& a : d.args) quoted.push_back("\"" + a + "\"");
-  out += fmt::format(" \"args\": [{}],\n \"replicas\": [\n  {}\n ],\n", fmt::join(quoted, ", "), fmt::join(d.replicas, ",\n  "));
+  out += fmt::format(" \"args\": [{}],\n \"replicas\": [\n  {}\n ],\n", fmt::join(quoted, ", "),
+                     fmt::join(d.replicas, ",\n  "));
   return out + fmt::format(" \"sampler_indices\": [{}],\n \"losses\": [{}]}}\n", fmt::join(d.epoch_indices, ", "),
                            fmt::join(d.losses, ", "));
 }
@@ -113,8 +114,8 @@ std::string dump_json(const ddp::Config& cfg, const ddp::SimResult& res) {
 }
 
 std::string explain_first_bucket(const ddp::Config& cfg, const std::vector<float*>& bufs, size_t n) {
-  const char* how = cfg.average == ddp::Average::postdivide ? "raw gradients (postdivide)"
-                                                            : "gradients * float(1/world_size)";
+  const char* how =
+      cfg.average == ddp::Average::postdivide ? "raw gradients (postdivide)" : "gradients * float(1/world_size)";
   if (n <= 48) {  // small enough to show whole: the real bucket, chunked as Gloo chunks it
     std::vector<std::vector<float>> inputs;
     for (float* b : bufs) inputs.emplace_back(b, b + n);
@@ -125,7 +126,9 @@ std::string explain_first_bucket(const ddp::Config& cfg, const std::vector<float
   // the ring on it alone, as if it were a bucket of its own (its chunking then differs from the real one).
   const size_t count = std::min<size_t>(static_cast<size_t>(cfg.layers.back()), 24);
   std::vector<std::vector<float>> inputs;
-  for (float* b : bufs) inputs.emplace_back(b + n - static_cast<size_t>(cfg.layers.back()), b + n - static_cast<size_t>(cfg.layers.back()) + count);
+  for (float* b : bufs)
+    inputs.emplace_back(b + n - static_cast<size_t>(cfg.layers.back()),
+                        b + n - static_cast<size_t>(cfg.layers.back()) + count);
   const std::string name = MLP::sequential_names(cfg.layers.size() - 1, cfg.relu).back() + ".bias";
   return fmt::format("{} from the first all-reduce ({}), run through the ring on its own as if it were a bucket\n",
                      name, how) +

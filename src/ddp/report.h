@@ -21,11 +21,11 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res);
 //  "sampler_indices": [epoch][rank][...], "losses": [rank][...]}
 struct DumpPieces {
   int64_t world_size = 0;
-  std::string backend;                    // "" for the simulator
-  std::vector<std::string> args;          // to_args(cfg)
-  std::vector<std::string> replicas;      // json_params of each rank
-  std::vector<std::string> epoch_indices; // per epoch: [[rank 0's indices], [rank 1's], ...]
-  std::vector<std::string> losses;        // per rank: [loss, ...]
+  std::string backend;                     // "" for the simulator
+  std::vector<std::string> args;           // to_args(cfg)
+  std::vector<std::string> replicas;       // json_params of each rank
+  std::vector<std::string> epoch_indices;  // per epoch: [[rank 0's indices], [rank 1's], ...]
+  std::vector<std::string> losses;         // per rank: [loss, ...]
 };
 std::string dump_json(const DumpPieces& d);
 // The simulator's run as DumpPieces, written.

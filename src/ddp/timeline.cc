@@ -35,8 +35,8 @@ Timeline build_timeline(const ddp::Config& cfg, const CostModel& m) {
     for (size_t l = 0; l < L; ++l) {  // forward: 2*B*in*out FLOPs per Linear
       const Linear& lin = model.linears[l];
       const double d = 2.0 * B * static_cast<double>(lin.in_features * lin.out_features) / flop_us;
-      ev.push_back({fmt::format("forward {}", lin.weight.name.substr(0, lin.weight.name.rfind('.'))), "compute",
-                    'X', now, d, 0, 0});
+      ev.push_back({fmt::format("forward {}", lin.weight.name.substr(0, lin.weight.name.rfind('.'))), "compute", 'X',
+                    now, d, 0, 0});
       now += d;
     }
     const double backward_start = now;
@@ -44,8 +44,8 @@ Timeline build_timeline(const ddp::Config& cfg, const CostModel& m) {
     for (size_t l = L; l-- > 0;) {  // backward: 4*B*in*out FLOPs (grad input + grad weight)
       const Linear& lin = model.linears[l];
       const double d = 4.0 * B * static_cast<double>(lin.in_features * lin.out_features) / flop_us;
-      ev.push_back({fmt::format("backward {}", lin.weight.name.substr(0, lin.weight.name.rfind('.'))), "compute",
-                    'X', now, d, 0, 0});
+      ev.push_back({fmt::format("backward {}", lin.weight.name.substr(0, lin.weight.name.rfind('.'))), "compute", 'X',
+                    now, d, 0, 0});
       now += d;
       ready[2 * l] = ready[2 * l + 1] = now;  // weight and bias gradients ready when the layer is done
     }
@@ -76,9 +76,9 @@ Timeline build_timeline(const ddp::Config& cfg, const CostModel& m) {
     ev.push_back({"optimizer step", "compute", 'X', opt_start, opt_d, 0, 0});
     now = opt_start + opt_d;
     cost.step_us = now - step_start;
-    ev.insert(ev.begin(), {fmt::format("iteration {} ({} bucket{})", iteration, cost.buckets,
-                                       cost.buckets == 1 ? "" : "s"),
-                           "step", 'X', step_start, cost.step_us, 0, 0});
+    ev.insert(ev.begin(),
+              {fmt::format("iteration {} ({} bucket{})", iteration, cost.buckets, cost.buckets == 1 ? "" : "s"), "step",
+               'X', step_start, cost.step_us, 0, 0});
     for (int64_t rank = 0; rank < cfg.world_size; ++rank) {  // every rank runs the same schedule
       for (TraceEvent e : ev) {
         e.pid = static_cast<int>(rank);
@@ -95,17 +95,23 @@ std::string trace_json(const Timeline& t) {
   int max_pid = 0;
   for (const TraceEvent& e : t.events) max_pid = std::max(max_pid, e.pid);
   for (int pid = 0; pid <= max_pid; ++pid) {
-    out += fmt::format("{{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": {0}, \"tid\": 0, "
-                       "\"args\": {{\"name\": \"rank{0}\"}}}},\n", pid);
-    out += fmt::format("{{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": {}, \"tid\": 0, "
-                       "\"args\": {{\"name\": \"compute\"}}}},\n", pid);
-    out += fmt::format("{{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": {}, \"tid\": 1, "
-                       "\"args\": {{\"name\": \"communication\"}}}},\n", pid);
+    out += fmt::format(
+        "{{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": {0}, \"tid\": 0, "
+        "\"args\": {{\"name\": \"rank{0}\"}}}},\n",
+        pid);
+    out += fmt::format(
+        "{{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": {}, \"tid\": 0, "
+        "\"args\": {{\"name\": \"compute\"}}}},\n",
+        pid);
+    out += fmt::format(
+        "{{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": {}, \"tid\": 1, "
+        "\"args\": {{\"name\": \"communication\"}}}},\n",
+        pid);
   }
   for (size_t i = 0; i < t.events.size(); ++i) {
     const TraceEvent& e = t.events[i];
-    out += fmt::format("{{\"name\": \"{}\", \"cat\": \"{}\", \"ph\": \"{}\", \"ts\": {:.3f}, ", e.name, e.cat, e.ph,
-                       e.ts);
+    out +=
+        fmt::format("{{\"name\": \"{}\", \"cat\": \"{}\", \"ph\": \"{}\", \"ts\": {:.3f}, ", e.name, e.cat, e.ph, e.ts);
     out += e.ph == 'X' ? fmt::format("\"dur\": {:.3f}, ", e.dur) : std::string("\"s\": \"t\", ");
     out += fmt::format("\"pid\": {}, \"tid\": {}}}{}\n", e.pid, e.tid, i + 1 < t.events.size() ? "," : "");
   }

@@ -12,16 +12,16 @@
 namespace ddplab {
 
 struct CostModel {
-  double link_latency_us = 5.0;   // alpha, per ring step
-  double link_gbps = 10.0;        // bandwidth, Gbit/s
-  double compute_gflops = 50.0;   // sustained float32 rate for forward/backward/optimizer FLOPs
+  double link_latency_us = 5.0;  // alpha, per ring step
+  double link_gbps = 10.0;       // bandwidth, Gbit/s
+  double compute_gflops = 50.0;  // sustained float32 rate for forward/backward/optimizer FLOPs
 };
 
 struct TraceEvent {
   std::string name, cat;
-  char ph;          // 'X' complete event, 'i' instant
-  double ts, dur;   // microseconds
-  int pid, tid;     // pid = rank; tid 0 = compute, tid 1 = communication
+  char ph;         // 'X' complete event, 'i' instant
+  double ts, dur;  // microseconds
+  int pid, tid;    // pid = rank; tid 0 = compute, tid 1 = communication
 };
 
 struct StepCost {

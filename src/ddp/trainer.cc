@@ -224,8 +224,8 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
 }
 
 std::string progress_line(const BatchLog& l, int64_t epochs) {
-  return fmt::format("[rank{}] Epoch: {:03d}/{:03d} | Batch size {:03d} | Loss: {:.2f}", l.rank, l.epoch + 1,
-                     epochs, l.batch_size, l.loss);
+  return fmt::format("[rank{}] Epoch: {:03d}/{:03d} | Batch size {:03d} | Loss: {:.2f}", l.rank, l.epoch + 1, epochs,
+                     l.batch_size, l.loss);
 }
 
 }  // namespace ddplab::ddp

@@ -73,8 +73,8 @@ struct BatchLog {
 struct SimResult {
   std::vector<std::unique_ptr<Replica>> replicas;
   std::vector<std::vector<std::vector<int64_t>>> sampler_indices;  // [epoch][rank]
-  std::vector<BatchLog> log;                                      // in (epoch, batch, rank) order
-  std::unique_ptr<Replica> single_device;                         // one model on the union of the shards
+  std::vector<BatchLog> log;                                       // in (epoch, batch, rank) order
+  std::unique_ptr<Replica> single_device;                          // one model on the union of the shards
   std::string buckets_first, buckets_rebuilt;
   int64_t optimizer_steps = 0;
 };
@@ -107,7 +107,7 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm);
 using SyncFn = std::function<void(const std::vector<Reducer*>&)>;
 struct TrainLog {
   std::vector<std::vector<std::vector<int64_t>>> sampler_indices;  // [epoch][local replica]
-  std::vector<BatchLog> log;                                      // in (epoch, batch, local replica) order
+  std::vector<BatchLog> log;                                       // in (epoch, batch, local replica) order
   int64_t optimizer_steps = 0;
 };
 TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,

@@ -15,8 +15,7 @@ namespace {
 // class MLP in the notebook: manual_seed(seed), then hidden_layer and output_layer.
 MLP make_mlp(const TwoReplicaConfig& cfg) {
   manual_seed(cfg.seed);
-  return MLP({cfg.in_features, cfg.hidden, cfg.out_features}, /*relu=*/false,
-             {"hidden_layer", "output_layer"});
+  return MLP({cfg.in_features, cfg.hidden, cfg.out_features}, /*relu=*/false, {"hidden_layer", "output_layer"});
 }
 
 float train_step(MLP& model, SGD& opt, const Matrix& x, const Matrix& y) {
@@ -32,10 +31,10 @@ float train_step(MLP& model, SGD& opt, const Matrix& x, const Matrix& y) {
 
 void validate(const TwoReplicaConfig& cfg) {
   if (cfg.replicas * cfg.batch_size > cfg.samples) {
-    throw UsageError(fmt::format(
-        "--replicas * --batch-size must be <= --samples (each replica takes one whole batch): "
-        "{} * {} > {}",
-        cfg.replicas, cfg.batch_size, cfg.samples));
+    throw UsageError(
+        fmt::format("--replicas * --batch-size must be <= --samples (each replica takes one whole batch): "
+                    "{} * {} > {}",
+                    cfg.replicas, cfg.batch_size, cfg.samples));
   }
   Footprint f;
   f.parameters = cfg.in_features * cfg.hidden + cfg.hidden + cfg.hidden * cfg.out_features + cfg.out_features;

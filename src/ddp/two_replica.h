@@ -25,8 +25,8 @@ struct TwoReplicaResult {
   float train_loss = 0.0f;                     // single-device epoch: sum of the batch losses
   std::vector<std::vector<int64_t>> x_shapes;  // per replica, [batch, in]
   std::vector<std::vector<int64_t>> y_shapes;
-  std::vector<MLP> initial;   // one MLP as constructed (all replicas start from it)
-  std::vector<MLP> replicas;  // after the averaged step
+  std::vector<MLP> initial;     // one MLP as constructed (all replicas start from it)
+  std::vector<MLP> replicas;    // after the averaged step
   std::vector<MLP> one_device;  // one model, one step on the R batches concatenated
 };
 

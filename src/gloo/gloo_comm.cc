@@ -53,7 +53,9 @@ class GlooView : public gloo::rendezvous::Store {
   std::vector<char> get(const std::string& key) override {
     wait({key});
     const std::optional<std::string> v = s_.fetch(s_.key(key));
-    if (!v) throw SetupError(fmt::format("rank {}: {} rank {}'s {} vanished from {}", rank_, failure_, owner(key), what(key), s_.describe));
+    if (!v)
+      throw SetupError(fmt::format("rank {}: {} rank {}'s {} vanished from {}", rank_, failure_, owner(key), what(key),
+                                   s_.describe));
     check(key, *v);
     return std::vector<char>(v->begin(), v->end());
   }
@@ -77,19 +79,23 @@ class GlooView : public gloo::rendezvous::Store {
   void check(const std::string& key, const std::string& v) const {
     const std::string trailer = "the store must hold only this run's keys";
     if (!is_address_key(key)) {
-      const bool ok = !v.empty() && v.size() <= 255 &&
-                      std::all_of(v.begin(), v.end(), [](char c) { return c > ' ' && c < 127; });
+      const bool ok =
+          !v.empty() && v.size() <= 255 && std::all_of(v.begin(), v.end(), [](char c) { return c > ' ' && c < 127; });
       if (!ok) {
-        throw SetupError(fmt::format("rank {}: rank {}'s host name in the store is not a host name ({} bytes, at "
-                                     "most 255 printable): {}", rank_, owner(key), v.size(), trailer));
+        throw SetupError(
+            fmt::format("rank {}: rank {}'s host name in the store is not a host name ({} bytes, at "
+                        "most 255 printable): {}",
+                        rank_, owner(key), v.size(), trailer));
       }
       return;
     }
     const size_t one = gloo::transport::tcp::Address().bytes().size();
     const size_t want = one * static_cast<size_t>(ws_ - 1);
     if (v.size() != want) {
-      throw SetupError(fmt::format("rank {}: rank {}'s address in the store is not a Gloo address ({} bytes, "
-                                   "expected {} = {} x {}): {}", rank_, owner(key), v.size(), want, ws_ - 1, one, trailer));
+      throw SetupError(
+          fmt::format("rank {}: rank {}'s address in the store is not a Gloo address ({} bytes, "
+                      "expected {} = {} x {}): {}",
+                      rank_, owner(key), v.size(), want, ws_ - 1, one, trailer));
     }
     for (size_t i = 0; i < static_cast<size_t>(ws_ - 1); ++i) {
       // Each entry: a sockaddr_storage (this Gloo listens once per pair), then a sequence number.
@@ -99,9 +105,10 @@ class GlooView : public gloo::rendezvous::Store {
       if (ss.ss_family == AF_INET) port = reinterpret_cast<const sockaddr_in*>(&ss)->sin_port;
       if (ss.ss_family == AF_INET6) port = reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port;
       if (port == 0) {
-        throw SetupError(fmt::format("rank {}: rank {}'s address in the store is not a Gloo address (entry {}: "
-                                     "family {}, port 0; expected an IPv4 or IPv6 address with a port): {}", rank_,
-                                     owner(key), i, ss.ss_family, trailer));
+        throw SetupError(
+            fmt::format("rank {}: rank {}'s address in the store is not a Gloo address (entry {}: "
+                        "family {}, port 0; expected an IPv4 or IPv6 address with a port): {}",
+                        rank_, owner(key), i, ss.ss_family, trailer));
       }
     }
   }
@@ -122,7 +129,8 @@ std::string resolve_bind(const std::string& address) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_socktype = SOCK_STREAM;
   if (int rc = getaddrinfo(address.c_str(), nullptr, &hints, &res); rc != 0 || !res) {
-    throw UsageError(fmt::format("--bind '{}' does not resolve: {}", address, rc != 0 ? gai_strerror(rc) : "no address"));
+    throw UsageError(
+        fmt::format("--bind '{}' does not resolve: {}", address, rc != 0 ? gai_strerror(rc) : "no address"));
   }
   std::string numeric, why = "no usable address";
   for (addrinfo* a = res; a && numeric.empty(); a = a->ai_next) {

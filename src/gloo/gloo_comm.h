@@ -17,7 +17,6 @@ namespace ddplab::verify {
 std::string resolve_bind(const std::string& address);
 
 std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, int rank, int world_size,
-                                                 const std::string& bind_address,
-                                                 std::chrono::milliseconds timeout);
+                                                 const std::string& bind_address, std::chrono::milliseconds timeout);
 
 }  // namespace ddplab::verify

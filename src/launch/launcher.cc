@@ -69,8 +69,8 @@ std::optional<RankEnv> rank_from_env() {
   const char* local_size_var = e.source == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "LOCAL_WORLD_SIZE";
   e.local_world_size = env(local_size_var) ? env_int(local_size_var, *env(local_size_var)) : e.world_size;
   if (e.local_world_size < 1 || e.local_world_size > e.world_size) {
-    throw UsageError(fmt::format("{} must be in [1, {}={}] (got {})", local_size_var, size_var, e.world_size,
-                                 e.local_world_size));
+    throw UsageError(
+        fmt::format("{} must be in [1, {}={}] (got {})", local_size_var, size_var, e.world_size, e.local_world_size));
   }
   e.master_addr = env("MASTER_ADDR").value_or("");
   e.master_port = env("MASTER_PORT").value_or("");
@@ -108,7 +108,7 @@ class StopSignals {
   }
 
  private:
-  struct sigaction old_[std::size(kStopSignals)] {};
+  struct sigaction old_[std::size(kStopSignals)]{};
 };
 
 // A process that outlives a launcher killed with SIGKILL just long enough to remove its directory: it
@@ -147,8 +147,8 @@ pid_t start_watchdog(const std::string& dir, int* write_end) {
 
 }  // namespace
 
-int launch_local(int nproc, const std::vector<std::string>& args, std::vector<std::string> extra_env,
-                 double grace_s, bool fresh_store_dir) {
+int launch_local(int nproc, const std::vector<std::string>& args, std::vector<std::string> extra_env, double grace_s,
+                 bool fresh_store_dir) {
   const StopSignals stop_signals;  // from here on an interrupted launcher stops its ranks and cleans up
   std::string dir;
   int watchdog_pipe = -1;

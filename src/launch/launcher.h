@@ -11,7 +11,7 @@ namespace ddplab::verify {
 // MASTER_PORT) or OpenMPI's OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK.
 struct RankEnv {
   int rank = 0, world_size = 0, local_rank = 0;
-  int local_world_size = 0;  // ranks on this host (torchrun's LOCAL_WORLD_SIZE); GPUs needed here
+  int local_world_size = 0;              // ranks on this host (torchrun's LOCAL_WORLD_SIZE); GPUs needed here
   std::string source;                    // "torchrun" | "openmpi" | "ddp_verify"
   std::string master_addr, master_port;  // torchrun's, if set
 };
@@ -27,7 +27,7 @@ std::optional<RankEnv> rank_from_env();
 // the end. Nothing outlives the launcher: ranks die with it (PR_SET_PDEATHSIG), SIGTERM/SIGINT/SIGHUP are
 // forwarded to them (status 1 once they are gone), and a watchdog process removes the directory even when
 // the launcher is killed with SIGKILL.
-int launch_local(int nproc, const std::vector<std::string>& args, std::vector<std::string> extra_env,
-                 double grace_s, bool fresh_store_dir);
+int launch_local(int nproc, const std::vector<std::string>& args, std::vector<std::string> extra_env, double grace_s,
+                 bool fresh_store_dir);
 
 }  // namespace ddplab::verify

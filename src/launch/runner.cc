@@ -11,14 +11,14 @@
 
 #include "src/collective/nccl_ring.h"
 #include "src/ddp/config.h"
-#include "src/launch/fault.h"
 #include "src/gloo/gloo_comm.h"
+#include "src/launch/fault.h"
 #include "src/nccl/nccl_backend.h"
 
 namespace ddplab::verify {
 
 std::set<std::string> runner_flag_names() {
-  return {"backend", "nproc", "store",      "run-id",     "bind",    "timeout",
+  return {"backend", "nproc",      "store",    "run-id",     "bind",      "timeout",
           "fault",   "fault-rank", "fault-at", "share-gpus", "nccl-exact"};
 }
 
@@ -30,7 +30,8 @@ std::set<std::string> with_runner_bare_flags(std::set<std::string> program_bare)
 std::string runner_usage(bool backend_line) {
   // The labs say --backend (with sim) and --nproc in their own words; ddp_verify takes this line.
   return std::string("ranks:\n") +
-         (backend_line ? "  --backend gloo|nccl       [gloo]          --nproc N  local ranks to spawn (= world size)\n" : "") +
+         (backend_line ? "  --backend gloo|nccl       [gloo]          --nproc N  local ranks to spawn (= world size)\n"
+                       : "") +
          R"(  --store file:DIR|redis://[[USER]:PASSWORD@]HOST:PORT  rendezvous (a trusted store); default: a fresh
                             directory (local), or redis://MASTER_ADDR:MASTER_PORT under torchrun; the Redis
                             password may come from DDPLAB_REDIS_PASSWORD instead
@@ -101,27 +102,30 @@ void check_fault_flags(const Flags& flags, int world_size) {
   flags.get_int("fault-at", 1, 1, 1 << 30);
 }
 
-int worker(const Flags& flags, const RankEnv& env,
-           const std::function<std::vector<std::string>(int)>& prepare, const std::function<int(Rank&)>& body) {
+int worker(const Flags& flags, const RankEnv& env, const std::function<std::vector<std::string>(int)>& prepare,
+           const std::function<int(Rank&)>& body) {
   const int nproc = static_cast<int>(flags.get_int("nproc", env.world_size, 1, ddp::kMaxWorldSize));
   const int64_t ws_flag = flags.get_int("world-size", env.world_size, 1, ddp::kMaxWorldSize);
   if (nproc != env.world_size || ws_flag != env.world_size) {
-    throw UsageError(fmt::format("{} says WORLD_SIZE={}, but --nproc/--world-size say {}", env.source,
-                                 env.world_size, nproc != env.world_size ? nproc : ws_flag));
+    throw UsageError(fmt::format("{} says WORLD_SIZE={}, but --nproc/--world-size say {}", env.source, env.world_size,
+                                 nproc != env.world_size ? nproc : ws_flag));
   }
   const std::vector<std::string> agreement = prepare(env.world_size);
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
   std::string store_text = flags.get_string("store", std::getenv("DDPLAB_STORE") ? std::getenv("DDPLAB_STORE") : "");
   if (store_text.empty() && !env.master_addr.empty() && !env.master_port.empty()) {
     store_text = "redis://" + env.master_addr + ":" + env.master_port;
   }
   if (store_text.empty()) {
-    throw UsageError("no rendezvous: give --store file:DIR (one host) or redis://HOST:PORT, or MASTER_ADDR/MASTER_PORT");
+    throw UsageError(
+        "no rendezvous: give --store file:DIR (one host) or redis://HOST:PORT, or MASTER_ADDR/MASTER_PORT");
   }
   Rank rank;
   rank.env = env;
   rank.backend = flags.get_choice("backend", "gloo", {"gloo", "nccl"});
-  const std::string run_id = flags.get_string("run-id", std::getenv("DDPLAB_RUN_ID") ? std::getenv("DDPLAB_RUN_ID") : "ddplab");
+  const std::string run_id =
+      flags.get_string("run-id", std::getenv("DDPLAB_RUN_ID") ? std::getenv("DDPLAB_RUN_ID") : "ddplab");
   auto store = open_store(parse_store(store_text), run_id);
   if (rank.backend == "nccl") {
     const bool share = flags.get_bool("share-gpus", false);
@@ -138,10 +142,11 @@ int worker(const Flags& flags, const RankEnv& env,
       if (env.local_world_size > gpus) {
         pose_as_own_host(run_id, env.rank);
         if (env.rank == 0) {
-          fmt::print("nccl: {} local ranks share {} GPU{} (--share-gpus): each rank poses as its own host "
-                     "(NCCL_HOSTID), so NCCL connects them over sockets on loopback, not NVLink/PCIe/shared memory. "
-                     "The transport differs from a multi-GPU node; the additions are NCCL's all the same.\n",
-                     env.local_world_size, gpus, gpus > 1 ? "s" : "");
+          fmt::print(
+              "nccl: {} local ranks share {} GPU{} (--share-gpus): each rank poses as its own host "
+              "(NCCL_HOSTID), so NCCL connects them over sockets on loopback, not NVLink/PCIe/shared memory. "
+              "The transport differs from a multi-GPU node; the additions are NCCL's all the same.\n",
+              env.local_world_size, gpus, gpus > 1 ? "s" : "");
           std::fflush(stdout);
         }
       }
@@ -188,7 +193,8 @@ int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std
   }
   const int nproc = static_cast<int>(flags.get_int("nproc", 2, 1, ddp::kMaxWorldSize));
   if (flags.has("world-size") && flags.get_int("world-size", nproc, 1, ddp::kMaxWorldSize) != nproc) {
-    throw UsageError(fmt::format("--world-size {} disagrees with --nproc {}", flags.get_string("world-size", ""), nproc));
+    throw UsageError(
+        fmt::format("--world-size {} disagrees with --nproc {}", flags.get_string("world-size", ""), nproc));
   }
   prepare(nproc);  // bad configurations fail here, once, not once per rank
   check_fault_flags(flags, nproc);

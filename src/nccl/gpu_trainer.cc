@@ -14,9 +14,9 @@
 
 #include <fmt/format.h>
 
-#include "src/optim.h"
 #include "src/cuda_kernels.h"
 #include "src/nccl/gpu_trainer_ops.h"
+#include "src/optim.h"
 
 namespace ddplab::verify {
 namespace {
@@ -304,9 +304,7 @@ void DeviceReplica::Impl::step() {
   momentum_ready = true;
 }
 
-void DeviceReplica::wait() {
-  CUDA(cudaStreamSynchronize(impl_->s()));
-}
+void DeviceReplica::wait() { CUDA(cudaStreamSynchronize(impl_->s())); }
 
 std::vector<float> DeviceReplica::download_losses() {
   Impl& m = *impl_;

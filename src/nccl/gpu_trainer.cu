@@ -15,12 +15,8 @@ namespace {
 
 constexpr unsigned kThreads = 256;
 
-unsigned blocks(size_t n) {
-  return static_cast<unsigned>(std::min<size_t>((n + kThreads - 1) / kThreads, 8192));
-}
-cudaStream_t as_stream(void* s) {
-  return static_cast<cudaStream_t>(s);
-}
+unsigned blocks(size_t n) { return static_cast<unsigned>(std::min<size_t>((n + kThreads - 1) / kThreads, 8192)); }
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 void launched(const char* name) {
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
     throw std::runtime_error(std::string(name) + ": " + cudaGetErrorString(e));
@@ -64,15 +60,11 @@ __global__ void mse_loss_k(const float* out, const float* y, float* loss, size_t
   }
   if (threadIdx.x == 0) *loss = part[0] / static_cast<float>(n);
 }
-__global__ void add_k(float* a, const float* b, size_t n) {
-  FOR_EACH(i, n) a[i] = a[i] + b[i];
-}
+__global__ void add_k(float* a, const float* b, size_t n) { FOR_EACH(i, n) a[i] = a[i] + b[i]; }
 __global__ void scale_copy_k(float* dst, const float* src, size_t n, float scale) {
   FOR_EACH(i, n) dst[i] = src[i] * scale;
 }
-__global__ void divide_k(float* a, size_t n, float d) {
-  FOR_EACH(i, n) a[i] = a[i] / d;
-}
+__global__ void divide_k(float* a, size_t n, float d) { FOR_EACH(i, n) a[i] = a[i] / d; }
 __global__ void sgd_k(float* p, const float* g, size_t n, float neg_lr) {
   FOR_EACH(i, n) p[i] = fmaf(g[i], neg_lr, p[i]);
 }

@@ -29,7 +29,7 @@ const LinearKernels& nccl_kernels(Kernels k);
 // A communicator on GPU `device`. Host-pointer collectives are staged through pinned memory; the device
 // ones (Communicator::all_reduce_device) run on device memory directly. Every wait is bounded by
 // `timeout`: a peer that exits or hangs becomes a CommError naming it, after ncclCommAbort.
-std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, int rank, int world_size,
-                                                 int device, std::chrono::milliseconds timeout);
+std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, int rank, int world_size, int device,
+                                                 std::chrono::milliseconds timeout);
 
 }  // namespace ddplab::verify

@@ -32,8 +32,8 @@ std::string nccl_error(const char* call, ncclResult_t r) {
   return fmt::format("{}: {} ({})", call, ncclGetErrorString(r), ncclGetLastError(nullptr));
 }
 
-#define DDPLAB_CUDA(call, Error)                                                         \
-  do {                                                                                   \
+#define DDPLAB_CUDA(call, Error)                                                        \
+  do {                                                                                  \
     if (cudaError_t e_ = (call); e_ != cudaSuccess) throw Error(cuda_error(#call, e_)); \
   } while (0)
 
@@ -86,10 +86,12 @@ class NcclComm : public comm::Communicator {
 
   // Host buffers: staged through pinned memory into one device buffer, reduced there in place.
   void all_reduce(float* data, size_t n, comm::ReduceOp op) override {
-    staged("ncclAllReduce", data, n * sizeof(float), [&](void* dev) { enqueue_all_reduce(static_cast<float*>(dev), n, op); });
+    staged("ncclAllReduce", data, n * sizeof(float),
+           [&](void* dev) { enqueue_all_reduce(static_cast<float*>(dev), n, op); });
   }
   void broadcast(float* data, size_t n, int root) override {
-    staged("ncclBroadcast", data, n * sizeof(float), [&](void* dev) { enqueue_broadcast(static_cast<float*>(dev), n, root); });
+    staged("ncclBroadcast", data, n * sizeof(float),
+           [&](void* dev) { enqueue_broadcast(static_cast<float*>(dev), n, root); });
   }
   void all_gather(const void* in, size_t bytes, void* out) override {
     const size_t total = bytes * static_cast<size_t>(world_size_);
@@ -121,15 +123,17 @@ class NcclComm : public comm::Communicator {
 
  private:
   void enqueue_all_reduce(float* dev, size_t n, comm::ReduceOp op) {
-    call("ncclAllReduce", ncclAllReduce(dev, dev, n, ncclFloat32, op == comm::ReduceOp::avg ? ncclAvg : ncclSum,
-                                        nccl_, stream_));
+    call("ncclAllReduce",
+         ncclAllReduce(dev, dev, n, ncclFloat32, op == comm::ReduceOp::avg ? ncclAvg : ncclSum, nccl_, stream_));
   }
   void enqueue_broadcast(float* dev, size_t n, int root) {
     call("ncclBroadcast", ncclBroadcast(dev, dev, n, ncclFloat32, root, nccl_, stream_));
   }
 
   void begin(const char* name) {
-    if (!nccl_) throw comm::CommError(fmt::format("rank {}: {}: the communicator was aborted by an earlier failure", rank_, name));
+    if (!nccl_)
+      throw comm::CommError(
+          fmt::format("rank {}: {}: the communicator was aborted by an earlier failure", rank_, name));
     name_ = name;
     seq_ += 1;
     deadline_ = Clock::now() + timeout;
@@ -154,8 +158,8 @@ class NcclComm : public comm::Communicator {
   [[noreturn]] void fail(const std::string& why) {
     ncclCommAbort(nccl_);  // makes the spinning kernel return; the communicator is unusable afterwards
     nccl_ = nullptr;
-    const std::string peers = name_silent_peers(*store_, rank_, world_size_, fmt::format("{} #{}", name_, seq_ - 1),
-                                                blame_window(timeout));
+    const std::string peers =
+        name_silent_peers(*store_, rank_, world_size_, fmt::format("{} #{}", name_, seq_ - 1), blame_window(timeout));
     if (why == "timed out") {
       throw comm::CommError(fmt::format("rank {}: {} #{} failed after at most {} ms: {} (nccl: no completion)", rank_,
                                         name_, seq_ - 1, timeout.count(), peers));
@@ -210,9 +214,10 @@ std::string nccl_unavailable_reason(int local_rank, int local_world_size, bool s
   }
   if (count == 0) return fmt::format("NCCL backend needs {} CUDA devices; cudaGetDeviceCount: 0 found", needed);
   if (!share_gpus && (count < local_world_size || local_rank >= count)) {
-    return fmt::format("NCCL backend needs {} CUDA devices; cudaGetDeviceCount: {} found (--share-gpus runs several "
-                       "ranks on one GPU)",
-                       local_world_size, count);
+    return fmt::format(
+        "NCCL backend needs {} CUDA devices; cudaGetDeviceCount: {} found (--share-gpus runs several "
+        "ranks on one GPU)",
+        local_world_size, count);
   }
   return "";
 }
@@ -242,11 +247,12 @@ std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, i
   }
   std::string bytes;
   try {
-    bytes = store_get(*store, "nccl_unique_id", std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
-                                                         std::chrono::milliseconds(1)));
+    bytes = store_get(*store, "nccl_unique_id",
+                      std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                               std::chrono::milliseconds(1)));
   } catch (const std::exception& e) {
-    throw SetupError(fmt::format("rank {}: no ncclUniqueId from rank 0 within {} ms: {}", rank, timeout.count(),
-                                 e.what()));
+    throw SetupError(
+        fmt::format("rank {}: no ncclUniqueId from rank 0 within {} ms: {}", rank, timeout.count(), e.what()));
   }
   if (bytes.size() != sizeof id) {
     throw SetupError(fmt::format("the ncclUniqueId in the store has {} bytes, not {}", bytes.size(), sizeof id));
@@ -258,8 +264,8 @@ std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, i
   config.blocking = 0;  // init and collectives return at once; poll_comm bounds every wait
   ncclComm_t nccl = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&nccl, world_size, id, rank, &config);
-  std::string why = r == ncclSuccess || r == ncclInProgress ? poll_comm(nccl, deadline)
-                                                            : nccl_error("ncclCommInitRankConfig", r);
+  std::string why =
+      r == ncclSuccess || r == ncclInProgress ? poll_comm(nccl, deadline) : nccl_error("ncclCommInitRankConfig", r);
   if (!why.empty()) {
     if (nccl) ncclCommAbort(nccl);
     throw SetupError(why == "timed out"

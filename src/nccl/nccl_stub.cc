@@ -6,9 +6,10 @@
 namespace ddplab::verify {
 
 std::string nccl_unavailable_reason(int, int local_world_size, bool share_gpus) {
-  return fmt::format("NCCL backend needs {} CUDA devices; this binary was built without CUDA (no CUDA toolkit "
-                     "at /usr/local/cuda or $CUDA_HOME when it was built)",
-                     share_gpus ? 1 : local_world_size);
+  return fmt::format(
+      "NCCL backend needs {} CUDA devices; this binary was built without CUDA (no CUDA toolkit "
+      "at /usr/local/cuda or $CUDA_HOME when it was built)",
+      share_gpus ? 1 : local_world_size);
 }
 
 int cuda_device_count() { return 0; }

@@ -19,7 +19,7 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr size_t kTokenHex = 32;                 // nonces and tokens: 128 random bits, hex
+constexpr size_t kTokenHex = 32;  // nonces and tokens: 128 random bits, hex
 
 std::string random_hex() {
   unsigned char bytes[kTokenHex / 2];
@@ -63,8 +63,10 @@ void join_run(Store& s, int rank, int ws, Clock::time_point deadline, const std:
       for (auto it = missing.begin(); it != missing.end();) {
         const auto v = s.fetch(fmt::format("{}/join_{}", scope, *it));
         if (v && !is_token(*v)) {
-          throw SetupError(fmt::format("rank 0: rank {}'s token in {} is malformed ({} bytes): the store must hold "
-                                       "only this run's keys", *it, s.describe, v->size()));
+          throw SetupError(
+              fmt::format("rank 0: rank {}'s token in {} is malformed ({} bytes): the store must hold "
+                          "only this run's keys",
+                          *it, s.describe, v->size()));
         }
         if (v) tokens[static_cast<size_t>(*it)] = *v;
         it = v ? missing.erase(it) : std::next(it);
@@ -72,8 +74,10 @@ void join_run(Store& s, int rank, int ws, Clock::time_point deadline, const std:
       if (!missing.empty() && Clock::now() >= next_check) {  // another rank 0 on this run id?
         next_check = Clock::now() + milliseconds(200);
         if (s.fetch(nonce_key) != nonce) {
-          throw SetupError(fmt::format("rank 0: another rank 0 started run '{}' in {} at the same time: give each "
-                                       "run its own --run-id", base, s.describe));
+          throw SetupError(
+              fmt::format("rank 0: another rank 0 started run '{}' in {} at the same time: give each "
+                          "run its own --run-id",
+                          base, s.describe));
         }
       }
       return missing.empty();
@@ -99,12 +103,15 @@ void join_run(Store& s, int rank, int ws, Clock::time_point deadline, const std:
         return nonce && is_token(*nonce) && *nonce != stale;
       });
       if (!found) {
-        const std::string why =
-            last_seen.empty()      ? "rank 0 never opened it"
-            : !is_token(last_seen) ? "its nonce in the store is malformed and rank 0 never replaced it"
-                                   : fmt::format("rank 0 never confirmed this rank (only an earlier run's keys are there, "
-                                                 "or another process was started as rank {})", rank);
-        throw SetupError(fmt::format("rank {}: {} cannot join run '{}' in {}: {}", rank, failure, base, s.describe, why));
+        const std::string why = last_seen.empty() ? "rank 0 never opened it"
+                                : !is_token(last_seen)
+                                    ? "its nonce in the store is malformed and rank 0 never replaced it"
+                                    : fmt::format(
+                                          "rank 0 never confirmed this rank (only an earlier run's keys are there, "
+                                          "or another process was started as rank {})",
+                                          rank);
+        throw SetupError(
+            fmt::format("rank {}: {} cannot join run '{}' in {}: {}", rank, failure, base, s.describe, why));
       }
       const std::string scope = base + "/" + *nonce;
       s.enter(scope);
@@ -123,8 +130,10 @@ void join_run(Store& s, int rank, int ws, Clock::time_point deadline, const std:
         return moved;
       });
       if (!answered) {
-        throw SetupError(fmt::format("rank {}: {} rank 0 never confirmed this rank in run '{}' (rank 0 not started, "
-                                     "exited, or two ranks {} were started)", rank, failure, base, rank));
+        throw SetupError(
+            fmt::format("rank {}: {} rank 0 never confirmed this rank in run '{}' (rank 0 not started, "
+                        "exited, or two ranks {} were started)",
+                        rank, failure, base, rank));
       }
       if (moved) continue;
       const size_t at = static_cast<size_t>(rank) * kTokenHex;
@@ -146,9 +155,7 @@ void join_run(Store& s, int rank, int world_size, milliseconds timeout, const st
 // gone is seen at once (its liveness lock or connection), and live survivors report within milliseconds
 // (the failing rank closes its connections, so peers blocked on it fail too): a short window suffices,
 // and keeps the promise that survivors exit within --timeout + 2 s even when a peer hangs.
-milliseconds blame_window(milliseconds timeout) {
-  return std::clamp(timeout, milliseconds(200), milliseconds(1500));
-}
+milliseconds blame_window(milliseconds timeout) { return std::clamp(timeout, milliseconds(200), milliseconds(1500)); }
 
 std::string name_silent_peers(Store& store, int rank, int world_size, const std::string& what, milliseconds window) {
   std::vector<int> gone, silent;
@@ -164,7 +171,7 @@ std::string name_silent_peers(Store& store, int rank, int world_size, const std:
       for (auto it = pending.begin(); it != pending.end();) {
         if (store.exists(store.key(fmt::format("failed_{}", *it)))) {  // it reported a failure of its own
           it = pending.erase(it);
-        } else if (lives[static_cast<size_t>(*it)] == Life::gone) {    // its process ended without a word
+        } else if (lives[static_cast<size_t>(*it)] == Life::gone) {  // its process ended without a word
           gone.push_back(*it);
           it = pending.erase(it);
         } else {

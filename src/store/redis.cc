@@ -165,7 +165,8 @@ std::unique_ptr<RedisConn> redis_open(const StoreSpec& s, int timeout_ms) {
     throw SetupError(fmt::format("cannot reach {}: {}", where, why));
   }
   const auto not_redis = [&](const std::string& why) {
-    return SetupError(fmt::format("cannot reach {}: the port is in use by something that is not Redis ({})", where, why));
+    return SetupError(
+        fmt::format("cannot reach {}: the port is in use by something that is not Redis ({})", where, why));
   };
   Reply r;
   if (!s.password.empty()) {
@@ -180,7 +181,8 @@ std::unique_ptr<RedisConn> redis_open(const StoreSpec& s, int timeout_ms) {
     if (r.type == '-') {
       if (r.str.find("without any password configured") != std::string::npos ||
           r.str.find("no password is set") != std::string::npos) {
-        throw SetupError(fmt::format("{} has no password set, but one was given (in --store or DDPLAB_REDIS_PASSWORD)", where));
+        throw SetupError(
+            fmt::format("{} has no password set, but one was given (in --store or DDPLAB_REDIS_PASSWORD)", where));
       }
       throw SetupError(fmt::format("{} refused the password: {}", where, one_line(r.str)));
     }
@@ -192,8 +194,9 @@ std::unique_ptr<RedisConn> redis_open(const StoreSpec& s, int timeout_ms) {
     throw not_redis(fmt::format("no PONG within {} ms: {}", timeout_ms, e.what()));
   }
   if (r.type == '-' && r.str.rfind("NOAUTH", 0) == 0) {
-    throw SetupError(fmt::format("{} needs a password: give --store redis://:PASSWORD@{}:{} or set DDPLAB_REDIS_PASSWORD",
-                                 where, s.host, s.port));
+    throw SetupError(
+        fmt::format("{} needs a password: give --store redis://:PASSWORD@{}:{} or set DDPLAB_REDIS_PASSWORD", where,
+                    s.host, s.port));
   }
   if (r.type == '-') throw SetupError(fmt::format("{} refused PING: {}", where, one_line(r.str)));
   if (r.type != '+' || r.str != "PONG") throw not_redis("no PONG");

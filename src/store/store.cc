@@ -82,8 +82,10 @@ class FileStore : public Store {
     fstat(fd, &st);
     if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxValueBytes) {
       close(fd);
-      throw SetupError(fmt::format("{} is not a store value ({} bytes; the limit is {}): the store must hold only "
-                                   "this run's keys", path, st.st_size, kMaxValueBytes));
+      throw SetupError(
+          fmt::format("{} is not a store value ({} bytes; the limit is {}): the store must hold only "
+                      "this run's keys",
+                      path, st.st_size, kMaxValueBytes));
     }
     std::string value(static_cast<size_t>(st.st_size), '\0');
     size_t done = 0;
@@ -131,7 +133,8 @@ class FileStore : public Store {
       struct flock fl {};
       fl.l_type = F_RDLCK;
       fl.l_whence = SEEK_SET;
-      if (fcntl(fd, F_OFD_GETLK, &fl) == 0) out[static_cast<size_t>(r)] = fl.l_type == F_UNLCK ? Life::gone : Life::alive;
+      if (fcntl(fd, F_OFD_GETLK, &fl) == 0)
+        out[static_cast<size_t>(r)] = fl.l_type == F_UNLCK ? Life::gone : Life::alive;
       close(fd);
     }
     return out;
@@ -182,13 +185,16 @@ class RedisStore : public Store {
     for (int r = 0; r < world_size; ++r) {
       const std::string name = client_name(scope, r);
       if (!exists(scope + "/" + fmt::format("alive_{}", r))) continue;  // it never registered: unknown
-      out[static_cast<size_t>(r)] = list.str.find(" name=" + name + " ") != std::string::npos ? Life::alive : Life::gone;
+      out[static_cast<size_t>(r)] =
+          list.str.find(" name=" + name + " ") != std::string::npos ? Life::alive : Life::gone;
     }
     return out;
   }
 
  private:
-  static std::string client_name(const std::string& scope, int rank) { return fmt::format("ddplab/{}/{}", scope, rank); }
+  static std::string client_name(const std::string& scope, int rank) {
+    return fmt::format("ddplab/{}/{}", scope, rank);
+  }
   Reply cmd(RedisConn& c, const std::vector<std::string>& args, size_t max_bulk = kMaxValueBytes) {
     try {
       return c.command(args, kStoreIoMs, max_bulk);
@@ -219,10 +225,13 @@ StoreSpec parse_store(const std::string& text) {
       const std::string userinfo = rest.substr(0, at);
       rest = rest.substr(at + 1);
       const size_t colon = userinfo.find(':');
-      shown = "redis://" + (colon == std::string::npos ? std::string("***") : userinfo.substr(0, colon) + ":***") + "@" + rest;
+      shown = "redis://" + (colon == std::string::npos ? std::string("***") : userinfo.substr(0, colon) + ":***") +
+              "@" + rest;
       if (colon == std::string::npos || colon + 1 == userinfo.size()) {
-        throw UsageError(fmt::format("--store must be redis://[USER]:PASSWORD@HOST:PORT with a non-empty password "
-                                     "after the colon (got '{}')", shown));
+        throw UsageError(
+            fmt::format("--store must be redis://[USER]:PASSWORD@HOST:PORT with a non-empty password "
+                        "after the colon (got '{}')",
+                        shown));
       }
       s.user = userinfo.substr(0, colon);
       s.password = userinfo.substr(colon + 1);
@@ -256,9 +265,9 @@ StoreSpec parse_store(const std::string& text) {
 }
 
 void check_run_id(const std::string& id) {
-  const bool ok = !id.empty() && id.size() <= 64 && id != "." && id != ".." &&
-                  id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
-                      std::string::npos;
+  const bool ok =
+      !id.empty() && id.size() <= 64 && id != "." && id != ".." &&
+      id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == std::string::npos;
   if (!ok) throw UsageError(fmt::format("--run-id must be 1 to 64 characters from A-Z a-z 0-9 . _ - (got '{}')", id));
 }
 

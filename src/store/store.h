@@ -60,9 +60,9 @@ class Store {
 
   std::string key(const std::string& k) const { return scope + "/" + k; }
 
-  std::string describe;     // "the file store /tmp/x" | "the Redis store at h:p"
-  std::string run_id;       // --run-id
-  std::string scope;        // run_id, then run_id/nonce once joined
+  std::string describe;  // "the file store /tmp/x" | "the Redis store at h:p"
+  std::string run_id;    // --run-id
+  std::string scope;     // run_id, then run_id/nonce once joined
   bool joined = false;
 };
 
