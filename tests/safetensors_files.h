@@ -67,6 +67,13 @@ inline std::string refusal_of(const std::string& name, const std::string& header
   return refusal(write_file(name, st_bytes(with_sum(header, data), data)));
 }
 
+// The file made of `header` and `data` is refused, and the reason contains `want`.
+inline void expect_refused(const std::string& name, const std::string& header, const std::string& data,
+                           const std::string& want) {
+  const std::string why = refusal_of(name, header, data);
+  EXPECT_NE(why.find(want), std::string::npos) << name << ": " << why;
+}
+
 inline uint32_t bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
