@@ -34,8 +34,8 @@ std::vector<Row> measure(const std::vector<size_t>& sizes) {
   std::vector<std::thread> threads;
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
-      auto store = verify::open_store(verify::parse_store("file:" + dir), "bench");
-      auto comm = verify::connect_gloo(store, r, kRanks, "127.0.0.1", std::chrono::seconds(60));
+      auto store = dist::open_store(dist::parse_store("file:" + dir), "bench");
+      auto comm = dist::connect_gloo(store, r, kRanks, "127.0.0.1", std::chrono::seconds(60));
       for (size_t s = 0; s < sizes.size(); ++s) {
         const size_t n = sizes[s] / sizeof(float);
         std::vector<float> buf(n);

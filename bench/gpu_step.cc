@@ -51,13 +51,13 @@ std::string find_reference(const Flags& flags) {
 // ddplab: milliseconds per step, after `warmup` steps.
 double measure(const ddp::Config& cfg, int64_t warmup, int64_t steps) {
   std::string dir = fs::temp_directory_path().string() + "/ddplab_gpu_step.XXXXXX";
-  if (!mkdtemp(dir.data())) throw verify::SetupError("cannot create a store directory in " + dir);
-  auto store = verify::open_store(verify::parse_store("file:" + dir), "gpu_step");
-  auto comm = verify::connect_nccl(store, 0, 1, 0, std::chrono::seconds(60));
+  if (!mkdtemp(dir.data())) throw dist::SetupError("cannot create a store directory in " + dir);
+  auto store = dist::open_store(dist::parse_store("file:" + dir), "gpu_step");
+  auto comm = dist::connect_nccl(store, 0, 1, 0, std::chrono::seconds(60));
   Generator data_gen;
   const Dataset data = ddp::make_dataset(cfg, data_gen);
   ddp::Replica host(cfg, 0);
-  verify::DeviceReplica dev(cfg, *comm, cfg.kernels, host, warmup + steps);
+  dist::DeviceReplica dev(cfg, *comm, cfg.kernels, host, warmup + steps);
   const auto batches = host.loader.iter();
   const auto step = [&](int64_t s) {
     dev.forward_backward(data, batches[static_cast<size_t>(s) % batches.size()]);
@@ -93,7 +93,7 @@ int run(int argc, char** argv) {
   cfg.kernels = parse_kernels(flags.get_choice("kernels", "fast", {"fast", "reference"}));
   const int64_t warmup = flags.get_int("warmup", 10, 0, 1 << 20), steps = flags.get_int("steps", 50, 1, 1 << 20);
   ddp::validate(cfg);
-  if (std::string why = verify::nccl_unavailable_reason(0, 1); !why.empty()) {
+  if (std::string why = dist::nccl_unavailable_reason(0, 1); !why.empty()) {
     std::fprintf(stderr, "gpu_step: %s\n", why.c_str());
     return 3;
   }

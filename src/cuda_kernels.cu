@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace ddplab::verify {
+namespace ddplab {
 namespace {
 
 void check(cudaError_t e, const char* call) {
@@ -208,4 +208,4 @@ void linear_grad_bias(const float* gy, float* gb, int64_t batch, int64_t out, vo
 
 }  // namespace dev
 
-}  // namespace ddplab::verify
+}  // namespace ddplab

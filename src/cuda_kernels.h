@@ -12,7 +12,7 @@
 
 #include "src/kernels.h"
 
-namespace ddplab::verify {
+namespace ddplab {
 
 const LinearKernels& cuda_kernels(Kernels k);
 
@@ -29,4 +29,4 @@ void linear_grad_weight(Kernels k, const float* gy, const float* x, float* gw, i
 void linear_grad_bias(const float* gy, float* gb, int64_t batch, int64_t out, void* stream);
 }  // namespace dev
 
-}  // namespace ddplab::verify
+}  // namespace ddplab

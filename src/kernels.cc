@@ -31,33 +31,29 @@ void fast_forward(const float* x, const float* w, const float* bias, float* y, i
   gemm::linear_forward(x, w, y, batch, in, out);
 }
 
+// The reference kernels: every output element is one dot product summed serially from k = 0 in float32,
+// an order any device can repeat (the CUDA kernels run the same loops).
+float serial_dot(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t k = 0; k < n; ++k) acc = acc + a[k * a_stride] * b[k * b_stride];
+  return acc;
+}
+
 void ref_forward(const float* x, const float* w, const float* bias, float* y, int64_t batch, int64_t in, int64_t out) {
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t o = 0; o < out; ++o) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < in; ++k) acc = acc + x[b * in + k] * w[o * in + k];
-      y[b * out + o] = acc + bias[o];
-    }
+  for (int64_t b = 0; b < batch; ++b) {  // y[b, o] = x[b, :] . w[o, :], then + bias
+    for (int64_t o = 0; o < out; ++o) y[b * out + o] = serial_dot(x + b * in, 1, w + o * in, 1, in) + bias[o];
   }
 }
 
 void ref_grad_input(const float* gy, const float* w, float* gx, int64_t batch, int64_t in, int64_t out) {
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t i = 0; i < in; ++i) {
-      float acc = 0.0f;
-      for (int64_t o = 0; o < out; ++o) acc = acc + gy[b * out + o] * w[o * in + i];
-      gx[b * in + i] = acc;
-    }
+  for (int64_t b = 0; b < batch; ++b) {  // gx[b, i] = gy[b, :] . w[:, i]
+    for (int64_t i = 0; i < in; ++i) gx[b * in + i] = serial_dot(gy + b * out, 1, w + i, in, out);
   }
 }
 
 void ref_grad_weight(const float* gy, const float* x, float* gw, int64_t batch, int64_t in, int64_t out) {
-  for (int64_t o = 0; o < out; ++o) {
-    for (int64_t i = 0; i < in; ++i) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < batch; ++b) acc = acc + gy[b * out + o] * x[b * in + i];
-      gw[o * in + i] = acc;
-    }
+  for (int64_t o = 0; o < out; ++o) {  // gw[o, i] = gy[:, o] . x[:, i]
+    for (int64_t i = 0; i < in; ++i) gw[o * in + i] = serial_dot(gy + o, out, x + i, in, batch);
   }
 }
 

@@ -20,7 +20,7 @@
 namespace ddplab {
 namespace {
 
-std::string gpu_missing(int n) { return verify::nccl_unavailable_reason(0, n); }
+std::string gpu_missing(int n) { return dist::nccl_unavailable_reason(0, n); }
 
 TEST(Gpu, ReferenceKernelsEqualTheCpuOnesBitForBit) {
   if (std::string why = gpu_missing(1); !why.empty()) GTEST_SKIP() << why;
@@ -28,7 +28,7 @@ TEST(Gpu, ReferenceKernelsEqualTheCpuOnesBitForBit) {
   const int64_t B = 13, in = 70, out = 9;
   const auto x = g.randn(B * in), w = g.randn(out * in), bias = g.randn(out), gy = g.randn(B * out);
   const LinearKernels& cpu = cpu_kernels(Kernels::reference);
-  const LinearKernels& gpu = verify::nccl_kernels(Kernels::reference);
+  const LinearKernels& gpu = dist::nccl_kernels(Kernels::reference);
   std::vector<float> a(B * out), b(B * out), gxa(B * in), gxb(B * in), gwa(out * in), gwb(out * in), gba(out), gbb(out);
   cpu.forward(x.data(), w.data(), bias.data(), a.data(), B, in, out);
   gpu.forward(x.data(), w.data(), bias.data(), b.data(), B, in, out);
@@ -63,8 +63,8 @@ TEST(Gpu, NoGpuMeansExit3WithTheReason) {
 
 // A 1-rank NCCL communicator on GPU 0, meeting itself through a fresh file store.
 std::unique_ptr<comm::Communicator> nccl_one_rank() {
-  auto store = verify::open_store(verify::parse_store("file:" + testing::temp_dir()), "gpu_test");
-  return verify::connect_nccl(store, 0, 1, 0, std::chrono::seconds(30));
+  auto store = dist::open_store(dist::parse_store("file:" + testing::temp_dir()), "gpu_test");
+  return dist::connect_nccl(store, 0, 1, 0, std::chrono::seconds(30));
 }
 
 ddp::Config small_config(const std::string& optimizer, double momentum) {
@@ -108,7 +108,7 @@ TEST(Gpu, DeviceTrainerWithReferenceKernelsEqualsTheHostTrainerBitForBit) {
     comm::LocalGroup group(1, collective::Algorithm::ring);
     const auto host_comm = group.communicator(0);
     const ddp::RankResult host = ddp::train_rank(cfg, *host_comm);
-    const ddp::RankResult dev = verify::train_rank_on_device(cfg, *nccl, Kernels::reference);
+    const ddp::RankResult dev = dist::train_rank_on_device(cfg, *nccl, Kernels::reference);
     const testing::Match m = testing::match("device vs host trainer, " + c.label, flat_params(dev), flat_params(host));
     EXPECT_EQ(m.equal, m.total) << c.label;
     EXPECT_EQ(dev.sampler_indices, host.sampler_indices) << c.label;
@@ -133,7 +133,7 @@ TEST(Gpu, DeviceTrainerWithCublasIsCloseToTheHost) {
   comm::LocalGroup group(1, collective::Algorithm::ring);
   const auto host_comm = group.communicator(0);
   const ddp::RankResult host = ddp::train_rank(cfg, *host_comm);
-  const ddp::RankResult dev = verify::train_rank_on_device(cfg, *nccl, Kernels::fast);
+  const ddp::RankResult dev = dist::train_rank_on_device(cfg, *nccl, Kernels::fast);
   const testing::Match m =
       testing::match("device (cuBLAS) vs host (OpenBLAS)", flat_params(dev), flat_params(host), 1e-4, 1e-6);
   EXPECT_TRUE(m.allclose) << "maxdiff " << m.maxdiff;
@@ -153,14 +153,14 @@ TEST(Gpu, NcclVerifierPrintsTheGpuTimingLine) {
 // No GPU needed from here on.
 TEST(GpuTrainer, SupportsMseWithSgdAndAdamOnly) {
   ddp::Config cfg;
-  EXPECT_EQ(verify::gpu_trainer_unsupported(cfg), "");
+  EXPECT_EQ(dist::gpu_trainer_unsupported(cfg), "");
   cfg.optimizer = ddp::OptimizerKind::adam;
-  EXPECT_EQ(verify::gpu_trainer_unsupported(cfg), "");
+  EXPECT_EQ(dist::gpu_trainer_unsupported(cfg), "");
   cfg.loss = ddp::LossKind::ce;
-  EXPECT_EQ(verify::gpu_trainer_unsupported(cfg),
+  EXPECT_EQ(dist::gpu_trainer_unsupported(cfg),
             "--backend nccl keeps the model on the GPU for --loss mse only (got ce)");
   cfg.loss = ddp::LossKind::ce_probs;
-  EXPECT_NE(verify::gpu_trainer_unsupported(cfg).find("(got ce-probs)"), std::string::npos);
+  EXPECT_NE(dist::gpu_trainer_unsupported(cfg).find("(got ce-probs)"), std::string::npos);
 }
 
 TEST(GpuTrainer, DdpVerifyRefusesCrossEntropyOnNcclBeforeStartingRanks) {

@@ -15,7 +15,7 @@ namespace {
 using testing::CommandResult;
 const std::string kVerify = "verify/ddp_verify";
 
-std::string no_gpu() { return verify::nccl_unavailable_reason(0, 1, true); }
+std::string no_gpu() { return dist::nccl_unavailable_reason(0, 1, true); }
 
 CommandResult verify(std::vector<std::string> args) {
   args.insert(args.begin(), kVerify);

@@ -39,8 +39,8 @@ constexpr const char* kTail = R"(output:
   --quiet                   no per-batch lines
 )";
 
-int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
-  const verify::RankEnv& env = rank.env;
+int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank) {
+  const dist::RankEnv& env = rank.env;
   const std::string& backend = rank.backend;
   auto& comm = rank.comm;
   const auto args = ddp::to_args(cfg);
@@ -49,7 +49,7 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
   std::fflush(stdout);
   // NCCL keeps the model on the GPU (src/nccl/gpu_trainer.h); Gloo trains on the host.
   const bool on_gpu = comm->device_resident();
-  const ddp::RankResult mine = on_gpu ? verify::train_rank_on_device(cfg, *comm, cfg.kernels)
+  const ddp::RankResult mine = on_gpu ? dist::train_rank_on_device(cfg, *comm, cfg.kernels)
                                       : ddp::train_rank(cfg, *comm, rank.kernels(cfg.kernels));
   if (!quiet) {
     std::string lines;
@@ -132,11 +132,11 @@ int body(const Flags& flags, const ddp::Config& cfg, verify::Rank& rank) {
 
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
-  for (const auto& f : verify::runner_flag_names()) known.insert(f);
+  for (const auto& f : dist::runner_flag_names()) known.insert(f);
   for (const char* f : {"dump-params", "quiet"}) known.insert(f);
-  const Flags flags(argc, argv, known, verify::with_runner_bare_flags({"quiet"}));
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"quiet"}));
   if (flags.help()) {
-    std::printf("%s%s%s%s", kHead, ddp::config_usage(), verify::runner_usage().c_str(), kTail);
+    std::printf("%s%s%s%s", kHead, ddp::config_usage(), dist::runner_usage().c_str(), kTail);
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
@@ -154,9 +154,9 @@ int run(int argc, char** argv) {
     }
   }
   if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {  // refused before any rank starts
-    if (std::string why = verify::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
+    if (std::string why = dist::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
   }
-  return verify::run_ddp_ranks(flags, argc, argv, cfg, [&](verify::Rank& rank, const ddp::Config& ranks_cfg) {
+  return dist::run_ddp_ranks(flags, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
     return body(flags, ranks_cfg, rank);
   });
 }

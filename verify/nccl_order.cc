@@ -72,12 +72,12 @@ std::string record_case(comm::Communicator& c, int64_t n, int64_t seed) {
 }
 
 int run(int argc, char** argv) {
-  auto names = verify::runner_flag_names();
+  auto names = dist::runner_flag_names();
   names.insert({"out", "sizes", "seed", "world-size"});
-  const Flags flags(argc, argv, names, verify::with_runner_bare_flags());
+  const Flags flags(argc, argv, names, dist::with_runner_bare_flags());
   if (flags.help()) {
     std::fputs(kUsage, stdout);
-    std::fputs(verify::runner_usage().c_str(), stdout);
+    std::fputs(dist::runner_usage().c_str(), stdout);
     return 0;
   }
   const std::string out = flags.get_string("out", "");
@@ -89,7 +89,7 @@ int run(int argc, char** argv) {
   const auto prepare = [&](int) {
     return std::vector<std::string>{"sizes", flags.get_string("sizes", ""), "seed", std::to_string(seed)};
   };
-  return verify::run_ranks(flags, argc, argv, prepare, [&](verify::Rank& rank) {
+  return dist::run_ranks(flags, argc, argv, prepare, [&](dist::Rank& rank) {
     std::vector<std::string> cases;
     for (int64_t n : sizes) {
       cases.push_back(record_case(*rank.comm, n, seed));
@@ -104,8 +104,8 @@ int run(int argc, char** argv) {
     const std::string json = fmt::format(
         "{{\n  \"nccl_version\": \"{}\",\n  \"environment\": {{{}}},\n  \"world_size\": {},\n  \"cases\": [\n{}\n  "
         "]\n}}\n",
-        verify::nccl_version(), fmt::join(env, ", "), rank.env.world_size, fmt::join(cases, ",\n"));
-    if (std::string why = write_file_atomic(out, json); !why.empty()) throw verify::SetupError(why);
+        dist::nccl_version(), fmt::join(env, ", "), rank.env.world_size, fmt::join(cases, ",\n"));
+    if (std::string why = write_file_atomic(out, json); !why.empty()) throw dist::SetupError(why);
     std::printf("nccl_order: %d ranks, %zu sizes -> %s\n", rank.env.world_size, sizes.size(), out.c_str());
     return 0;
   });

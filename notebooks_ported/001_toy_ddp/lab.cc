@@ -46,7 +46,7 @@ float accuracy(MLP& model, const Dataset& data, const std::vector<std::vector<in
 int run(int argc, char** argv) {
   auto known = lab::lab_flag_names();
   for (const char* f : {"epochs", "notebook-bugs", "init", "broadcast", "dump"}) known.insert(f);
-  const Flags flags(argc, argv, known, verify::with_runner_bare_flags({"notebook-bugs"}));
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"notebook-bugs"}));
   if (flags.help()) {
     std::printf("%s%s", kUsage, lab::lab_usage().c_str());
     return 0;

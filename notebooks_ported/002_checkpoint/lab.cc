@@ -131,7 +131,7 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
 int run(int argc, char** argv) {
   auto known = lab::lab_flag_names();
   for (const char* f : {"checkpoint", "skew-rank", "skew-seconds", "load", "dump"}) known.insert(f);
-  const Flags flags(argc, argv, known, verify::with_runner_bare_flags());
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags());
   if (flags.help()) {
     std::printf("%s%s", kUsage, lab::lab_usage().c_str());
     return 0;

@@ -29,7 +29,7 @@ Seed notebook 003 in C++. Defaults: 4 ranks, 5 epochs, batch 32, the notebook's 
 int run(int argc, char** argv) {
   auto known = lab::lab_flag_names();
   for (const char* f : {"max-epochs", "batch-size", "loss", "notebook-bugs", "dump"}) known.insert(f);
-  const Flags flags(argc, argv, known, verify::with_runner_bare_flags({"notebook-bugs"}));
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"notebook-bugs"}));
   if (flags.help()) {
     std::printf("%s%s", kUsage, lab::lab_usage().c_str());
     return 0;

@@ -156,7 +156,7 @@ int body(const Flags& flags, comm::Communicator& c) {
 int run(int argc, char** argv) {
   auto known = lab::lab_flag_names();
   for (const char* f : {"part", "notebook-bugs", "dp-devices", "dump"}) known.insert(f);
-  const Flags flags(argc, argv, known, verify::with_runner_bare_flags({"notebook-bugs"}));
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"notebook-bugs"}));
   if (flags.help()) {
     std::printf("%s%s", kUsage, lab::lab_usage().c_str());
     return 0;

@@ -15,7 +15,7 @@
 namespace ddplab::lab {
 
 std::set<std::string> lab_flag_names() {
-  auto names = verify::runner_flag_names();
+  auto names = dist::runner_flag_names();
   names.insert("world-size");
   return names;
 }
@@ -24,15 +24,15 @@ std::string lab_usage() {
   return std::string(R"(where it runs:
   --backend sim|gloo|nccl   the simulator in one process [sim], or one process per rank
   --world-size N            simulated ranks (sim)       --nproc N  real ranks (gloo, nccl)
-)") + verify::runner_usage(false);
+)") + dist::runner_usage(false);
 }
 
 int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
                  const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body) {
   const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
   if (backend != "sim") {
-    return verify::run_ranks(
-        flags, argc, argv, [&](int) { return agreement; }, [&](verify::Rank& r) { return body(*r.comm); });
+    return dist::run_ranks(
+        flags, argc, argv, [&](int) { return agreement; }, [&](dist::Rank& r) { return body(*r.comm); });
   }
   if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
   const int ws = static_cast<int>(flags.get_int("world-size", 2, 1, ddp::kMaxWorldSize));
@@ -108,7 +108,7 @@ int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Pr
     }
     return status;
   }
-  return verify::run_ddp_ranks(flags, argc, argv, cfg, [&](verify::Rank& rank, const ddp::Config& ranks_cfg) {
+  return dist::run_ddp_ranks(flags, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
     ddp::RankResult res = ddp::train_rank(ranks_cfg, *rank.comm, rank.kernels(ranks_cfg.kernels));
     if (progress) {
       for (const auto& l : res.log) {

@@ -24,12 +24,14 @@ size_t index_of(const std::vector<std::string>& names, const std::string& s, con
   throw std::invalid_argument(fmt::format("unknown {} '{}'", what, s));
 }
 
-const std::vector<std::string>& average_names() {
-  static const std::vector<std::string> n = {"predivide", "postdivide", "avg"};
-  return n;
-}
-const std::vector<std::string>& kernels_names() {
-  static const std::vector<std::string> n = {"fast", "reference"};
+// The names of every choice flag, each list in the order of its enum (the value is the name's index).
+struct ChoiceNames {
+  std::vector<std::string> loss, optimizer, dataset, init, average, kernels;
+};
+const ChoiceNames& choice_names() {
+  static const ChoiceNames n = {{"mse", "ce", "ce-probs"},          {"sgd", "adam"},
+                                {"random", "toy", "rand"},          {"same", "per-rank", "continue"},
+                                {"predivide", "postdivide", "avg"}, {"fast", "reference"}};
   return n;
 }
 
@@ -60,15 +62,16 @@ FlagSpec bool_flag(const char* name, bool Config::*m, const char* usage) {
           [=](const Config& c) { return std::string(c.*m ? "true" : "false"); }};
 }
 
-// An enum whose values are the indexes of `names()`.
+// An enum whose values are the indexes of `names` (a list that lives as long as the program).
 template <class E>
-FlagSpec choice_flag(const char* name, E Config::*m, const std::vector<std::string>& (*names)(), const char* usage) {
+FlagSpec choice_flag(const char* name, E Config::*m, const std::vector<std::string>& names, const char* usage) {
+  const std::vector<std::string>* n = &names;
   return {name, usage,
           [=](const Flags& f, Config& c) {
-            const std::string v = f.get_choice(name, names()[static_cast<size_t>(c.*m)], names());
-            c.*m = static_cast<E>(index_of(names(), v, name));
+            const std::string v = f.get_choice(name, (*n)[static_cast<size_t>(c.*m)], *n);
+            c.*m = static_cast<E>(index_of(*n, v, name));
           },
-          [=](const Config& c) { return names()[static_cast<size_t>(c.*m)]; }};
+          [=](const Config& c) { return (*n)[static_cast<size_t>(c.*m)]; }};
 }
 
 // The flags, in the order of the usage text, of parsing and of to_args.
@@ -91,15 +94,15 @@ const std::vector<FlagSpec>& flag_table() {
          c.relu = f.get_choice("activation", c.relu ? "relu" : "none", {"none", "relu"}) == "relu";
        },
        [](const Config& c) { return std::string(c.relu ? "relu" : "none"); }},
-      choice_flag("loss", &Config::loss, loss_names,
+      choice_flag("loss", &Config::loss, choice_names().loss,
                   "  --loss mse|ce|ce-probs    MSELoss, CrossEntropyLoss (labels = argmax of y), or cross_entropy "
                   "with y as\n"
                   "                            class probabilities (notebook 003's F.cross_entropy on float targets) "
                   "[{def}]\n"),
-      choice_flag("optimizer", &Config::optimizer, optimizer_names, "  --optimizer sgd|adam      [{def}]    "),
+      choice_flag("optimizer", &Config::optimizer, choice_names().optimizer, "  --optimizer sgd|adam      [{def}]    "),
       double_flag("lr", &Config::lr, 0.0, 1e6, "--lr LR [{def}]    "),
       double_flag("momentum", &Config::momentum, 0.0, 1.0, "--momentum M (sgd) [{def}]\n"),
-      choice_flag("dataset", &Config::dataset, dataset_names,
+      choice_flag("dataset", &Config::dataset, choice_names().dataset,
                   "  --dataset random|toy|rand random: notebook 000's RandomTensorDataset (randn); toy: notebook "
                   "001's 5 points;\n"
                   "                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample) "
@@ -116,25 +119,25 @@ const std::vector<FlagSpec>& flag_table() {
                 "  --set-epoch true|false    call sampler.set_epoch(epoch) each epoch [{def}]\n"),
       int_flag("batch-size", &Config::batch_size, 1, 1 << 22, "  --batch-size B            per rank [{def}]        "),
       int_flag("epochs", &Config::epochs, 1, 100000, "--epochs E [{def}]\n"),
-      choice_flag("init", &Config::init, init_names,
+      choice_flag("init", &Config::init, choice_names().init,
                   "DDP:\n"
                   "  --init same|per-rank|continue  seed the model with --seed, with seed + rank, or not at all: "
                   "continue\n"
                   "                            the data's random stream, as notebook 003 does [{def}]\n"),
       bool_flag("broadcast", &Config::broadcast,
                 "  --broadcast true|false    broadcast rank 0's parameters at construction, as DDP does [{def}]\n"),
-      choice_flag("average", &Config::average, average_names,
+      choice_flag("average", &Config::average, choice_names().average,
                   "  --average predivide|postdivide|avg   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | "
                   "ncclAvg [{def}]\n"),
       double_flag("bucket-cap-mb", &Config::bucket_cap_mb, 1e-6, 1e6,
                   "  --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [{def}]\n"),
       int_flag("no-sync", &Config::no_sync, 1, 1 << 20,
                "  --no-sync K               all-reduce every K micro-batches (no_sync in between) [{def}]\n"),
-      choice_flag("allreduce", &Config::allreduce, collective::algorithm_names,
+      choice_flag("allreduce", &Config::allreduce, collective::algorithm_names(),
                   "  --allreduce naive|ring|halving-doubling|tree|nccl-ring   the simulator's algorithm; ring "
                   "matches Gloo,\n"
                   "                            nccl-ring matches NCCL pinned by ddp_verify --nccl-exact [{def}]\n"),
-      choice_flag("kernels", &Config::kernels, kernels_names,
+      choice_flag("kernels", &Config::kernels, choice_names().kernels,
                   "  --kernels fast|reference  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that "
                   "a GPU\n"
                   "                            (ddp_verify --backend nccl) reproduces bit for bit [{def}]\n"),
@@ -144,34 +147,18 @@ const std::vector<FlagSpec>& flag_table() {
 
 }  // namespace
 
-const std::vector<std::string>& loss_names() {
-  static const std::vector<std::string> n = {"mse", "ce", "ce-probs"};
-  return n;
-}
-const std::vector<std::string>& optimizer_names() {
-  static const std::vector<std::string> n = {"sgd", "adam"};
-  return n;
-}
-const std::vector<std::string>& dataset_names() {
-  static const std::vector<std::string> n = {"random", "toy", "rand"};
-  return n;
-}
-const std::vector<std::string>& init_names() {
-  static const std::vector<std::string> n = {"same", "per-rank", "continue"};
-  return n;
-}
-const std::string& loss_name(LossKind k) { return loss_names()[static_cast<size_t>(k)]; }
-const std::string& optimizer_name(OptimizerKind k) { return optimizer_names()[static_cast<size_t>(k)]; }
-const std::string& dataset_name(DatasetKind k) { return dataset_names()[static_cast<size_t>(k)]; }
-const std::string& init_name(InitKind k) { return init_names()[static_cast<size_t>(k)]; }
-LossKind parse_loss(const std::string& s) { return static_cast<LossKind>(index_of(loss_names(), s, "loss")); }
+const std::string& loss_name(LossKind k) { return choice_names().loss[static_cast<size_t>(k)]; }
+const std::string& optimizer_name(OptimizerKind k) { return choice_names().optimizer[static_cast<size_t>(k)]; }
+const std::string& dataset_name(DatasetKind k) { return choice_names().dataset[static_cast<size_t>(k)]; }
+const std::string& init_name(InitKind k) { return choice_names().init[static_cast<size_t>(k)]; }
+LossKind parse_loss(const std::string& s) { return static_cast<LossKind>(index_of(choice_names().loss, s, "loss")); }
 OptimizerKind parse_optimizer(const std::string& s) {
-  return static_cast<OptimizerKind>(index_of(optimizer_names(), s, "optimizer"));
+  return static_cast<OptimizerKind>(index_of(choice_names().optimizer, s, "optimizer"));
 }
 DatasetKind parse_dataset(const std::string& s) {
-  return static_cast<DatasetKind>(index_of(dataset_names(), s, "dataset"));
+  return static_cast<DatasetKind>(index_of(choice_names().dataset, s, "dataset"));
 }
-InitKind parse_init(const std::string& s) { return static_cast<InitKind>(index_of(init_names(), s, "init")); }
+InitKind parse_init(const std::string& s) { return static_cast<InitKind>(index_of(choice_names().init, s, "init")); }
 
 std::set<std::string> config_flag_names() {
   std::set<std::string> names;
@@ -253,7 +240,7 @@ std::string describe(const Config& c) {
       "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}",
       c.world_size, fmt::join(c.layers, "-"), c.relu ? " relu" : "", loss_name(c.loss), opt, dataset_name(c.dataset),
       c.dataset_size(), c.batch_size, c.shuffle, c.drop_last, init_name(c.init), c.broadcast,
-      average_names()[static_cast<size_t>(c.average)], c.bucket_cap_mb, c.no_sync,
+      choice_names().average[static_cast<size_t>(c.average)], c.bucket_cap_mb, c.no_sync,
       collective::algorithm_name(c.allreduce), kernels_name(c.kernels));
 }
 

@@ -14,16 +14,12 @@
 
 namespace ddplab::ddp {
 
-// The choice flags, in the order of their names (loss_names() etc.): the value is the name's index.
+// The choice flags, in the order of their names (loss_name() etc.): the value is the name's index.
 enum class LossKind { mse, ce, ce_probs };          // mse | ce | ce-probs
 enum class OptimizerKind { sgd, adam };             // sgd | adam
 enum class DatasetKind { random, toy, rand };       // random | toy | rand
 enum class InitKind { same, per_rank, continue_ };  // same | per-rank | continue
 
-const std::vector<std::string>& loss_names();
-const std::vector<std::string>& optimizer_names();
-const std::vector<std::string>& dataset_names();
-const std::vector<std::string>& init_names();
 const std::string& loss_name(LossKind k);
 const std::string& optimizer_name(OptimizerKind k);
 const std::string& dataset_name(DatasetKind k);

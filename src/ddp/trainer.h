@@ -96,7 +96,7 @@ struct RankResult {
   int64_t optimizer_steps = 0;
   double train_seconds = 0;  // wall time of the training loop only (no data, model or connection setup)
 };
-// `kernels` run Linear: the backend's (verify::Rank::kernels; the NCCL backend runs Linear on the GPU).
+// `kernels` run Linear: the backend's (dist::Rank::kernels; the NCCL backend runs Linear on the GPU).
 RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels& kernels);
 // With the CPU's kernels, cpu_kernels(cfg.kernels).
 RankResult train_rank(const Config& cfg, comm::Communicator& comm);

@@ -24,7 +24,7 @@
 #include "src/flags.h"
 #include "src/store/deadline.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 using std::chrono::milliseconds;
 
@@ -44,7 +44,7 @@ std::string gloo_message(const std::exception& e) {
 // every value it reads checked (Gloo would trust a planted address and connect to it).
 class GlooView : public gloo::rendezvous::Store {
  public:
-  GlooView(verify::Store& s, int rank, int world_size, Clock::time_point deadline, std::string failure)
+  GlooView(dist::Store& s, int rank, int world_size, Clock::time_point deadline, std::string failure)
       : s_(s), rank_(rank), ws_(world_size), deadline_(deadline), failure_(std::move(failure)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
@@ -113,7 +113,7 @@ class GlooView : public gloo::rendezvous::Store {
     }
   }
 
-  verify::Store& s_;
+  dist::Store& s_;
   int rank_, ws_;
   Clock::time_point deadline_;
   std::string failure_;
@@ -267,4 +267,4 @@ std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, i
   return c;
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -10,7 +10,7 @@
 #include "src/comm/communicator.h"
 #include "src/store/store.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 // --bind: the numeric address of ADDR (a host name or address of this machine) that a socket can listen
 // on; throws UsageError "--bind 'x' does not resolve: ..." or "... is not an address of this machine".
@@ -19,4 +19,4 @@ std::string resolve_bind(const std::string& address);
 std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, int rank, int world_size,
                                                  const std::string& bind_address, std::chrono::milliseconds timeout);
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -12,7 +12,7 @@
 
 #include "src/comm/communicator.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 class FaultyComm : public comm::Communicator {
  public:
@@ -54,4 +54,4 @@ class FaultyComm : public comm::Communicator {
   int at_, count_ = 0;
 };
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -22,7 +22,7 @@
 
 extern char** environ;
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 namespace {
 
 std::optional<std::string> env(const char* name) {
@@ -264,4 +264,4 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
   return interrupted != 0 ? 1 : first_status;
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

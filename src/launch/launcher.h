@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 // Who this process is, from the environment: torchrun's RANK, WORLD_SIZE, LOCAL_RANK (+ MASTER_ADDR,
 // MASTER_PORT) or OpenMPI's OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK.
@@ -30,4 +30,4 @@ std::optional<RankEnv> rank_from_env();
 int launch_local(int nproc, const std::vector<std::string>& args, std::vector<std::string> extra_env, double grace_s,
                  bool fresh_store_dir);
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -15,7 +15,7 @@
 #include "src/launch/fault.h"
 #include "src/nccl/nccl_backend.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 std::set<std::string> runner_flag_names() {
   return {"backend", "nproc",      "store",    "run-id",     "bind",      "timeout",
@@ -220,4 +220,4 @@ int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std
   return launch_local(nproc, std::vector<std::string>(argv, argv + argc), extra, grace_s, !flags.has("store"));
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

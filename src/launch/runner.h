@@ -16,7 +16,7 @@
 #include "src/kernels.h"
 #include "src/launch/launcher.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 // backend nproc store run-id bind timeout fault fault-rank fault-at share-gpus nccl-exact
 std::set<std::string> runner_flag_names();
@@ -48,4 +48,4 @@ ddp::Config ddp_config_for(ddp::Config cfg, int world_size);
 int run_ddp_ranks(const Flags& flags, int argc, char** argv, const ddp::Config& cfg,
                   const std::function<int(Rank&, const ddp::Config&)>& body);
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

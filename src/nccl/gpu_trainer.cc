@@ -18,7 +18,7 @@
 #include "src/nccl/gpu_trainer_ops.h"
 #include "src/optim.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 namespace {
 
 void check(cudaError_t e, const char* call) {
@@ -353,4 +353,4 @@ ddp::RankResult train_rank_on_device(const ddp::Config& cfg, comm::Communicator&
   return res;
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

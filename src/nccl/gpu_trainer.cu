@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace ddplab::verify::gpu {
+namespace ddplab::dist::gpu {
 namespace {
 
 constexpr unsigned kThreads = 256;
@@ -148,4 +148,4 @@ void adam(float* p, const float* g, float* m, float* v, size_t n, const AdamScal
   launched("adam");
 }
 
-}  // namespace ddplab::verify::gpu
+}  // namespace ddplab::dist::gpu

@@ -24,7 +24,7 @@
 #include "src/ddp/trainer.h"
 #include "src/kernels.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 // "" when train_rank_on_device supports `cfg`, else one line saying why (for a UsageError).
 inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
@@ -70,4 +70,4 @@ class DeviceReplica {
 // collective fails, std::runtime_error for CUDA errors (or when built without CUDA).
 ddp::RankResult train_rank_on_device(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels);
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-namespace ddplab::verify::gpu {
+namespace ddplab::dist::gpu {
 
 // h.cwiseMax(0): out = h < 0 ? 0 : h (std::max's order: NaN and -0 pass through, as on the host).
 void relu_forward(const float* pre, float* out, size_t n, void* stream);
@@ -39,4 +39,4 @@ struct AdamScalars {
 // m = fma(g, 1-b1, m*b1); v = fma((1-b2)*g, g, v*b2); p = p + neg_step_size*m / (sqrt(v)/bc2_sqrt + eps).
 void adam(float* p, const float* g, float* m, float* v, size_t n, const AdamScalars& s, void* stream);
 
-}  // namespace ddplab::verify::gpu
+}  // namespace ddplab::dist::gpu

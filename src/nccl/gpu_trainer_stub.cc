@@ -4,7 +4,7 @@
 
 #include "src/nccl/gpu_trainer.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 namespace {
 
 [[noreturn]] void no_cuda() {
@@ -30,4 +30,4 @@ ddp::RankResult train_rank_on_device(const ddp::Config& cfg, comm::Communicator&
   no_cuda();
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -12,7 +12,7 @@
 #include "src/kernels.h"
 #include "src/store/store.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 // "" when this process can use NCCL with `local_world_size` ranks on its host (one GPU each, or any number
 // of GPUs with `share_gpus`), else why not, e.g.
@@ -32,4 +32,4 @@ const LinearKernels& nccl_kernels(Kernels k);
 std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, int rank, int world_size, int device,
                                                  std::chrono::milliseconds timeout);
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -22,7 +22,7 @@
 #include "src/cuda_kernels.h"
 #include "src/nccl/nccl_backend.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -279,4 +279,4 @@ std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store> store, i
   return c;
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

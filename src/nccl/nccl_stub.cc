@@ -3,7 +3,7 @@
 
 #include "src/nccl/nccl_backend.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 std::string nccl_unavailable_reason(int, int local_world_size, bool share_gpus) {
   return fmt::format(
@@ -22,4 +22,4 @@ std::unique_ptr<comm::Communicator> connect_nccl(std::shared_ptr<Store>, int, in
   throw SetupError(nccl_unavailable_reason(0, 1));
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <thread>
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 using Clock = std::chrono::steady_clock;
 
@@ -25,4 +25,4 @@ bool poll_until(Clock::time_point deadline, F ready) {
   }
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

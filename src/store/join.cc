@@ -13,7 +13,7 @@
 #include "src/store/redis.h"
 #include "src/store/store.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 using std::chrono::milliseconds;
 
@@ -198,4 +198,4 @@ std::string name_silent_peers(Store& store, int rank, int world_size, const std:
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 using std::chrono::milliseconds;
 
@@ -203,4 +203,4 @@ std::unique_ptr<RedisConn> redis_open(const StoreSpec& s, int timeout_ms) {
   return c;
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -12,7 +12,7 @@
 #include "src/store/deadline.h"
 #include "src/store/store.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 constexpr size_t kMaxValueBytes = 1 << 20;  // the largest value a store may hand us (addresses: 8.5 KiB)
 constexpr int kStoreIoMs = 5000;            // one Redis round trip, connecting, AUTH, PING
@@ -59,4 +59,4 @@ std::string redis_where(const StoreSpec& s);
 // Connects, sends AUTH when a password is known, then PING; every failure is one line naming the cause.
 std::unique_ptr<RedisConn> redis_open(const StoreSpec& s, int timeout_ms = kStoreIoMs);
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

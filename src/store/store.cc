@@ -15,7 +15,7 @@
 #include "src/store/deadline.h"
 #include "src/store/redis.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 using std::chrono::milliseconds;
 
@@ -303,4 +303,4 @@ std::string store_get(Store& s, const std::string& key, milliseconds timeout) {
   return *v;
 }
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist

@@ -19,7 +19,7 @@
 
 #include "src/flags.h"
 
-namespace ddplab::verify {
+namespace ddplab::dist {
 
 // Rendezvous and connection failures: reported as one line, exit status 2.
 struct SetupError : UsageError {
@@ -89,4 +89,4 @@ std::string name_silent_peers(Store& store, int rank, int world_size, const std:
 // How long a failed rank waits for alive peers to report: the timeout, at least 0.2 s, at most 1.5 s.
 std::chrono::milliseconds blame_window(std::chrono::milliseconds timeout);
 
-}  // namespace ddplab::verify
+}  // namespace ddplab::dist
