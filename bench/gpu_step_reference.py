@@ -39,11 +39,8 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         dist.init_process_group('nccl', init_method='file://' + os.path.join(d, 'init'), rank=0, world_size=1)
         torch.manual_seed(12345)
-        layers = []
-        for i in range(len(sizes) - 1):
-            layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-            if i + 2 < len(sizes):
-                layers.append(nn.ReLU())
+        linears = [nn.Linear(n_in, n_out) for n_in, n_out in zip(sizes, sizes[1:])]
+        layers = linears[:1] + [m for linear in linears[1:] for m in (nn.ReLU(), linear)]  # a ReLU between two
         model = DDP(nn.Sequential(*layers).to(dev), device_ids=[0])
         opt = torch.optim.SGD(model.parameters(), lr=a.lr)
         loss_fn = nn.MSELoss()

@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <string>
+#include <vector>
+
 #include "tests/safetensors_files.h"
 
 namespace ddplab {
@@ -30,44 +33,132 @@ TEST(Safetensors, OwnCheckpointsRoundTripWithVerifiedChecksum) {
   }
 }
 
-// (a) Shapes: only non-negative integers, element and byte counts without overflow.
-TEST(Safetensors, NegativeShapeEntriesAreRefused) {
-  const std::string data = f32_bytes({1, 2, 3, 4});
-  // (-2) * (-2) = 4 elements = the 16 bytes: accepted before, with a negative shape.
-  expect_refused("neg2.st", R"({"a":{"dtype":"F32","shape":[-2,-2],"data_offsets":[0,16]}})", data,
-                 "tensor \"a\": shape entries must be non-negative integers (got -2 in [-2,-2])");
-  expect_refused("neg1.st", R"({"a":{"dtype":"F32","shape":[4,-1],"data_offsets":[0,16]}})", data,
-                 "non-negative integers (got -1");
+// The refusals the tests below expect, one table for the file. A row: the test (by its name), then the file
+// it crafts (name, data, header) and a part of the reason that file must be refused for. A test checks its
+// rows in the table's order.
+struct Case {
+  std::string test, file, data, header, expect;
+};
+
+const std::vector<Case>& refusal_cases() {
+  // The data: 1, 2, 3 or 4 float32s (1.0f, 2.0f, ...), named by their size in bytes.
+  static const std::string b4 = f32_bytes({1}), b8 = f32_bytes({1, 2}), b12 = f32_bytes({1, 2, 3}),
+                           b16 = f32_bytes({1, 2, 3, 4});
+  // A row a case, every row laid out alike (test, file, data / header / reason): not reflowed.
+  // clang-format off
+  static const std::vector<Case> cases = {
+    // (a) Shapes: only non-negative integers, element and byte counts without overflow.
+    // (-2) * (-2) = 4 elements = the 16 bytes: accepted before, with a negative shape.
+    {"NegativeShapeEntriesAreRefused", "neg2.st", b16,
+     R"({"a":{"dtype":"F32","shape":[-2,-2],"data_offsets":[0,16]}})",
+     "tensor \"a\": shape entries must be non-negative integers (got -2 in [-2,-2])"},
+    {"NegativeShapeEntriesAreRefused", "neg1.st", b16,
+     R"({"a":{"dtype":"F32","shape":[4,-1],"data_offsets":[0,16]}})",
+     "non-negative integers (got -1"},
+    // (2^62 + 1) * 4 bytes wraps to 4: accepted before, then resize(2^62 + 1) threw std::length_error.
+    {"OverflowingShapesAreRefused", "wrap.st", b4,
+     R"({"a":{"dtype":"F32","shape":[4611686018427387905],"data_offsets":[0,4]}})",
+     "needs more than 2^64 bits"},
+    // 2^32 * 2^32 elements wraps to 0 (signed overflow before).
+    {"OverflowingShapesAreRefused", "wrap0.st", "",
+     R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",
+     "needs more than 2^64 bits"},
+    {"OverflowingShapesAreRefused", "big.st", b4,
+     R"({"a":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,4]}})",
+     "shape entry 9223372036854775808 exceeds 2^63-1"},
+    // Beyond 2^64 the JSON number is a float: not an integer.
+    {"OverflowingShapesAreRefused", "huge.st", b4,
+     R"({"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,4]}})",
+     "shape entries must be non-negative integers"},
+    // 2.5 was read as 2 before: a [2, 2] tensor from a header that says [2.5, 2].
+    {"FractionalShapeEntriesAreRefused", "frac.st", b16,
+     R"({"a":{"dtype":"F32","shape":[2.5,2],"data_offsets":[0,16]}})",
+     "non-negative integers (got 2.5"},
+    {"FractionalShapeEntriesAreRefused", "str.st", b16,
+     R"({"a":{"dtype":"F32","shape":"4","data_offsets":[0,16]}})",
+     "shape must be a list"},
+    // data_offsets: within the data, matching shape x dtype, tiling the data without overlap, gap or tail.
+    // Both tensors on the same 8 bytes: accepted before.
+    {"OffsetsMustTileTheData", "overlap.st", b8,
+     R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+     "tensor \"b\": data_offsets [0, 8] overlap tensor \"a\"'s [0, 8]"},
+    {"OffsetsMustTileTheData", "gap.st", b12,
+     R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+     "data bytes [4, 8) belong to no tensor"},
+    {"OffsetsMustTileTheData", "tail.st", b8,
+     R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+     "the last 4 of the 8 data bytes belong to no tensor"},
+    {"OffsetsMustTileTheData", "past.st", b8,
+     R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+     "data_offsets [0,16] go past the end of the data (8 bytes)"},
+    {"OffsetsMustTileTheData", "rev.st", b8,
+     R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
+     "data_offsets [8,4] end before they begin"},
+    {"OffsetsMustTileTheData", "size.st", b8,
+     R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})",
+     "data_offsets [0,8] hold 8 bytes, its shape [1] of F32 needs 4"},
+    {"OffsetsMustTileTheData", "neg_off.st", b8,
+     R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})",
+     "data_offsets must be [begin, end], two non-negative integers"},
+    {"OffsetsMustTileTheData", "three.st", b8,
+     R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})",
+     "data_offsets must be [begin, end]"},
+    {"DtypesAreChecked", "q8.st", b4,
+     R"({"a":{"dtype":"Q8","shape":[4],"data_offsets":[0,4]}})",
+     "tensor \"a\": unknown dtype \"Q8\" (safetensors has BOOL,U8,"},
+    {"DtypesAreChecked", "num.st", b4,
+     R"({"a":{"dtype":5,"shape":[4],"data_offsets":[0,4]}})",
+     "unknown dtype 5"},
+    // A known dtype: its size is checked, then it is refused because only F32 is read.
+    {"DtypesAreChecked", "f16.st", b4,
+     R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})",
+     "tensor \"a\" has dtype F16; only F32 tensors are read"},
+    {"DtypesAreChecked", "f16size.st", b4,
+     R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,4]}})",
+     "its shape [4] of F16 needs 8"},
+    {"DtypesAreChecked", "f4.st", b4,
+     R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,4]}})",
+     "shape [3] of F4 is not a whole number of bytes"},
+    {"DtypesAreChecked", "nodtype.st", b4,
+     R"({"a":{"shape":[1],"data_offsets":[0,4]}})",
+     "needs dtype, shape and data_offsets"},
+    {"HeaderIsBoundedAndMustBeAnObject", "array.st", "",
+     "[1,2]",
+     "corrupt header: a JSON array, not an object of tensors"},
+    {"HeaderIsBoundedAndMustBeAnObject", "deep.st", "",
+     "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}",
+     "corrupt header: JSON nested deeper than 16 levels"},
+    {"HeaderIsBoundedAndMustBeAnObject", "badjson.st", "",
+     "{\"a\":",
+     "corrupt header: [json.exception.parse_error"},
+  };
+  // clang-format on
+  return cases;
 }
 
+// The running test's rows of the table: each file is refused, for a reason that contains the row's.
+void expect_table_refusals() {
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  int rows = 0;
+  for (const Case& c : refusal_cases()) {
+    if (c.test != test) continue;
+    expect_refused(c.file, c.header, c.data, c.expect);
+    ++rows;
+  }
+  EXPECT_GT(rows, 0) << test << " has no rows in the table";
+}
+
+TEST(Safetensors, NegativeShapeEntriesAreRefused) { expect_table_refusals(); }
+
 TEST(Safetensors, OverflowingShapesAreRefused) {
-  const std::string data = f32_bytes({1});
-  // (2^62 + 1) * 4 bytes wraps to 4: accepted before, then resize(2^62 + 1) threw std::length_error.
-  expect_refused("wrap.st", R"({"a":{"dtype":"F32","shape":[4611686018427387905],"data_offsets":[0,4]}})", data,
-                 "needs more than 2^64 bits");
-  // 2^32 * 2^32 elements wraps to 0 (signed overflow before).
-  expect_refused("wrap0.st", R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", "",
-                 "needs more than 2^64 bits");
-  expect_refused("big.st", R"({"a":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,4]}})", data,
-                 "shape entry 9223372036854775808 exceeds 2^63-1");
-  // Beyond 2^64 the JSON number is a float: not an integer.
-  expect_refused("huge.st", R"({"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,4]}})", data,
-                 "shape entries must be non-negative integers");
+  expect_table_refusals();
   // A zero anywhere makes 0 elements, whatever the other entries: accepted, no data.
   EXPECT_EQ(
       refusal_of("zero.st", R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""),
       "(loaded)");
 }
 
-TEST(Safetensors, FractionalShapeEntriesAreRefused) {
-  // 2.5 was read as 2 before: a [2, 2] tensor from a header that says [2.5, 2].
-  EXPECT_NE(
-      refusal_of("frac.st", R"({"a":{"dtype":"F32","shape":[2.5,2],"data_offsets":[0,16]}})", f32_bytes({1, 2, 3, 4}))
-          .find("non-negative integers (got 2.5"),
-      std::string::npos);
-  expect_refused("str.st", R"({"a":{"dtype":"F32","shape":"4","data_offsets":[0,16]}})", f32_bytes({1, 2, 3, 4}),
-                 "shape must be a list");
-}
+TEST(Safetensors, FractionalShapeEntriesAreRefused) { expect_table_refusals(); }
 
 // Zero-element tensors: no memcpy from or to a null pointer (UBSan reported it before), shape kept.
 TEST(Safetensors, ZeroElementTensorsLoad) {
@@ -89,47 +180,9 @@ TEST(Safetensors, ZeroElementTensorsLoad) {
   EXPECT_EQ(only.at("e").shape, (std::vector<int64_t>{0}));
 }
 
-// data_offsets: within the data, matching shape x dtype, tiling the data without overlap, gap or tail.
-TEST(Safetensors, OffsetsMustTileTheData) {
-  const std::string d8 = f32_bytes({1, 2});
-  // Both tensors on the same 8 bytes: accepted before.
-  expect_refused("overlap.st",
-                 R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
-                 d8, "tensor \"b\": data_offsets [0, 8] overlap tensor \"a\"'s [0, 8]");
-  expect_refused("gap.st",
-                 R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                 R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-                 f32_bytes({1, 2, 3}), "data bytes [4, 8) belong to no tensor");
-  expect_refused("tail.st", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d8,
-                 "the last 4 of the 8 data bytes belong to no tensor");
-  expect_refused("past.st", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d8,
-                 "data_offsets [0,16] go past the end of the data (8 bytes)");
-  expect_refused("rev.st", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", d8,
-                 "data_offsets [8,4] end before they begin");
-  expect_refused("size.st", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", d8,
-                 "data_offsets [0,8] hold 8 bytes, its shape [1] of F32 needs 4");
-  expect_refused("neg_off.st", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", d8,
-                 "data_offsets must be [begin, end], two non-negative integers");
-  expect_refused("three.st", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})", d8,
-                 "data_offsets must be [begin, end]");
-}
+TEST(Safetensors, OffsetsMustTileTheData) { expect_table_refusals(); }
 
-TEST(Safetensors, DtypesAreChecked) {
-  const std::string d4 = f32_bytes({1});
-  expect_refused("q8.st", R"({"a":{"dtype":"Q8","shape":[4],"data_offsets":[0,4]}})", d4,
-                 "tensor \"a\": unknown dtype \"Q8\" (safetensors has BOOL,U8,");
-  expect_refused("num.st", R"({"a":{"dtype":5,"shape":[4],"data_offsets":[0,4]}})", d4, "unknown dtype 5");
-  // A known dtype: its size is checked, then it is refused because only F32 is read.
-  expect_refused("f16.st", R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", d4,
-                 "tensor \"a\" has dtype F16; only F32 tensors are read");
-  expect_refused("f16size.st", R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,4]}})", d4,
-                 "its shape [4] of F16 needs 8");
-  expect_refused("f4.st", R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,4]}})", d4,
-                 "shape [3] of F4 is not a whole number of bytes");
-  expect_refused("nodtype.st", R"({"a":{"shape":[1],"data_offsets":[0,4]}})", d4,
-                 "needs dtype, shape and data_offsets");
-}
+TEST(Safetensors, DtypesAreChecked) { expect_table_refusals(); }
 
 TEST(Safetensors, HeaderIsBoundedAndMustBeAnObject) {
   // A header length over the limit inside a file big enough to hold it (sparse: no disk used). Before,
@@ -149,10 +202,7 @@ TEST(Safetensors, HeaderIsBoundedAndMustBeAnObject) {
   EXPECT_NE(refusal(write_file("over.st", std::string("\xff\xff\xff\xff\xff\xff\xff\xff", 8) + "{}"))
                 .find("truncated: header says 18446744073709551615 bytes, the file has 2 after it"),
             std::string::npos);
-  expect_refused("array.st", "[1,2]", "", "corrupt header: a JSON array, not an object of tensors");
-  expect_refused("deep.st", "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}", "",
-                 "corrupt header: JSON nested deeper than 16 levels");
-  expect_refused("badjson.st", "{\"a\":", "", "corrupt header: [json.exception.parse_error");
+  expect_table_refusals();
   EXPECT_EQ(refusal_of("nothing.st", "{}", ""), "(loaded)");  // no tensors is a valid file
 }
 

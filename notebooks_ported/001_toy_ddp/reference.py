@@ -13,18 +13,19 @@ Writes JSON with --dump FILE: per rank the loss of every batch, final state_dict
 """
 import argparse
 import datetime
-import json
 import os
 import sys
-import tempfile
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+# What the labs' reference.py scripts share: notebooks_ported/lab/reference_common.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lab'))
+from reference_common import f32, finish_rank, spawn_ranks  # noqa: E402
 
 X_train = torch.tensor([[-1.2, 3.1], [-0.9, 2.9], [-0.5, 2.6], [2.3, -1.1], [2.7, -1.5]])
 y_train = torch.tensor([0, 0, 0, 1, 1])
@@ -68,10 +69,6 @@ def compute_accuracy(model, dataloader):
     return (correct / total).item()
 
 
-def f32(t):
-    return [float('%.9g' % v) for v in t.detach().flatten().tolist()]
-
-
 def main(rank, world_size, num_epochs, set_epoch, init_file, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group('gloo', init_method='file://' + init_file, rank=rank, world_size=world_size,
@@ -101,10 +98,8 @@ def main(rank, world_size, num_epochs, set_epoch, init_file, out_dir):
     model.eval()
     train_acc = compute_accuracy(model, train_loader)
     test_acc = compute_accuracy(model, test_loader)
-    with open(os.path.join(out_dir, f'rank{rank}.json'), 'w') as f:
-        json.dump({'losses': losses, 'indices': indices, 'train_acc': train_acc, 'test_acc': test_acc,
-                   'params': {n: f32(p) for n, p in model.module.state_dict().items()}}, f)
-    dist.destroy_process_group()
+    finish_rank(rank, out_dir, {'losses': losses, 'indices': indices, 'train_acc': train_acc, 'test_acc': test_acc,
+                                'params': {n: f32(p) for n, p in model.module.state_dict().items()}})
 
 
 if __name__ == '__main__':
@@ -114,12 +109,4 @@ if __name__ == '__main__':
     ap.add_argument('--notebook-bugs', action='store_true')
     ap.add_argument('--dump')
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        mp.spawn(main, args=(a.world_size, a.epochs, not a.notebook_bugs, os.path.join(d, 'init'), d),
-                 nprocs=a.world_size, join=True)
-        ranks = [json.load(open(os.path.join(d, f'rank{r}.json'))) for r in range(a.world_size)]
-    if a.dump:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.dump)))
-        with os.fdopen(fd, 'w') as f:
-            json.dump({'world_size': a.world_size, 'ranks': ranks}, f)
-        os.replace(tmp, a.dump)
+    spawn_ranks(main, a.world_size, (a.world_size, a.epochs, not a.notebook_bugs), a.dump)

@@ -12,18 +12,20 @@ Prints the notebook's per-epoch lines; --dump FILE writes per rank the losses an
 """
 import argparse
 import datetime
-import json
 import os
-import tempfile
+import sys
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
+
+# What the labs' reference.py scripts share: notebooks_ported/lab/reference_common.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lab'))
+from reference_common import f32, finish_rank, spawn_ranks  # noqa: E402
 
 
 class MyTrainDataset(Dataset):
@@ -36,10 +38,6 @@ class MyTrainDataset(Dataset):
 
     def __getitem__(self, index):
         return self.data[index]
-
-
-def f32(t):
-    return [float('%.9g' % v) for v in t.detach().flatten().tolist()]
 
 
 def main(rank, world_size, max_epochs, batch_size, loss_name, bugs, init_file, out_dir):
@@ -70,10 +68,8 @@ def main(rank, world_size, max_epochs, batch_size, loss_name, bugs, init_file, o
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
-    with open(os.path.join(out_dir, f'rank{rank}.json'), 'w') as f:
-        json.dump({'losses': losses, 'initial': initial,
-                   'params': {n: f32(p) for n, p in model.module.state_dict().items()}}, f)
-    dist.destroy_process_group()
+    finish_rank(rank, out_dir, {'losses': losses, 'initial': initial,
+                                'params': {n: f32(p) for n, p in model.module.state_dict().items()}})
 
 
 if __name__ == '__main__':
@@ -85,12 +81,4 @@ if __name__ == '__main__':
     ap.add_argument('--notebook-bugs', action='store_true')
     ap.add_argument('--dump')
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        mp.spawn(main, args=(a.world_size, a.max_epochs, a.batch_size, a.loss, a.notebook_bugs,
-                             os.path.join(d, 'init'), d), nprocs=a.world_size, join=True)
-        ranks = [json.load(open(os.path.join(d, f'rank{r}.json'))) for r in range(a.world_size)]
-    if a.dump:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.dump)))
-        with os.fdopen(fd, 'w') as f:
-            json.dump({'world_size': a.world_size, 'ranks': ranks}, f)
-        os.replace(tmp, a.dump)
+    spawn_ranks(main, a.world_size, (a.world_size, a.max_epochs, a.batch_size, a.loss, a.notebook_bugs), a.dump)

@@ -1,13 +1,12 @@
 // The device-resident trainer's host side: memory, uploads, and the loop of train_rank() with every tensor
-// operation enqueued on the communicator's stream (Linear: src/cuda_kernels.h; the rest:
-// src/nccl/gpu_trainer_ops.h).
+// operation enqueued on the communicator's stream (Linear: src/cuda_kernels.h; the optimizer step:
+// src/nccl/gpu_optimizer.h; the rest: src/nccl/gpu_trainer_ops.h).
 #include "src/nccl/gpu_trainer.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -15,8 +14,8 @@
 #include <fmt/format.h>
 
 #include "src/cuda_kernels.h"
+#include "src/nccl/gpu_optimizer.h"
 #include "src/nccl/gpu_trainer_ops.h"
-#include "src/optim.h"
 
 namespace ddplab::dist {
 namespace {
@@ -77,11 +76,9 @@ struct DeviceReplica::Impl {
   std::unique_ptr<ddp::Reducer> reducer;  // bucket layout only
   bool backend_avg = false;
   bool has_grad = false;  // every parameter gets a gradient in every backward, so one flag serves all
-  bool momentum_ready = false;
-  int64_t adam_steps = 0;
+  DeviceOptimizerState opt;
   Memory mem;  // declared before the pointers into it
   float *p = nullptr, *g = nullptr, *bucket = nullptr, *scratch = nullptr;
-  float *momentum = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
   float *target = nullptr, *losses = nullptr, *gy[2] = {nullptr, nullptr};
   std::vector<float*> act, pre;  // act[i]: input of Linear i (act[L]: output); pre[i]: before ReLU i
   float *pinned_params = nullptr, *pinned_losses = nullptr, *pinned_batch[2] = {nullptr, nullptr};
@@ -96,7 +93,6 @@ struct DeviceReplica::Impl {
 
   void upload_batch(const Dataset& data, const std::vector<int64_t>& idx);
   void backward(float* grad_out, int64_t batch);
-  void step();
 };
 
 DeviceReplica::DeviceReplica(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels, ddp::Replica& host,
@@ -129,12 +125,12 @@ DeviceReplica::DeviceReplica(const ddp::Config& cfg, comm::Communicator& comm, K
   m.bucket = m.mem.device(m.total);  // iteration 0's single bucket holds every parameter: the largest one
   if (cfg.no_sync > 1) m.scratch = m.mem.device(largest);  // a micro-batch's gradient before accumulation
   if (cfg.optimizer == ddp::OptimizerKind::adam) {
-    m.exp_avg = m.mem.device(m.total);
-    m.exp_avg_sq = m.mem.device(m.total);
-    CUDA(cudaMemsetAsync(m.exp_avg, 0, m.total * sizeof(float), m.s()));  // torch.zeros_like at step 1
-    CUDA(cudaMemsetAsync(m.exp_avg_sq, 0, m.total * sizeof(float), m.s()));
+    m.opt.exp_avg = m.mem.device(m.total);
+    m.opt.exp_avg_sq = m.mem.device(m.total);
+    CUDA(cudaMemsetAsync(m.opt.exp_avg, 0, m.total * sizeof(float), m.s()));  // torch.zeros_like at step 1
+    CUDA(cudaMemsetAsync(m.opt.exp_avg_sq, 0, m.total * sizeof(float), m.s()));
   } else if (cfg.momentum != 0.0) {
-    m.momentum = m.mem.device(m.total);
+    m.opt.momentum = m.mem.device(m.total);
   }
   for (size_t i = 0; i <= L; ++i) m.act.push_back(m.mem.device(B * static_cast<size_t>(m.sizes[i])));
   if (cfg.relu) {
@@ -267,41 +263,8 @@ void DeviceReplica::sync_and_step() {
     throw;
   }
   m.reducer->finish_sync();
-  m.step();
+  device_optimizer_step(m.cfg, m.p, m.g, m.total, m.opt, m.stream);
   m.has_grad = false;  // optimizer.zero_grad(set_to_none=True)
-}
-
-// optim.cc's step for every parameter at once: the parameters are one flat array, each element's update
-// depends only on its own values, and every parameter has the same step count and hyperparameters.
-// Scalars are computed on the host exactly as optim.cc computes them (std::pow in double included).
-void DeviceReplica::Impl::step() {
-  if (cfg.optimizer == ddp::OptimizerKind::adam) {
-    AdamOptions o;
-    o.lr = cfg.lr;
-    const auto t = static_cast<double>(++adam_steps);
-    const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
-    const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
-    gpu::AdamScalars sc{};
-    sc.beta1 = static_cast<float>(o.beta1);
-    sc.beta2 = static_cast<float>(o.beta2);
-    sc.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
-    sc.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
-    sc.neg_step_size = static_cast<float>(-(o.lr / bias_correction1));
-    sc.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-    sc.eps = static_cast<float>(o.eps);
-    gpu::adam(p, g, exp_avg, exp_avg_sq, total, sc, stream);
-    return;
-  }
-  SGDOptions o;  // weight_decay 0, dampening 0, no nesterov: the flags offer none of them
-  o.lr = cfg.lr;
-  o.momentum = cfg.momentum;
-  if (o.momentum == 0.0) {
-    gpu::sgd(p, g, total, static_cast<float>(-o.lr), stream);
-    return;
-  }
-  gpu::sgd_momentum(p, g, momentum, total, !momentum_ready, static_cast<float>(o.momentum),
-                    static_cast<float>(1.0 - o.dampening), static_cast<float>(-o.lr), stream);
-  momentum_ready = true;
 }
 
 void DeviceReplica::wait() { CUDA(cudaStreamSynchronize(impl_->s())); }
