@@ -1,6 +1,8 @@
 // bazel run //bench:sim_step -- one simulated DDP step (every replica's forward + backward, bucketed
-// predivide ring all-reduce, SGD step), timed, next to PyTorch doing the same simulation by hand as
-// notebook 000 does (bench/sim_step_reference.py, run in the same invocation). One thread each.
+// predivide ring all-reduce, SGD step), timed with 1 thread and with every core (--threads), next to
+// PyTorch doing the same simulation by hand as notebook 000 does (bench/sim_step_reference.py, run in the
+// same invocation with the same thread count). It also measures the machine's FMA peak as ddplab can use
+// it: a single-threaded OpenBLAS sgemm, times the cores; and prints the step's GFLOP/s and share of it.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -13,10 +15,13 @@
 
 #include "src/collective/allreduce.h"
 #include "src/ddp/trainer.h"
+#include "src/gemm.h"
+#include "src/parallel.h"
 
 namespace {
 
 using namespace ddplab;
+using Clock = std::chrono::steady_clock;
 
 long peak_rss_mb() {
   rusage u{};
@@ -24,18 +29,44 @@ long peak_rss_mb() {
   return u.ru_maxrss / 1024;
 }
 
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
 struct Case {
   std::string name;
   std::vector<int64_t> layers;
   int64_t replicas, batch, steps;
 };
 
+// Forward 2·B·in·out per Linear, backward the same for grad_weight and (all but the first layer) grad_input.
+double step_flops(const Case& c) {
+  double f = 0;
+  for (size_t i = 0; i + 1 < c.layers.size(); ++i) {
+    f += 2.0 * static_cast<double>(c.batch * c.layers[i] * c.layers[i + 1]) * (i == 0 ? 2 : 3);
+  }
+  return f * static_cast<double>(c.replicas);
+}
+
+// Best of 3 single-threaded sgemm calls of 2048^3 (Linear's forward call), in GFLOP/s.
+double sgemm_gflops_one_core() {
+  const int64_t n = 2048;
+  std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a), c(a);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    gemm::linear_forward(a.data(), b.data(), c.data(), n, n, n);
+    best = std::max(best, 2.0 * n * n * n / (ms_since(t0) * 1e6));
+  }
+  return best;
+}
+
 struct Measured {
   double median_ms;
   long rss_after_first_mb, rss_after_last_mb;
 };
 
-Measured measure(const Case& c) {
+// The simulator's step as run_epochs runs it: replicas side by side, then the pooled all-reduce, then the
+// replicas' optimizer steps side by side.
+Measured measure(const Case& c, int threads) {
   ddp::Config cfg;
   cfg.world_size = c.replicas;
   cfg.layers = c.layers;
@@ -47,29 +78,29 @@ Measured measure(const Case& c) {
   std::vector<std::unique_ptr<ddp::Replica>> reps;
   for (int64_t r = 0; r < c.replicas; ++r) {
     reps.push_back(std::make_unique<ddp::Replica>(cfg, r));
-    reps.back()->reducer =
-        std::make_unique<ddp::Reducer>(reps.back()->model.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
+    ddp::init_ddp(cfg, *reps.back(), [](ddp::Replica&) {});
   }
   std::vector<std::vector<int64_t>> batch(static_cast<size_t>(c.replicas));
   for (int64_t r = 0; r < c.replicas; ++r) {
     for (int64_t i = 0; i < c.batch; ++i) batch[static_cast<size_t>(r)].push_back(r * c.batch + i);
   }
+  ThreadPool pool(threads);
+  const double work = step_flops(c) / static_cast<double>(c.replicas);
   std::vector<double> times;
   Measured m{};
   ddp::InProcessAllreduce allreduce;
+  std::vector<ddp::Reducer*> reducers;
+  for (auto& rep : reps) reducers.push_back(rep->reducer.get());
   for (int64_t s = 0; s < c.steps + 1; ++s) {  // step 0 warms up (and rebuilds the buckets)
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto& rep : reps) rep->forward_backward(data, batch[static_cast<size_t>(rep->rank)]);
-    std::vector<ddp::Reducer*> reducers;
-    for (auto& rep : reps) reducers.push_back(rep->reducer.get());
-    allreduce.run(reducers, collective::Algorithm::ring);
-    for (auto& rep : reps) {
-      rep->reducer->finish_sync();
-      rep->optimizer->step();
-      rep->optimizer->zero_grad(true);
-    }
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (s > 0) times.push_back(ms);
+    const auto t0 = Clock::now();
+    parallel_for(&pool, reps.size(), work, [&](size_t r) { reps[r]->forward_backward(data, batch[r]); });
+    allreduce.run(reducers, collective::Algorithm::ring, nullptr, &pool);
+    parallel_for(&pool, reps.size(), work, [&](size_t r) {
+      reps[r]->reducer->finish_sync();
+      reps[r]->optimizer->step();
+      reps[r]->optimizer->zero_grad(true);
+    });
+    if (s > 0) times.push_back(ms_since(t0));
     if (s == 1) m.rss_after_first_mb = peak_rss_mb();
   }
   m.rss_after_last_mb = peak_rss_mb();
@@ -78,32 +109,50 @@ Measured measure(const Case& c) {
   return m;
 }
 
+double torch_ms(const std::string& reference, const Case& c, int threads) {
+  // OPENBLAS_NUM_THREADS as well: torch.set_num_threads alone leaves OpenBLAS free to use every core.
+  const std::string cmd = fmt::format(
+      "OPENBLAS_NUM_THREADS={0} /usr/bin/python3 {1} --layers {2} --replicas {3} --batch {4} --steps {5} "
+      "--threads {0} 2>&1",
+      threads, reference, fmt::join(c.layers, ","), c.replicas, c.batch, c.steps);
+  double ms = -1;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, p)) std::sscanf(line, "median_ms %lf", &ms);
+    pclose(p);
+  }
+  return ms;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string reference = argc > 1 ? argv[1] : "bench/sim_step_reference.py";
+  const int cores = available_cores();
+  const double core_gflops = sgemm_gflops_one_core();
+  const double peak = core_gflops * cores;
+  fmt::print(
+      "FMA peak as measured: single-threaded OpenBLAS sgemm 2048^3 {:.1f} GFLOP/s x {} cores = {:.1f} GFLOP/s\n\n",
+      core_gflops, cores, peak);
   const std::vector<Case> cases = {
       {"notebook 6-4-2, 2 replicas, batch 32", {6, 4, 2}, 2, 32, 2000},
-      {"MLP 1024-4096-4096-1024, 8 replicas, batch 64", {1024, 4096, 4096, 1024}, 8, 64, 3}};
-  fmt::print("{:<48} {:>14} {:>14} {:>10}   peak RSS after step 1 / last\n", "one simulated DDP step", "ddplab ms",
-             "PyTorch ms", "speedup");
+      {"MLP 1024-4096-4096-1024, 8 replicas, batch 64", {1024, 4096, 4096, 1024}, 8, 64, 5}};
+  fmt::print("{:<46} {:>3} {:>11} {:>8} {:>7} {:>6} {:>11} {:>8}   peak RSS step 1 / last\n", "one simulated DDP step",
+             "thr", "ddplab ms", "GFLOP/s", "% peak", "vs 1t", "PyTorch ms", "speedup");
   for (const Case& c : cases) {
-    const Measured m = measure(c);
-    // The PyTorch reference, same configuration, same machine, right now.
-    // OPENBLAS_NUM_THREADS=1: torch.set_num_threads(1) alone leaves OpenBLAS free to use every core.
-    const std::string cmd =
-        fmt::format("OPENBLAS_NUM_THREADS=1 /usr/bin/python3 {} --layers {} --replicas {} --batch {} --steps {} 2>&1",
-                    reference, fmt::join(c.layers, ","), c.replicas, c.batch, c.steps);
-    double torch_ms = -1;
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char line[256];
-      while (std::fgets(line, sizeof line, p)) std::sscanf(line, "median_ms %lf", &torch_ms);
-      pclose(p);
+    double one_thread_ms = 0;
+    for (int threads : {1, cores}) {
+      if (threads == 1 && cores == 1 && one_thread_ms > 0) continue;
+      const Measured m = measure(c, threads);
+      if (threads == 1) one_thread_ms = m.median_ms;
+      const double gflops = step_flops(c) / (m.median_ms * 1e6);
+      const double t = torch_ms(reference, c, threads);
+      fmt::print("{:<46} {:>3} {:>11.4f} {:>8.1f} {:>6.0f}% {:>5.2f}x {:>11} {:>8}   {} MB / {} MB\n", c.name, threads,
+                 m.median_ms, gflops, 100.0 * gflops / (core_gflops * threads), one_thread_ms / m.median_ms,
+                 t > 0 ? fmt::format("{:.4f}", t) : "n/a", t > 0 ? fmt::format("{:.2f}x", t / m.median_ms) : "n/a",
+                 m.rss_after_first_mb, m.rss_after_last_mb);
+      if (cores == 1) break;
     }
-    fmt::print("{:<48} {:>14.4f} {:>14} {:>10}   {} MB / {} MB\n", c.name, m.median_ms,
-               torch_ms > 0 ? fmt::format("{:.4f}", torch_ms) : "n/a",
-               torch_ms > 0 ? fmt::format("{:.1f}x", torch_ms / m.median_ms) : "n/a", m.rss_after_first_mb,
-               m.rss_after_last_mb);
   }
   return 0;
 }

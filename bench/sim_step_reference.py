@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference for //bench:sim_step: notebook 000's DDP-by-hand step for R replicas, one thread.
+"""PyTorch reference for //bench:sim_step: notebook 000's DDP-by-hand step for R replicas, --threads threads.
 
 Each replica: forward, MSE loss, zero_grad, backward on its own batch; gradients summed in rank order and
 divided by R (in place, into every replica's .grad); SGD step. Prints `median_ms X` over --steps steps
@@ -10,7 +10,7 @@ import statistics
 import time
 
 import os
-os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # the bench sets it to --threads
 import torch
 import torch.nn as nn
 
@@ -21,8 +21,9 @@ def main():
     ap.add_argument('--replicas', type=int, default=2)
     ap.add_argument('--batch', type=int, default=32)
     ap.add_argument('--steps', type=int, default=100)
+    ap.add_argument('--threads', type=int, default=1)
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)  # intra-op threads: PyTorch splits each GEMM, not the replicas
     sizes = [int(v) for v in a.layers.split(',')]
 
     def make():

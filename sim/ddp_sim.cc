@@ -14,6 +14,7 @@
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
 #include "src/io.h"
+#include "src/parallel.h"
 
 namespace {
 
@@ -34,16 +35,17 @@ using namespace ddplab;
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
   for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps", "compute-gflops",
-                        "dump-params", "quiet"}) {
+                        "dump-params", "quiet", "threads"}) {
     known.insert(f);
   }
   const Flags flags(argc, argv, known, {"explain", "quiet"});
   if (flags.help()) {
-    std::printf("%s%s%s", kHead, ddp::config_usage(), kTail);
+    std::printf("%s%s%s%s", kHead, ddp::config_usage(), threads_usage(), kTail);
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  const ddp::Config cfg = ddp::config_from_flags(flags);
+  ddp::Config cfg = ddp::config_from_flags(flags);
+  cfg.threads = threads_from_flags(flags);
   const bool single = flags.get_bool("compare-single-device", false);
   const bool explain = flags.get_bool("explain", false);
   const bool quiet = flags.get_bool("quiet", false);

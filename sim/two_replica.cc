@@ -8,6 +8,7 @@
 #include "src/ddp/two_replica.h"
 #include "src/flags.h"
 #include "src/io.h"
+#include "src/parallel.h"
 
 namespace {
 
@@ -23,6 +24,7 @@ gradients averaged by hand, one SGD step each, and the notebook's cmp table.
   --out-features O    (default 2)
   --lr LR             SGD learning rate (default 0.01)
   --dump-params FILE  write initial/final parameters and train_loss as JSON
+  --threads N         replicas side by side, 1..256 (0: every core); the same bits for any N (default 0)
 )";
 
 using ddplab::CmpResult;
@@ -39,9 +41,9 @@ std::vector<CmpResult> cmp_models(const MLP& a, const MLP& b) {
 }
 
 int run(int argc, char** argv) {
-  const ddplab::Flags flags(
-      argc, argv,
-      {"replicas", "seed", "samples", "batch-size", "in-features", "hidden", "out-features", "lr", "dump-params"});
+  const ddplab::Flags flags(argc, argv,
+                            {"replicas", "seed", "samples", "batch-size", "in-features", "hidden", "out-features", "lr",
+                             "dump-params", "threads"});
   if (flags.help()) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -59,6 +61,7 @@ int run(int argc, char** argv) {
   cfg.hidden = flags.get_int("hidden", cfg.hidden, 1, 65536);
   cfg.out_features = flags.get_int("out-features", cfg.out_features, 1, 65536);
   cfg.lr = flags.get_double("lr", cfg.lr, 0.0, 1e6);
+  cfg.threads = ddplab::threads_from_flags(flags);
   const std::string dump = flags.get_string("dump-params", "");
   if (!dump.empty()) {
     if (std::string why = ddplab::check_writable(dump); !why.empty()) {

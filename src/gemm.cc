@@ -14,7 +14,8 @@ void openblas_set_num_threads(int n);
 namespace ddplab::gemm {
 namespace {
 
-// One thread: simulated ranks already run one after another, and a benchmark must compare like with like.
+// One thread per call, as PyTorch's order needs it pinned: the simulator runs replicas side by side on its
+// own threads (--threads) instead, each calling sgemm single-threaded.
 void once() {
   static std::once_flag flag;
   std::call_once(flag, [] { openblas_set_num_threads(1); });

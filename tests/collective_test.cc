@@ -1,5 +1,6 @@
 // The in-process all-reduce algorithms: correct (inputs whose sums are exact in any order, as nccl-tests
 // checks), which of them agree bitwise on ordinary data, and the ring against Debian's real Gloo.
+#include <cstring>
 #include <thread>
 
 #include <gloo/allreduce.h>
@@ -11,6 +12,7 @@
 
 #include "src/collective/allreduce.h"
 #include "src/collective/ring.h"
+#include "src/parallel.h"
 #include "src/torch_rng.h"
 
 namespace ddplab::collective {
@@ -95,6 +97,49 @@ TEST(Allreduce, WhichAlgorithmsAgreeBitwiseOnOrdinaryData) {
     if (ws == 3) {
       EXPECT_EQ(differ[naive][tree], 0u) << "(x0 + x1) + x2 is the rank-order sum";
       EXPECT_GT(differ[naive][hd], 0u) << "(x0 + x2) + x1 is not";
+    }
+  }
+}
+
+// --threads splits an all-reduce into spans of elements; every algorithm must give each element the same
+// additions as the whole call. Spans cut across Gloo segments, ring chunks and NCCL chunks; the whole call
+// is the reference, and a span-by-span run that got one boundary wrong would differ in those elements.
+TEST(Allreduce, SpansGiveTheBitsOfTheWholeCall) {
+  for (Algorithm a :
+       {Algorithm::naive, Algorithm::ring, Algorithm::halving_doubling, Algorithm::tree, Algorithm::nccl_ring}) {
+    for (size_t ws : {2, 3, 5, 8}) {
+      for (size_t n : {1, 17, 1000, 300007}) {
+        const Data whole = run(a, random_data(ws, n, 7 + n));
+        for (size_t parts : {2, 3, 7}) {
+          Data d = random_data(ws, n, 7 + n);
+          for (size_t t = parts; t-- > 0;) {  // out of order, as threads may run them
+            const size_t lo = n * t / parts, hi = n * (t + 1) / parts;
+            std::vector<float*> at;  // each rank's element lo
+            for (auto& v : d) at.push_back(v.data() + lo);
+            if (lo < hi) allreduce_sum(a, at, n, Span{lo, hi});
+          }
+          size_t wrong = 0;
+          for (size_t r = 0; r < ws; ++r) {
+            wrong += static_cast<size_t>(std::memcmp(d[r].data(), whole[r].data(), n * sizeof(float)) != 0);
+          }
+          EXPECT_EQ(wrong, 0u) << algorithm_name(a) << " ws=" << ws << " n=" << n << " parts=" << parts;
+        }
+      }
+    }
+  }
+}
+
+// The same through a thread pool of 1, 2 and 3 threads (allreduce_sum's own split).
+TEST(Allreduce, ThreadPoolsGiveTheBitsOfOneThread) {
+  for (Algorithm a : {Algorithm::ring, Algorithm::halving_doubling, Algorithm::nccl_ring}) {
+    const Data one = run(a, random_data(4, 1 << 20, 3));
+    for (int threads : {2, 3}) {
+      ThreadPool pool(threads);
+      Data d = random_data(4, 1 << 20, 3);
+      std::vector<float*> ptrs;
+      for (auto& v : d) ptrs.push_back(v.data());
+      allreduce_sum(a, ptrs, d[0].size(), &pool);
+      EXPECT_EQ(d, one) << algorithm_name(a) << " threads=" << threads;
     }
   }
 }

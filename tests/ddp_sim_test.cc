@@ -2,6 +2,9 @@
 // its trace, its explanation, and every kind of bad input.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "tests/testing.h"
 
 namespace ddplab {
@@ -186,12 +189,84 @@ struct BadInput {
   std::string expect;
 };
 
+// --threads runs the replicas side by side and splits the all-reduce: the dump (parameters, losses,
+// sampler indices) must be the same bytes for 1, 2 and 3 threads, for every algorithm, with the single
+// device, Adam, several buckets and no_sync. The model is large enough that the work is really split.
+TEST(DdpSim, ThreadsChangeNoBit) {
+  for (const char* algorithm : {"ring", "naive", "tree", "halving-doubling", "nccl-ring"}) {
+    std::vector<std::string> dumps;
+    for (const char* threads : {"1", "2", "3"}) {
+      const std::string out = testing::temp_dir() + "/threads.json";
+      const CommandResult r = ddp_sim({"--layers",
+                                       "64,256,256,8",
+                                       "--world-size",
+                                       "5",
+                                       "--samples",
+                                       "120",
+                                       "--batch-size",
+                                       "6",
+                                       "--epochs",
+                                       "2",
+                                       "--optimizer",
+                                       "adam",
+                                       "--no-sync",
+                                       "2",
+                                       "--bucket-cap-mb",
+                                       "0.1",
+                                       "--compare-single-device",
+                                       "true",
+                                       "--allreduce",
+                                       algorithm,
+                                       "--threads",
+                                       threads,
+                                       "--quiet",
+                                       "--dump-params",
+                                       out});
+      ASSERT_EQ(r.status, 0) << r.err;
+      std::ifstream f(out, std::ios::binary);
+      dumps.push_back(std::string(std::istreambuf_iterator<char>(f), {}));
+    }
+    EXPECT_FALSE(dumps[0].empty());
+    EXPECT_EQ(dumps[1], dumps[0]) << algorithm << ": 2 threads differ from 1";
+    EXPECT_EQ(dumps[2], dumps[0]) << algorithm << ": 3 threads differ from 1";
+  }
+}
+
+// Progress goes to stderr, only on a terminal (DDPLAB_PROGRESS=1 forces it here, =0 turns it off), and
+// never into stdout or the dump.
+TEST(DdpSim, ProgressIsOnStderrOnlyAndChangesNoOutput) {
+  const std::vector<std::string> args = {"sim/ddp_sim", "--world-size", "2", "--samples",    "32", "--batch-size",
+                                         "4",           "--epochs",     "2", "--dump-params"};
+  std::vector<std::string> out, dumps;
+  for (const char* env : {"DDPLAB_PROGRESS=0", "DDPLAB_PROGRESS=1"}) {
+    std::vector<std::string> cmd = {"/usr/bin/env", env};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    const std::string path = testing::temp_dir() + "/dump.json";
+    cmd.push_back(path);
+    const CommandResult r = testing::run_command(cmd);
+    ASSERT_EQ(r.status, 0) << r.err;
+    out.push_back(r.out);
+    std::ifstream f(path, std::ios::binary);
+    dumps.push_back(std::string(std::istreambuf_iterator<char>(f), {}));
+    if (std::string(env).back() == '1') {
+      // 2 epochs of 16 samples per rank in batches of 4: 8 batches.
+      EXPECT_NE(r.err.find("\r\033[Kbatch 1/8 (12%)"), std::string::npos) << r.err;  // redrawn in place
+      EXPECT_NE(r.err.find("batch 8/8 (100%)"), std::string::npos) << r.err;
+    } else {
+      EXPECT_EQ(r.err, "");
+    }
+  }
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(dumps[1], dumps[0]);
+}
+
 TEST(DdpSim, BadInputGetsOneLineAndExit2) {
   const std::vector<BadInput> cases = {
       {{"--layers", "6"}, "--layers needs at least two sizes"},
       {{"--layers", "6,0,2"}, "--layers entries must be in [1, 65536] (got 0)"},
       {{"--layers", "6,x"}, "--layers entries must be an integer"},
       {{"--world-size", "0"}, "--world-size must be in [1, 64] (got 0)"},
+      {{"--threads", "300"}, "--threads must be in [0, 256] (got 300)"},
       {{"--world-size", "65"}, "--world-size must be in [1, 64] (got 65)"},
       {{"--batch-size", "40"}, "--batch-size 40 is larger than a rank's shard of 32 samples"},
       {{"--allreduce", "butterfly"}, "--allreduce must be one of naive|ring|halving-doubling|tree|nccl-ring"},

@@ -123,6 +123,7 @@ TEST(TwoReplica, BadInputGetsOneLineAndExit2) {
       {{"--lr", "-0.1"}, "--lr must be in"},
       {{"--replicas", "3"}, "--replicas * --batch-size must be <= --samples"},
       {{"--dump-params", "/nonexistent-dir/x.json"}, "--dump-params: directory '/nonexistent-dir' does not exist"},
+      {{"--threads", "-1"}, "--threads must be in [0, 256] (got -1)"},
       {{"extra"}, "unexpected argument 'extra'"},
   };
   for (const BadInput& c : cases) {
@@ -132,6 +133,24 @@ TEST(TwoReplica, BadInputGetsOneLineAndExit2) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line, got: " << r.err;
     EXPECT_TRUE(r.out.empty()) << "nothing on stdout for bad input, got: " << r.out;
   }
+}
+
+// --threads: replicas side by side; the dump must be the same bytes for 1, 2 and 3 threads (8 replicas
+// of a model large enough that the work is really split).
+TEST(TwoReplica, ThreadsChangeNoBit) {
+  std::vector<std::string> dumps;
+  for (const char* threads : {"1", "2", "3"}) {
+    const std::string path = testing::temp_dir() + "/params.json";
+    const CommandResult r =
+        two_replica({"--replicas", "8", "--samples", "512", "--batch-size", "64", "--in-features", "128", "--hidden",
+                     "256", "--out-features", "16", "--threads", threads, "--dump-params", path});
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::ifstream in(path);
+    dumps.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  EXPECT_FALSE(dumps[0].empty());
+  EXPECT_EQ(dumps[1], dumps[0]);
+  EXPECT_EQ(dumps[2], dumps[0]);
 }
 
 TEST(TwoReplica, DumpIsAtomic) {

@@ -24,6 +24,7 @@
 #include "src/launch/runner.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
+#include "src/parallel.h"
 
 namespace {
 
@@ -79,7 +80,9 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank) {
   float verdict = 0.0f;
   if (env.rank == 0) {
     const auto sim_start = std::chrono::steady_clock::now();
-    const ddp::SimResult sim = ddp::simulate(cfg, false);
+    ddp::Config sim_cfg = cfg;  // the replicas keep a reference: it outlives `sim`
+    sim_cfg.threads = threads_from_flags(flags);
+    const ddp::SimResult sim = ddp::simulate(sim_cfg, false);
     const double sim_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sim_start).count();
     bool ok = true;
@@ -133,10 +136,10 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank) {
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
   for (const auto& f : dist::runner_flag_names()) known.insert(f);
-  for (const char* f : {"dump-params", "quiet"}) known.insert(f);
+  for (const char* f : {"dump-params", "quiet", "threads"}) known.insert(f);
   const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"quiet"}));
   if (flags.help()) {
-    std::printf("%s%s%s%s", kHead, ddp::config_usage(), dist::runner_usage().c_str(), kTail);
+    std::printf("%s%s%s%s%s", kHead, ddp::config_usage(), dist::runner_usage().c_str(), threads_usage(), kTail);
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");

@@ -11,12 +11,14 @@
 #include "src/comm/local_group.h"
 #include "src/io.h"
 #include "src/launch/runner.h"
+#include "src/parallel.h"
 
 namespace ddplab::lab {
 
 std::set<std::string> lab_flag_names() {
   auto names = dist::runner_flag_names();
   names.insert("world-size");
+  names.insert("threads");
   return names;
 }
 
@@ -24,7 +26,8 @@ std::string lab_usage() {
   return std::string(R"(where it runs:
   --backend sim|gloo|nccl   the simulator in one process [sim], or one process per rank
   --world-size N            simulated ranks (sim)       --nproc N  real ranks (gloo, nccl)
-)") + dist::runner_usage(false);
+)") + threads_usage() +
+         dist::runner_usage(false);
 }
 
 int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
@@ -36,6 +39,7 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
   }
   if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
   const int ws = static_cast<int>(flags.get_int("world-size", 2, 1, ddp::kMaxWorldSize));
+  threads_from_flags(flags);  // checked only: here every rank is a thread of its own (they meet in collectives)
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
   comm::LocalGroup group(ws, collective::Algorithm::ring);
@@ -87,6 +91,7 @@ int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Pr
   if (backend == "sim") {
     if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
     cfg.world_size = flags.get_int("world-size", cfg.world_size, 1, ddp::kMaxWorldSize);
+    cfg.threads = threads_from_flags(flags);
     ddp::validate(cfg);
     ddp::SimResult sim = ddp::simulate(cfg, false);
     if (progress) {

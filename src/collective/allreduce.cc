@@ -1,6 +1,9 @@
 #include "src/collective/allreduce.h"
 
+#include <algorithm>
 #include <stdexcept>
+
+#include "src/parallel.h"
 
 namespace ddplab::collective {
 
@@ -20,19 +23,31 @@ Algorithm parse_algorithm(const std::string& name) {
 
 std::string algorithm_name(Algorithm a) { return algorithm_names()[static_cast<size_t>(a)]; }
 
-void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n) {
+void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, Span span) {
   switch (a) {
     case Algorithm::naive:
-      return naive_allreduce(bufs, n);
+      return naive_allreduce(bufs, n, span);
     case Algorithm::ring:
-      return ring_allreduce(bufs, n);
+      return ring_allreduce(bufs, n, span);
     case Algorithm::halving_doubling:
-      return halving_doubling_allreduce(bufs, n);
+      return halving_doubling_allreduce(bufs, n, span);
     case Algorithm::tree:
-      return tree_allreduce(bufs, n);
+      return tree_allreduce(bufs, n, span);
     case Algorithm::nccl_ring:
-      return nccl_ring_allreduce(bufs, n);
+      return nccl_ring_allreduce(bufs, n, span);
   }
+}
+
+void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, ThreadPool* pool) {
+  const size_t parts = pool ? static_cast<size_t>(pool->size()) : 1;
+  const size_t step = (n + parts - 1) / parts / 16 * 16 + 16;  // whole cache lines per span
+  parallel_for(pool, parts, static_cast<double>(n * bufs.size()) / static_cast<double>(parts), [&](size_t t) {
+    const size_t lo = std::min(n, t * step), hi = std::min(n, (t + 1) * step);
+    if (lo >= hi) return;
+    std::vector<float*> at(bufs);
+    for (float*& p : at) p += lo;
+    allreduce_sum(a, at, n, Span{lo, hi});
+  });
 }
 
 }  // namespace ddplab::collective

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace ddplab {
+class ThreadPool;
+}
+
 namespace ddplab::collective {
 
 enum class Algorithm { naive, ring, halving_doubling, tree, nccl_ring };
@@ -16,18 +20,30 @@ const std::vector<std::string>& algorithm_names();
 Algorithm parse_algorithm(const std::string& name);  // throws std::invalid_argument
 std::string algorithm_name(Algorithm a);
 
-// bufs[r] points at rank r's n floats.
-void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n);
+// Elements [lo, hi) of an n-element all-reduce. In every algorithm below an element's additions depend
+// only on its index and on n (chunk and segment bounds come from n), never on its neighbours, so calls on
+// disjoint spans, in any order or at once on several threads, leave exactly the bits of one whole call.
+// In a call with a span, bufs[r] points at rank r's element lo (hi - lo floats): a span can live in a
+// small buffer of its own.
+struct Span {
+  size_t lo, hi;
+};
+
+// bufs[r] points at rank r's n floats. With a pool of several threads the elements are split into spans
+// (see above: the same bits for any thread count).
+void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, ThreadPool* pool = nullptr);
+// One span of it (bufs[r] points at element span.lo).
+void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, Span span);
 
 // naive.cc: ((x0 + x1) + x2) + ... in rank order, the notebook's hand-written average.
-void naive_allreduce(const std::vector<float*>& bufs, size_t n);
+void naive_allreduce(const std::vector<float*>& bufs, size_t n, Span span);
 // ring.cc: Gloo's ring (reduce-scatter then all-gather), chunked exactly as Debian's Gloo chunks it.
-void ring_allreduce(const std::vector<float*>& bufs, size_t n);
+void ring_allreduce(const std::vector<float*>& bufs, size_t n, Span span);
 // halving_doubling.cc: recursive halving reduce-scatter + recursive doubling all-gather.
-void halving_doubling_allreduce(const std::vector<float*>& bufs, size_t n);
+void halving_doubling_allreduce(const std::vector<float*>& bufs, size_t n, Span span);
 // tree.cc: binary-tree reduce to rank 0, then broadcast.
-void tree_allreduce(const std::vector<float*>& bufs, size_t n);
+void tree_allreduce(const std::vector<float*>& bufs, size_t n, Span span);
 // nccl_ring.cc: NCCL's ring pinned to one channel and the Simple protocol (see nccl_ring.h).
-void nccl_ring_allreduce(const std::vector<float*>& bufs, size_t n);
+void nccl_ring_allreduce(const std::vector<float*>& bufs, size_t n, Span span);
 
 }  // namespace ddplab::collective

@@ -30,21 +30,23 @@ std::vector<NcclChunk> nccl_ring_chunks(size_t n, size_t N, size_t C) {
   return out;
 }
 
-void nccl_ring_allreduce(const std::vector<float*>& bufs, size_t n) {
+void nccl_ring_allreduce(const std::vector<float*>& bufs, size_t n, Span span) {
   const size_t N = bufs.size();
   if (N == 1) return;
-  for (const NcclChunk& ch : nccl_ring_chunks(n, N)) {
+  for (NcclChunk ch : nccl_ring_chunks(n, N)) {
+    ch.begin = std::max(ch.begin, span.lo), ch.end = std::min(ch.end, span.hi);
+    if (ch.begin >= ch.end) continue;
+    const size_t at = ch.begin - span.lo, len = ch.end - ch.begin;  // bufs[r] + at is element ch.begin
     // Reduce-scatter: the partial sum travels first, first + 1, ..., owner; each adds its own value.
-    float* acc = bufs[ch.first];
+    float* acc = bufs[ch.first] + at;
     for (size_t s = 1; s < N; ++s) {
-      const float* mine = bufs[(ch.first + s) % N];
-      float* next = bufs[(ch.first + s) % N];
-      for (size_t i = ch.begin; i < ch.end; ++i) next[i] = acc[i] + mine[i];
+      float* next = bufs[(ch.first + s) % N] + at;
+      for (size_t i = 0; i < len; ++i) next[i] = acc[i] + next[i];  // received + mine
       acc = next;
     }
     // All-gather: the owner's result is copied to every other position.
     for (size_t r = 0; r < N; ++r) {
-      if (r != ch.owner) std::copy(acc + ch.begin, acc + ch.end, bufs[r] + ch.begin);
+      if (r != ch.owner) std::copy(acc, acc + len, bufs[r] + at);
     }
   }
 }

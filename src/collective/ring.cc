@@ -28,7 +28,7 @@ RingLayout gloo_ring_layout(size_t n_elems, size_t world_size, size_t elem_size)
   return L;
 }
 
-void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n,
+void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n, Span span,
                              const std::function<void(const RingMessage&)>& observe) {
   const size_t N = bufs.size();
   if (N == 1) return;
@@ -42,13 +42,15 @@ void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n,
       for (size_t r = 0; r < N; ++r) {
         const size_t chunk = reduce_scatter ? (r + 1 + s) % N : (r + s) % N;
         const size_t to = (r + N - 1) % N;
-        const size_t b = L.chunk_begin[chunk], e = L.chunk_end[chunk];
-        const float* src = bufs[r];
-        float* dst = bufs[to];
-        if (reduce_scatter) {
-          for (size_t i = b; i < e; ++i) dst[i] = dst[i] + src[i];  // own + received
+        const size_t b = std::max(L.chunk_begin[chunk], span.lo), e = std::min(L.chunk_end[chunk], span.hi);
+        const float* src = bufs[r] + (b - span.lo);  // element b (bufs[r] is element span.lo)
+        float* dst = bufs[to] + (b - span.lo);
+        if (b >= e) {
+          // outside this span
+        } else if (reduce_scatter) {
+          for (size_t i = 0; i < e - b; ++i) dst[i] = dst[i] + src[i];  // own + received
         } else {
-          std::copy(src + b, src + e, dst + b);
+          std::copy(src, src + (e - b), dst);
         }
         if (observe) observe({reduce_scatter, s, r, to, chunk});
       }
@@ -56,6 +58,8 @@ void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n,
   }
 }
 
-void ring_allreduce(const std::vector<float*>& bufs, size_t n) { ring_allreduce_observed(bufs, n, nullptr); }
+void ring_allreduce(const std::vector<float*>& bufs, size_t n, Span span) {
+  ring_allreduce_observed(bufs, n, span, nullptr);
+}
 
 }  // namespace ddplab::collective

@@ -17,6 +17,8 @@
 #include <functional>
 #include <vector>
 
+#include "src/collective/allreduce.h"
+
 namespace ddplab::collective {
 
 struct RingLayout {
@@ -33,7 +35,7 @@ struct RingMessage {
 };
 
 // The ring, with an optional observer called after every message is applied (for --explain).
-void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n,
+void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n, Span span,
                              const std::function<void(const RingMessage&)>& observe);
 
 }  // namespace ddplab::collective

@@ -8,15 +8,18 @@
 
 namespace ddplab::collective {
 
-void tree_allreduce(const std::vector<float*>& bufs, size_t n) {
+void tree_allreduce(const std::vector<float*>& bufs, size_t /*n*/, Span span) {
   const size_t N = bufs.size();
   for (size_t i = N; i-- > 0;) {  // children before parents
     for (size_t c : {2 * i + 1, 2 * i + 2}) {
       if (c >= N) continue;
-      for (size_t e = 0; e < n; ++e) bufs[i][e] = bufs[i][e] + bufs[c][e];
+      for (size_t e = 0; e < span.hi - span.lo; ++e) bufs[i][e] = bufs[i][e] + bufs[c][e];
     }
   }
-  for (size_t i = 1; i < N; ++i) std::copy(bufs[(i - 1) / 2], bufs[(i - 1) / 2] + n, bufs[i]);
+  for (size_t i = 1; i < N; ++i) {
+    const float* parent = bufs[(i - 1) / 2];
+    std::copy(parent, parent + (span.hi - span.lo), bufs[i]);
+  }
 }
 
 }  // namespace ddplab::collective

@@ -58,6 +58,9 @@ struct Config {
   int64_t no_sync = 1;  // all-reduce every K micro-batches
   collective::Algorithm allreduce = collective::Algorithm::ring;
   Kernels kernels = Kernels::fast;  // Linear's products: OpenBLAS (PyTorch's calls) or fixed-order loops
+  // Not a DDP flag (not in the flag table, to_args or the ranks' agreement): the simulator's threads,
+  // --threads (threads_from_flags in src/parallel.h). No result depends on it. 0: every available core.
+  int threads = 0;
 
   int64_t dataset_size() const { return dataset == DatasetKind::toy ? 5 : samples; }
   int64_t num_samples_per_rank() const;  // DistributedSampler's num_samples

@@ -44,7 +44,7 @@ std::string explain_ring(const std::string& name, const std::vector<std::vector<
   std::vector<std::vector<float>> bufs = inputs;
   std::vector<float*> ptrs;
   for (auto& b : bufs) ptrs.push_back(b.data());
-  collective::ring_allreduce_observed(ptrs, n, [&](const collective::RingMessage& m) {
+  collective::ring_allreduce_observed(ptrs, n, {0, n}, [&](const collective::RingMessage& m) {
     const size_t b = L.chunk_begin[m.chunk], e = L.chunk_end[m.chunk];
     if (b == e) return;  // empty chunk: nothing travels
     out += fmt::format("  {} step {}: rank{} -> rank{} chunk {} [{},{}) {} rank{} now holds {}\n",
@@ -55,7 +55,7 @@ std::string explain_ring(const std::string& name, const std::vector<std::vector<
   std::vector<std::vector<float>> naive = inputs;
   std::vector<float*> nptrs;
   for (auto& b : naive) nptrs.push_back(b.data());
-  collective::naive_allreduce(nptrs, n);
+  collective::naive_allreduce(nptrs, n, {0, n});
   out += "ring result vs the rank-order sum ((x0 + x1) + x2 ...):\n";
   int64_t first = -1;
   for (size_t i = 0; i < n; ++i) {

@@ -63,34 +63,43 @@ size_t Reducer::max_bucket_numel() const {
   return m;
 }
 
-void Reducer::prepare_bucket(size_t b, float* buf) const {
+void Reducer::prepare_bucket(size_t b, float* buf) const { prepare_bucket(b, buf, {0, buckets_[b].numel}); }
+void Reducer::finalize_bucket(size_t b, float* buf) { finalize_bucket(b, buf, {0, buckets_[b].numel}); }
+
+void Reducer::prepare_bucket(size_t b, float* buf, collective::Span span) const {
   const Bucket& bucket = buckets_[b];
   // at::mul_out(bucket_view, grad, 1.0 / world_size): a float multiply by the rounded reciprocal.
   const float scale = static_cast<float>(1.0 / static_cast<double>(world_size_));
+  const bool copy = average_ == Average::postdivide || (average_ == Average::avg && backend_averages_);
   for (size_t j = 0; j < bucket.params.size(); ++j) {
     const Parameter& p = *params_[bucket.params[j]];
     if (!p.has_grad) {
       throw std::logic_error("parameter " + p.name + " has no gradient: DDP needs every parameter used");
     }
-    const float* g = p.grad.data();
-    float* dst = buf + bucket.offsets[j];
-    if (average_ == Average::postdivide || (average_ == Average::avg && backend_averages_)) {
-      std::copy(g, g + p.numel(), dst);
+    const size_t off = bucket.offsets[j];
+    const size_t lo = std::max(off, span.lo), hi = std::min(off + static_cast<size_t>(p.numel()), span.hi);
+    if (lo >= hi) continue;
+    const float* g = p.grad.data() + (lo - off);
+    float* dst = buf + (lo - span.lo);
+    if (copy) {
+      std::copy(g, g + (hi - lo), dst);
     } else {
-      for (int64_t k = 0; k < p.numel(); ++k) dst[k] = g[k] * scale;
+      for (size_t k = 0; k < hi - lo; ++k) dst[k] = g[k] * scale;
     }
   }
 }
 
-void Reducer::finalize_bucket(size_t b, float* buf) {
+void Reducer::finalize_bucket(size_t b, float* buf, collective::Span span) {
   const Bucket& bucket = buckets_[b];
   if (average_ == Average::postdivide) {
     const auto ws = static_cast<float>(world_size_);
-    for (size_t k = 0; k < bucket.numel; ++k) buf[k] = buf[k] / ws;
+    for (size_t k = 0; k < span.hi - span.lo; ++k) buf[k] = buf[k] / ws;
   }
   for (size_t j = 0; j < bucket.params.size(); ++j) {
     Parameter& p = *params_[bucket.params[j]];
-    std::copy(buf + bucket.offsets[j], buf + bucket.offsets[j] + p.numel(), p.grad.data());
+    const size_t off = bucket.offsets[j];
+    const size_t lo = std::max(off, span.lo), hi = std::min(off + static_cast<size_t>(p.numel()), span.hi);
+    if (lo < hi) std::copy(buf + (lo - span.lo), buf + (hi - span.lo), p.grad.data() + (lo - off));
   }
 }
 

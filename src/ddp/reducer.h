@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "src/collective/allreduce.h"
 #include "src/tensor.h"
 
 namespace ddplab::ddp {
@@ -52,6 +53,11 @@ class Reducer {
   void prepare_bucket(size_t b, float* flat) const;
   // finalize_bucket_dense: postdivide divides by ws; every .grad gets its averaged slice of `flat` back.
   void finalize_bucket(size_t b, float* flat);
+  // The same for the elements [span.lo, span.hi) of the bucket only, `flat` pointing at element span.lo
+  // (element-wise, so the same bits): the simulator prepares, all-reduces and finalizes a bucket block by
+  // block in a small buffer that stays in cache.
+  void prepare_bucket(size_t b, float* flat, collective::Span span) const;
+  void finalize_bucket(size_t b, float* flat, collective::Span span);
   // After the first synchronised backward: rebuild buckets in gradient-ready order with limits
   // [1 MiB, bucket_cap_mb]. Iteration 0 used one bucket holding every parameter in model order.
   void finish_sync();

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "src/progress.h"
+
 #include <fmt/format.h>
 
 namespace ddplab::ddp {
@@ -90,18 +92,39 @@ void copy_parameters(const MLP& from, MLP& to) {
 
 }  // namespace
 
-void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm,
-                             const Hook& before) {
+void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm, const Hook& before,
+                             ThreadPool* pool) {
   const Reducer& layout = *reducers[0];
-  workspace_.resize(reducers.size());
-  for (auto& w : workspace_) w.resize(std::max(w.size(), layout.max_bucket_numel()));
   std::vector<float*> bufs;
-  for (auto& w : workspace_) bufs.push_back(w.data());
+  if (before) {  // the hook sees whole prepared buckets: N buffers of the largest
+    workspace_.resize(reducers.size());
+    for (auto& w : workspace_) w.resize(std::max(w.size(), layout.max_bucket_numel()));
+    for (auto& w : workspace_) bufs.push_back(w.data());
+  }
   for (size_t j = 0; j < layout.num_buckets(); ++j) {
-    for (size_t r = 0; r < reducers.size(); ++r) reducers[r]->prepare_bucket(j, bufs[r]);
-    if (before) before(j, bufs, layout.bucket(j).numel);
-    collective::allreduce_sum(algorithm, bufs, layout.bucket(j).numel);
-    for (size_t r = 0; r < reducers.size(); ++r) reducers[r]->finalize_bucket(j, bufs[r]);
+    const size_t n = layout.bucket(j).numel;
+    if (before) {
+      for (size_t r = 0; r < reducers.size(); ++r) reducers[r]->prepare_bucket(j, bufs[r]);
+      before(j, bufs, n);
+      collective::allreduce_sum(algorithm, bufs, n, pool);
+      for (size_t r = 0; r < reducers.size(); ++r) reducers[r]->finalize_bucket(j, bufs[r]);
+      continue;
+    }
+    // Block by block, each block prepared, all-reduced and finalized in a small buffer per thread that
+    // stays in cache: every step is element-wise (collective::Span), so the bits are those of
+    // whole-bucket calls, and the blocks can go to different threads.
+    const size_t N = reducers.size(), block = std::max<size_t>(1024, (size_t{1} << 18) / N);  // ~1 MiB
+    const size_t blocks = (n + block - 1) / block;
+    parallel_for(pool, blocks, static_cast<double>(block * N), [&](size_t k) {
+      thread_local std::vector<float> scratch;
+      scratch.resize(std::max(scratch.size(), N * block));
+      std::vector<float*> slices(N);
+      for (size_t r = 0; r < N; ++r) slices[r] = scratch.data() + r * block;
+      const collective::Span span{k * block, std::min(n, (k + 1) * block)};
+      for (size_t r = 0; r < N; ++r) reducers[r]->prepare_bucket(j, slices[r], span);
+      collective::allreduce_sum(algorithm, slices, n, span);
+      for (size_t r = 0; r < N; ++r) reducers[r]->finalize_bucket(j, slices[r], span);
+    });
   }
 }
 
@@ -111,9 +134,21 @@ void init_ddp(const Config& cfg, Replica& rep, const std::function<void(Replica&
 }
 
 TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
-                    const SyncFn& sync) {
+                    const SyncFn& sync, ThreadPool* pool, bool progress) {
   TrainLog out;
   auto& sampler_indices = out.sampler_indices;
+  // What one item of parallel work costs, for parallel_for: a replica's forward and backward (~6 flops per
+  // parameter and sample), and its optimizer step (a few per parameter).
+  const Footprint fp = footprint(cfg);
+  const double step_work = 6.0 * static_cast<double>(fp.parameters * cfg.batch_size);
+  const double update_work = 4.0 * static_cast<double>(fp.parameters);
+  std::vector<Replica*> all(local);  // the replicas, then the single device
+  if (single) all.push_back(single);
+  const int64_t per_rank = cfg.num_samples_per_rank();
+  const int64_t per_epoch =
+      cfg.loader_drop_last ? per_rank / cfg.batch_size : (per_rank + cfg.batch_size - 1) / cfg.batch_size;
+  Progress shown("batch", progress ? cfg.epochs * per_epoch : 0);
+  int64_t done = 0;
   for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
     std::vector<std::vector<std::vector<int64_t>>> batches;
     sampler_indices.emplace_back();
@@ -124,28 +159,29 @@ TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Re
     }
     const size_t nb = batches[0].size();  // DistributedSampler gives every rank as many samples
     for (size_t b = 0; b < nb; ++b) {
-      std::vector<int64_t> all;
+      std::vector<int64_t> union_idx;
       for (size_t k = 0; k < local.size(); ++k) {
-        const auto& idx = batches[k][b];
-        const float loss = local[k]->forward_backward(data, idx);
-        out.log.push_back({epoch, local[k]->rank, static_cast<int64_t>(idx.size()), loss});
-        all.insert(all.end(), idx.begin(), idx.end());
+        union_idx.insert(union_idx.end(), batches[k][b].begin(), batches[k][b].end());
       }
-      if (single) single->forward_backward(data, all);
+      std::vector<float> losses(all.size());
+      parallel_for(pool, all.size(), step_work, [&](size_t k) {
+        losses[k] = all[k]->forward_backward(data, k < local.size() ? batches[k][b] : union_idx);
+      });
+      for (size_t k = 0; k < local.size(); ++k) {
+        out.log.push_back({epoch, local[k]->rank, static_cast<int64_t>(batches[k][b].size()), losses[k]});
+      }
+      if (single) out.single_losses.push_back(losses.back());
+      shown.advance(++done);
       if (!is_sync_batch(cfg, b, nb)) continue;
       // The synchronised backward: every bucket all-reduced in order, then one optimizer step per rank.
       std::vector<Reducer*> reducers;
       for (Replica* rep : local) reducers.push_back(rep->reducer.get());
       sync(reducers);
-      for (Replica* rep : local) {
-        rep->reducer->finish_sync();
-        rep->optimizer->step();
-        rep->optimizer->zero_grad(true);
-      }
-      if (single) {
-        single->optimizer->step();
-        single->optimizer->zero_grad(true);
-      }
+      parallel_for(pool, all.size(), update_work, [&](size_t k) {
+        if (k < local.size()) all[k]->reducer->finish_sync();
+        all[k]->optimizer->step();
+        all[k]->optimizer->zero_grad(true);
+      });
       ++out.optimizer_steps;
     }
   }
@@ -179,7 +215,7 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
     }
   };
   const auto t0 = std::chrono::steady_clock::now();
-  TrainLog trained = run_epochs(cfg, data, {&rep}, nullptr, sync);
+  TrainLog trained = run_epochs(cfg, data, {&rep}, nullptr, sync, nullptr, comm.rank() == 0);
   res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
@@ -189,6 +225,7 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
 
 SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks) {
   SimResult res;
+  ThreadPool pool(cfg.threads > 0 ? cfg.threads : available_cores());
   Generator data_gen;
   const Dataset data = make_dataset(cfg, data_gen);
   for (int64_t r = 0; r < cfg.world_size; ++r) res.replicas.push_back(std::make_unique<Replica>(cfg, r));
@@ -210,15 +247,19 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   std::vector<Replica*> local;
   for (auto& rep : res.replicas) local.push_back(rep.get());
   const SyncFn sync = [&](const std::vector<Reducer*>& reducers) {
-    allreduce.run(reducers, cfg.allreduce, [&](size_t bucket, const std::vector<float*>& bufs, size_t n) {
-      if (hooks.before_allreduce) hooks.before_allreduce(sync_count, bucket, bufs, n);
-    });
+    allreduce.run(
+        reducers, cfg.allreduce,
+        [&](size_t bucket, const std::vector<float*>& bufs, size_t n) {
+          if (hooks.before_allreduce) hooks.before_allreduce(sync_count, bucket, bufs, n);
+        },
+        &pool);
     ++sync_count;
   };
-  TrainLog trained = run_epochs(cfg, data, local, res.single_device.get(), sync);
+  TrainLog trained = run_epochs(cfg, data, local, res.single_device.get(), sync, &pool, true);
   res.sampler_indices = std::move(trained.sampler_indices);
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
+  res.single_device_losses = std::move(trained.single_losses);
   res.buckets_rebuilt = res.replicas[0]->reducer->describe();
   return res;
 }

@@ -14,6 +14,7 @@
 #include "src/loss.h"
 #include "src/nn.h"
 #include "src/optim.h"
+#include "src/parallel.h"
 
 namespace ddplab::ddp {
 
@@ -54,12 +55,16 @@ inline bool is_sync_batch(const Config& cfg, size_t b, size_t num_batches) {
 }
 
 // The simulator's synchronised backward over every rank's Reducer: bucket by bucket, prepare (grad *
-// 1/ws), all-reduce with `algorithm`, finalize. One workspace of world_size x the largest bucket, kept
-// across steps: memory is parameters + gradients per rank plus this.
+// 1/ws), all-reduce with `algorithm`, finalize; block by block in a ~1 MiB buffer per thread, so memory
+// is parameters + gradients per rank. With a hook (--explain), whole buckets in one workspace of
+// world_size x the largest bucket, kept across steps.
 class InProcessAllreduce {
  public:
   using Hook = std::function<void(size_t bucket, const std::vector<float*>& bufs, size_t n)>;
-  void run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm, const Hook& before = nullptr);
+  // With a pool, the ranks' buckets are prepared and finalized side by side and the all-reduce is split
+  // into spans of elements (collective::Span: the same bits).
+  void run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm, const Hook& before = nullptr,
+           ThreadPool* pool = nullptr);
 
  private:
   std::vector<std::vector<float>> workspace_;
@@ -75,6 +80,7 @@ struct SimResult {
   std::vector<std::vector<std::vector<int64_t>>> sampler_indices;  // [epoch][rank]
   std::vector<BatchLog> log;                                       // in (epoch, batch, rank) order
   std::unique_ptr<Replica> single_device;                          // one model on the union of the shards
+  std::vector<float> single_device_losses;                         // its loss per batch (--report)
   std::string buckets_first, buckets_rebuilt;
   int64_t optimizer_steps = 0;
 };
@@ -84,7 +90,7 @@ struct SimHooks {
   std::function<void(int64_t sync, size_t bucket, const std::vector<float*>& bufs, size_t n)> before_allreduce;
 };
 
-// The replicas keep a reference to `cfg`: it must outlive the result.
+// The replicas keep a reference to `cfg`: it must outlive the result. Runs on cfg.threads threads.
 SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks = {});
 
 // One real rank of a multi-process run: the same loop as simulate(), with `comm` carrying the
@@ -103,15 +109,18 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm);
 
 // The training loop both share: epochs of micro-batches over the replicas this process runs (all of them
 // in the simulator, one in a real rank), `sync` all-reducing their buckets on every synchronised batch.
-// `single` (simulator only) trains on the union of the local replicas' batches.
+// `single` (simulator only) trains on the union of the local replicas' batches. With a pool the replicas
+// (and `single`) compute side by side between all-reduces: each writes only its own model, so the bits
+// are those of one thread. `progress`: show batches done on a terminal (src/progress.h).
 using SyncFn = std::function<void(const std::vector<Reducer*>&)>;
 struct TrainLog {
   std::vector<std::vector<std::vector<int64_t>>> sampler_indices;  // [epoch][local replica]
   std::vector<BatchLog> log;                                       // in (epoch, batch, local replica) order
   int64_t optimizer_steps = 0;
+  std::vector<float> single_losses;  // `single`'s loss per batch
 };
 TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
-                    const SyncFn& sync);
+                    const SyncFn& sync, ThreadPool* pool = nullptr, bool progress = false);
 
 // DDP(model) for one replica: with cfg.broadcast, `broadcast(rep)` gives it rank 0's parameters; then its
 // Reducer. simulate() copies from replica 0; train_rank() broadcasts over the communicator.

@@ -8,6 +8,7 @@
 #include "src/limits.h"
 #include "src/loss.h"
 #include "src/optim.h"
+#include "src/parallel.h"
 
 namespace ddplab {
 namespace {
@@ -72,25 +73,28 @@ TwoReplicaResult run_two_replica(const TwoReplicaConfig& cfg) {
     r.y_shapes.push_back({ys.back().rows(), ys.back().cols()});
   }
 
-  // 3.2-3.3 A model copy per device; local forward and backward.
-  for (int64_t k = 0; k < cfg.replicas; ++k) {
-    r.replicas.push_back(make_mlp(cfg));
-    MLP& m = r.replicas.back();
+  // 3.2-3.3 A model copy per device; local forward and backward (the replicas side by side: each
+  // writes only its own model, so threads change no bit).
+  ThreadPool pool(cfg.threads > 0 ? cfg.threads : available_cores());
+  for (int64_t k = 0; k < cfg.replicas; ++k) r.replicas.push_back(make_mlp(cfg));
+  const double params = static_cast<double>(cfg.in_features * cfg.hidden + cfg.hidden * cfg.out_features);
+  parallel_for(&pool, r.replicas.size(), 6.0 * params * static_cast<double>(cfg.batch_size), [&](size_t k) {
+    MLP& m = r.replicas[k];
     m.zero_grad(true);
-    m.backward(mse_loss(m.forward(xs[static_cast<size_t>(k)]), ys[static_cast<size_t>(k)]).grad);
-  }
+    m.backward(mse_loss(m.forward(xs[k]), ys[k]).grad);
+  });
 
   // 3.4 All-reduce by hand: W.grad = (W_0.grad + W_1.grad + ...) / R, additions left to right.
   const size_t num_params = r.replicas[0].parameters().size();
-  for (size_t p = 0; p < num_params; ++p) {
+  parallel_for(&pool, num_params, params * static_cast<double>(cfg.replicas), [&](size_t p) {
     Matrix sum = r.replicas[0].parameters()[p]->grad;
     for (int64_t k = 1; k < cfg.replicas; ++k) sum += r.replicas[static_cast<size_t>(k)].parameters()[p]->grad;
     sum /= static_cast<float>(cfg.replicas);
     for (MLP& m : r.replicas) m.parameters()[p]->grad = sum;
-  }
+  });
 
   // 3.5 Each replica steps its own optimizer.
-  for (MLP& m : r.replicas) SGD(m.parameters(), sgd).step();
+  parallel_for(&pool, r.replicas.size(), 2.0 * params, [&](size_t k) { SGD(r.replicas[k].parameters(), sgd).step(); });
 
   // One device, one step on all R batches at once: the same mathematics as the averaged replicas.
   r.one_device.push_back(make_mlp(cfg));

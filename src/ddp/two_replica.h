@@ -19,6 +19,7 @@ struct TwoReplicaConfig {
   int64_t hidden = 4;
   int64_t out_features = 2;
   double lr = 0.01;
+  int threads = 0;  // replicas side by side (--threads; 0: every core); no result depends on it
 };
 
 struct TwoReplicaResult {
