@@ -9,6 +9,7 @@
 #include "src/compare.h"
 #include "src/ddp/config.h"
 #include "src/ddp/explain.h"
+#include "src/ddp/html_report.h"
 #include "src/ddp/report.h"
 #include "src/ddp/timeline.h"
 #include "src/ddp/trainer.h"
@@ -27,6 +28,7 @@ constexpr const char* kTail = R"(output:
   --trace FILE              Chrome trace JSON of iterations 0 and 1 under the cost model below
   --link-latency-us A [5]   --link-gbps G [10]   --compute-gflops F [50]
   --dump-params FILE        final parameters per rank (state_dict names), sampler indices, losses (JSON)
+  --report FILE.html        one self-contained HTML page: losses, cmp tables, buckets, the ring, the timeline
   --quiet                   no per-batch progress lines
 )";
 
@@ -35,7 +37,7 @@ using namespace ddplab;
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
   for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps", "compute-gflops",
-                        "dump-params", "quiet", "threads"}) {
+                        "dump-params", "quiet", "threads", "report"}) {
     known.insert(f);
   }
   const Flags flags(argc, argv, known, {"explain", "quiet"});
@@ -55,7 +57,9 @@ int run(int argc, char** argv) {
   cost.compute_gflops = flags.get_double("compute-gflops", cost.compute_gflops, 1e-6, 1e9);
   const std::string trace = flags.get_string("trace", "");
   const std::string dump = flags.get_string("dump-params", "");
-  for (const auto& [flag, path] : {std::pair{"--trace", trace}, std::pair{"--dump-params", dump}}) {
+  const std::string report_path = flags.get_string("report", "");
+  for (const auto& [flag, path] :
+       {std::pair{"--trace", trace}, std::pair{"--dump-params", dump}, std::pair{"--report", report_path}}) {
     if (!path.empty()) {
       if (std::string why = check_writable(path); !why.empty()) throw UsageError(std::string(flag) + ": " + why);
     }
@@ -63,11 +67,14 @@ int run(int argc, char** argv) {
 
   fmt::print("ddp_sim: {}\n", ddp::describe(cfg));
   std::string explanation;
+  report::ReportData page;
   ddp::SimHooks hooks;
-  if (explain) {
+  if (explain || !report_path.empty()) {
     hooks.before_allreduce = [&](int64_t sync, size_t bucket, const std::vector<float*>& bufs, size_t n) {
       if (sync != 0 || bucket != 0) return;
-      explanation = explain_first_bucket(cfg, bufs, n);
+      if (explain) explanation = explain_first_bucket(cfg, bufs, n);
+      // The report draws the ring as a table of ranks: from 2 to 8 of them.
+      if (!report_path.empty() && bufs.size() >= 2 && bufs.size() <= 8) page.ring = report::explain_data(cfg, bufs, n);
     };
   }
   const ddp::SimResult res = ddp::simulate(cfg, single, hooks);
@@ -92,7 +99,8 @@ int run(int argc, char** argv) {
   fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MB): {}\n",
              cfg.bucket_cap_mb, res.buckets_rebuilt);
   if (!explanation.empty()) fmt::print("\n{}", explanation);
-  fmt::print("\n{}", report_tables(cfg, res));
+  const std::string tables = report_tables(cfg, res);
+  fmt::print("\n{}", tables);
 
   if (!trace.empty()) {
     const Timeline t = build_timeline(cfg, cost);
@@ -106,6 +114,19 @@ int run(int argc, char** argv) {
   if (!dump.empty()) {
     if (std::string why = write_file_atomic(dump, dump_json(cfg, res)); !why.empty()) {
       std::fprintf(stderr, "ddp_sim: --dump-params: %s\n", why.c_str());
+      return 1;
+    }
+  }
+  if (!report_path.empty()) {
+    page.program = "ddp_sim";
+    page.title = fmt::format("{} simulated replicas of torch DistributedDataParallel in one process", cfg.world_size);
+    page.argv.assign(argv, argv + argc);
+    page.config = ddp::describe(cfg);
+    report::add_simulation(page, cfg, res);
+    page.notes.push_back(tables);
+    page.timing = report::timing_of(build_timeline(cfg, cost), cfg.world_size);
+    if (std::string why = write_file_atomic(report_path, report::render_html(page)); !why.empty()) {
+      std::fprintf(stderr, "ddp_sim: --report: %s\n", why.c_str());
       return 1;
     }
   }

@@ -9,6 +9,8 @@ PKGS=(
   libgloo-dev libopenmpi-dev openmpi-bin redis-server libhiredis-dev
   python3-torch python3-numpy libopenblas0-pthread
   nlohmann-json3-dev                   # reads PyTorch goldens in tests
+  chromium-headless-shell              # report_test loads --report's HTML in a real browser (skips without)
+  zlib1g-dev                           # report_test decodes the browser's PNG screenshot
 )
 
 SUDO=""

@@ -16,7 +16,9 @@
 #include <fmt/format.h>
 
 #include "src/ddp/config.h"
+#include "src/ddp/html_report.h"
 #include "src/ddp/report.h"
+#include "src/ddp/timeline.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
 #include "src/gloo/gloo_comm.h"
@@ -38,9 +40,28 @@ Runs the DDP step with one process per rank and compares it with ddp_sim's.
 constexpr const char* kTail = R"(output:
   --dump-params FILE        every rank's final parameters, sampler indices, losses (ddp_sim's JSON)
   --quiet                   no per-batch lines
+  --report FILE.html        (rank 0) one self-contained HTML page: losses per rank, the cmp tables, buckets,
+                            the simulator's ring all-reduce, the --trace timeline, the command line
 )";
 
-int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank) {
+// "[0.5, 0.25]" (json_float's 9 digits: exact float32) back to floats, for the report's loss chart.
+std::vector<float> json_floats(const std::string& list) {
+  std::vector<float> out;
+  const char* p = list.c_str();
+  while (*p) {
+    if ((*p >= '0' && *p <= '9') || *p == '-' || *p == 'n' || *p == 'i' || *p == 'N' || *p == 'I') {
+      char* end = nullptr;
+      out.push_back(std::strtof(p, &end));
+      if (end == p) break;
+      p = end;
+    } else {
+      ++p;
+    }
+  }
+  return out;
+}
+
+int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std::vector<std::string>& argv) {
   const dist::RankEnv& env = rank.env;
   const std::string& backend = rank.backend;
   auto& comm = rank.comm;
@@ -82,7 +103,16 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank) {
     const auto sim_start = std::chrono::steady_clock::now();
     ddp::Config sim_cfg = cfg;  // the replicas keep a reference: it outlives `sim`
     sim_cfg.threads = threads_from_flags(flags);
-    const ddp::SimResult sim = ddp::simulate(sim_cfg, false);
+    const std::string report_path = flags.get_string("report", "");
+    report::ReportData page;
+    ddp::SimHooks hooks;
+    if (!report_path.empty()) {  // the simulator's first all-reduce, drawn as --explain shows it
+      hooks.before_allreduce = [&](int64_t sync, size_t bucket, const std::vector<float*>& bufs, size_t n) {
+        if (sync == 0 && bucket == 0 && bufs.size() >= 2 && bufs.size() <= 8)
+          page.ring = report::explain_data(cfg, bufs, n);
+      };
+    }
+    const ddp::SimResult sim = ddp::simulate(sim_cfg, false, hooks);
     const double sim_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sim_start).count();
     bool ok = true;
@@ -98,6 +128,28 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank) {
         rank_rows.push_back(cmp(p->name, real, real0, p->numel()));
         real += p->numel();
         real0 += p->numel();
+      }
+      if (!report_path.empty() && (r == 0 || r + 1 == env.world_size)) {
+        std::vector<report::Row> rows;
+        const float* rp = everyone.data() + static_cast<size_t>(r) * flat.size();
+        for (const Parameter* p : ps) {
+          rows.push_back(report::cmp_row(p->name, p->data(), rp, p->numel()));
+          rp += p->numel();
+        }
+        page.tables.push_back({fmt::format("sim vs real, rank {} (simulator all-reduce: {})", r,
+                                           collective::algorithm_name(cfg.allreduce)),
+                               std::move(rows)});
+      }
+      if (!report_path.empty() && r > 0 && r + 1 == env.world_size) {
+        std::vector<report::Row> rows;
+        const float* rp = everyone.data() + static_cast<size_t>(r) * flat.size();
+        const float* r0 = everyone.data();
+        for (const Parameter* p : ps) {
+          rows.push_back(report::cmp_row(p->name, rp, r0, p->numel()));
+          rp += p->numel();
+          r0 += p->numel();
+        }
+        page.tables.push_back({fmt::format("real rank {} vs real rank 0", r), std::move(rows)});
       }
       for (const auto& row : sim_rows) ok = ok && row.approximate;
       for (const auto& row : rank_rows) ok = ok && row.exact;
@@ -119,6 +171,31 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank) {
                  : "\nNOT verified: a row above is not approximately equal, or ranks differ\n";
     fmt::print("{}", report);
     verdict = ok ? 0.0f : 1.0f;
+    if (!report_path.empty()) {
+      page.program = "ddp_verify";
+      page.title = fmt::format("{} real ranks over {} ({}), checked against the simulator", env.world_size, backend,
+                               on_gpu ? "model on the GPU" : "CPU");
+      page.argv = argv;
+      page.config = ddp::describe(cfg);
+      for (size_t r = 0; r < losses_json.size(); ++r) {
+        page.losses.push_back(report::loss_series(fmt::format("rank {}", r), json_floats(losses_json[r])));
+      }
+      page.notes.push_back(report);
+      const MLP& model0 = sim.replicas[0]->model;
+      page.layouts.push_back(report::first_layout(model0));
+      page.layouts.push_back(report::layout_of(
+          fmt::format("from iteration 1: rebuilt in gradient-ready order (first bucket 1 MiB, then up to "
+                      "--bucket-cap-mb {})",
+                      cfg.bucket_cap_mb),
+          *sim.replicas[0]->reducer, model0));
+      page.timing = report::timing_of(build_timeline(cfg, CostModel{}), cfg.world_size);
+      page.timing->summary +=
+          "(ddp_sim's default cost model: --link-latency-us 5 --link-gbps 10 --compute-gflops 50)\n";
+      if (std::string why = write_file_atomic(report_path, report::render_html(page)); !why.empty()) {
+        std::fprintf(stderr, "ddp_verify: --report: %s\n", why.c_str());
+        verdict = 1.0f;
+      }
+    }
     const std::string dump = flags.get_string("dump-params", "");
     if (!dump.empty()) {
       const std::string out =
@@ -136,7 +213,7 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank) {
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
   for (const auto& f : dist::runner_flag_names()) known.insert(f);
-  for (const char* f : {"dump-params", "quiet", "threads"}) known.insert(f);
+  for (const char* f : {"dump-params", "quiet", "threads", "report"}) known.insert(f);
   const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"quiet"}));
   if (flags.help()) {
     std::printf("%s%s%s%s%s", kHead, ddp::config_usage(), dist::runner_usage().c_str(), threads_usage(), kTail);
@@ -151,16 +228,18 @@ int run(int argc, char** argv) {
     }
     cfg.allreduce = collective::Algorithm::nccl_ring;
   }
-  if (flags.has("dump-params")) {
-    if (std::string why = check_writable(flags.get_string("dump-params", "")); !why.empty()) {
-      throw UsageError("--dump-params: " + why);
+  for (const char* f : {"dump-params", "report"}) {
+    if (flags.has(f)) {
+      if (std::string why = check_writable(flags.get_string(f, "")); !why.empty()) {
+        throw UsageError(fmt::format("--{}: {}", f, why));
+      }
     }
   }
   if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {  // refused before any rank starts
     if (std::string why = dist::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
   }
   return dist::run_ddp_ranks(flags, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
-    return body(flags, ranks_cfg, rank);
+    return body(flags, ranks_cfg, rank, std::vector<std::string>(argv, argv + argc));
   });
 }
 

@@ -138,6 +138,7 @@ int run(int argc, char** argv) {
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   if (flags.has("load")) {
+    if (flags.has("report")) throw UsageError("--report: --load only reads a checkpoint; there is no run to report");
     const std::string path = flags.get_string("load", "");
     const std::string dump = flags.has("dump") ? flags.get_string("dump", "") : "";
     if (!dump.empty()) {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "notebooks_ported/lab/lab_report.h"
 #include "src/comm/local_group.h"
 #include "src/io.h"
 #include "src/launch/runner.h"
@@ -19,6 +20,7 @@ std::set<std::string> lab_flag_names() {
   auto names = dist::runner_flag_names();
   names.insert("world-size");
   names.insert("threads");
+  names.insert("report");
   return names;
 }
 
@@ -26,6 +28,8 @@ std::string lab_usage() {
   return std::string(R"(where it runs:
   --backend sim|gloo|nccl   the simulator in one process [sim], or one process per rank
   --world-size N            simulated ranks (sim)       --nproc N  real ranks (gloo, nccl)
+  --report FILE.html        (sim) one self-contained HTML page: what the lab printed, its cmp tables coloured,
+                            the loss per rank and the buckets when it trains DDP, the command line
 )") + threads_usage() +
          dist::runner_usage(false);
 }
@@ -33,6 +37,7 @@ std::string lab_usage() {
 int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
                  const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body) {
   const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
+  LabReport page(flags, argc, argv);  // --report: checked now, written when the ranks are done
   if (backend != "sim") {
     return dist::run_ranks(
         flags, argc, argv, [&](int) { return agreement; }, [&](dist::Rank& r) { return body(*r.comm); });
@@ -64,7 +69,7 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
   for (const std::string& e : errors) {
     if (!e.empty() && said.insert(e).second) std::fprintf(stderr, "%s: %s\n", program, e.c_str());
   }
-  return *std::max_element(status.begin(), status.end());
+  return std::max(*std::max_element(status.begin(), status.end()), page.write());
 }
 
 int write_ranks_dump(const Flags& flags, const char* program, const std::string& path,
@@ -80,6 +85,7 @@ int write_ranks_dump(const Flags& flags, const char* program, const std::string&
 }
 
 void print_line(const std::string& line) {
+  record_line(line);
   const std::string l = line + "\n";
   std::fwrite(l.data(), 1, l.size(), stdout);
   std::fflush(stdout);
@@ -88,12 +94,14 @@ void print_line(const std::string& line) {
 int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Progress& progress,
             const std::function<int(RankView&)>& report) {
   const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
+  LabReport page(flags, argc, argv);  // --report: checked now, written when every rank has reported
   if (backend == "sim") {
     if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
     cfg.world_size = flags.get_int("world-size", cfg.world_size, 1, ddp::kMaxWorldSize);
     cfg.threads = threads_from_flags(flags);
     ddp::validate(cfg);
     ddp::SimResult sim = ddp::simulate(cfg, false);
+    page.add_simulation(cfg, sim);
     if (progress) {
       for (const auto& l : sim.log) {
         if (std::string line = progress(l); !line.empty()) print_line(line);
@@ -111,7 +119,7 @@ int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Pr
                  nullptr};
       status = std::max(status, report(v));
     }
-    return status;
+    return std::max(status, page.write());
   }
   return dist::run_ddp_ranks(flags, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
     ddp::RankResult res = ddp::train_rank(ranks_cfg, *rank.comm, rank.kernels(ranks_cfg.kernels));

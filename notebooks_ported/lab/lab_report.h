@@ -1,0 +1,46 @@
+// --report FILE.html for every lab (src/ddp/html_report.h): what the lab printed, its cmp tables (read from
+// the lines it printed in the notebook's cmp format), the loss per rank and the bucket layouts when it
+// trains DDP, and the command line. Written by the simulator (--backend sim), where every rank's lines
+// reach this process; real ranks are refused with one line.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "src/ddp/config.h"
+#include "src/ddp/html_report.h"
+#include "src/ddp/trainer.h"
+#include "src/flags.h"
+
+namespace ddplab::lab {
+
+class LabReport {
+ public:
+  // Without --report: inactive, every call does nothing. With it: refuses real ranks and a path that cannot
+  // be written (UsageError, exit 2, before any work), then records every print_line until destroyed.
+  LabReport(const Flags& flags, int argc, char** argv);
+  ~LabReport();
+  LabReport(const LabReport&) = delete;
+  LabReport& operator=(const LabReport&) = delete;
+
+  bool active() const { return !path_.empty(); }
+  // A DDP simulation's loss per rank and bucket layouts.
+  void add_simulation(const ddp::Config& cfg, const ddp::SimResult& sim);
+  // Writes the page: 0, or 1 after one line on stderr.
+  int write();
+
+ private:
+  std::string path_, program_;
+  report::ReportData page_;
+};
+
+// print_line's copy of every line for an active LabReport (any thread).
+void record_line(const std::string& line);
+
+// Rows printed in the notebook's cmp format ("name | exact: True  | approximate: True  | maxdiff: 0.0"),
+// grouped under the line printed before them.
+std::vector<report::Table> tables_from_lines(const std::vector<std::string>& lines);
+
+}  // namespace ddplab::lab

@@ -1,0 +1,39 @@
+// Inline SVG for --report: a line chart (loss per step) and a Gantt chart (the --trace timeline), as
+// strings to paste into an HTML page. No scripts, no external resources; every text is HTML-escaped.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddplab::svg {
+
+// &, <, >, " and ' as entities; other control characters (not tab/newline) as U+FFFD.
+std::string escape(const std::string& s);
+
+// The colour of series i (ranks), from a palette that stays apart for colour-blind readers.
+const char* series_colour(size_t i);
+
+struct Series {
+  std::string name;
+  std::vector<double> y;  // y[i] at x = i + 1
+  bool dashed = false;
+  std::string colour;  // "" = series_colour(index)
+};
+
+// One line per series, with axes, ticks, axis labels and a legend.
+std::string line_chart(const std::vector<Series>& series, const std::string& x_label, const std::string& y_label,
+                       int width = 960, int height = 340);
+
+struct Bar {
+  size_t lane = 0;
+  std::string label;               // shown inside the bar when it fits, always as a tooltip (<title>)
+  std::string colour;              // fill
+  double start = 0, duration = 0;  // x units (microseconds)
+  bool instant = false;            // a marker at `start`
+};
+
+// Lanes top to bottom, a time axis in `unit`, bars and instant markers.
+std::string gantt(const std::vector<std::string>& lanes, const std::vector<Bar>& bars, const std::string& unit,
+                  int width = 960);
+
+}  // namespace ddplab::svg

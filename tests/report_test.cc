@@ -1,0 +1,318 @@
+// --report FILE.html from ddp_sim, ddp_verify and the labs: one self-contained page with its sections, rows
+// coloured by verdict, every string escaped, nothing fetched; bad paths refused before the work; stdout and
+// dumps unchanged by it. Then a real browser (Debian's chromium-headless-shell) loads it: no console
+// message, a DOM that parsed, and a screenshot that is not blank.
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing.h"
+
+namespace ddplab {
+namespace {
+
+using testing::CommandResult;
+
+constexpr const char* kSim = "sim/ddp_sim";
+constexpr const char* kVerify = "verify/ddp_verify";
+constexpr const char* kLab001 = "notebooks_ported/001_toy_ddp/001_toy_ddp";
+constexpr const char* kLab004 = "notebooks_ported/004_parallelism/004_parallelism";
+
+CommandResult run(const char* program, std::vector<std::string> args) {
+  args.insert(args.begin(), program);
+  return testing::run_command(args);
+}
+
+std::string read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string fmt_id(const char* id) { return std::string("id=\"") + id + "\""; }
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+// What every page must be: an HTML5 document, self-contained, no script, balanced SVG.
+void expect_self_contained(const std::string& html, const std::string& label) {
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>\n", 0), 0u) << label;
+  EXPECT_NE(html.find("</html>"), std::string::npos) << label;
+  for (const char* banned : {"http://", "https://", "<script", "<link", "<img", "<iframe", "url(", "@import"}) {
+    EXPECT_EQ(html.find(banned), std::string::npos) << label << " contains " << banned;
+  }
+  EXPECT_EQ(count(html, "<svg"), count(html, "</svg>")) << label;
+  EXPECT_NE(html.find("id=\"command\""), std::string::npos) << label;
+  EXPECT_NE(html.find("PyTorch 1.13.0a0"), std::string::npos) << label << ": the oracle's version";
+}
+
+const std::vector<std::string> kSimArgs = {
+    "--world-size", "3", "--compare-single-device", "true", "--layers", "6,64,2", "--lr", "0.1", "--epochs", "2"};
+
+TEST(Report, DdpSimHasEverySectionAndEscapesArgv) {
+  // A hostile file name: it is in argv, so the page shows it, escaped.
+  const std::string path = testing::temp_dir() + "/r<b>&'x\".html";
+  auto args = kSimArgs;
+  args.insert(args.end(), {"--report", path});
+  const CommandResult r = run(kSim, args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string html = read(path);
+  expect_self_contained(html, "ddp_sim");
+  for (const char* id : {"loss", "cmp", "buckets", "ring", "timeline", "command"}) {
+    EXPECT_NE(html.find(fmt_id(id)), std::string::npos) << "section " << id;
+  }
+  EXPECT_GE(count(html, "<svg"), 2u) << "the loss chart and the timeline";
+  EXPECT_GE(count(html, "<polyline"), 4u) << "3 ranks and the single device";
+  EXPECT_NE(html.find("one device"), std::string::npos);
+  // Replica vs replica is exact; DDP vs one device is allclose only (world size 3: 1/3 rounds).
+  EXPECT_NE(html.find("<tr class=\"exact\">"), std::string::npos);
+  EXPECT_NE(html.find("<tr class=\"allclose\">"), std::string::npos);
+  EXPECT_NE(html.find("max ulps"), std::string::npos);
+  EXPECT_NE(html.find("reduce-scatter step 0"), std::string::npos);
+  EXPECT_NE(html.find("layers.1.bias</code> <span class=\"hint\">(2)</span>"), std::string::npos) << "bucket contents";
+  EXPECT_NE(html.find("r&lt;b&gt;&amp;"), std::string::npos) << "the file name, escaped";
+  EXPECT_EQ(html.find("r<b>"), std::string::npos) << "the file name, unescaped";
+  EXPECT_EQ(html.find("x\".html"), std::string::npos) << "a raw quote";
+}
+
+TEST(Report, DifferentRowsAreRed) {
+  // No broadcast and per-rank seeds: the ranks never agree, rows are not even allclose.
+  const std::string path = testing::temp_dir() + "/r.html";
+  const CommandResult r =
+      run(kSim, {"--world-size", "2", "--init", "per-rank", "--broadcast", "false", "--quiet", "--report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string html = read(path);
+  EXPECT_NE(html.find("<tr class=\"different\">"), std::string::npos);
+  EXPECT_NE(html.find("--init per-rank"), std::string::npos) << "the sentence on why they differ";
+}
+
+TEST(Report, StdoutAndDumpUnchanged) {
+  const std::string dir = testing::temp_dir();
+  auto plain = kSimArgs, with = kSimArgs;
+  plain.insert(plain.end(), {"--explain", "--dump-params", dir + "/a.json"});
+  with.insert(with.end(), {"--explain", "--dump-params", dir + "/b.json", "--report", dir + "/r.html"});
+  const CommandResult a = run(kSim, plain), b = run(kSim, with);
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_EQ(a.out, b.out) << "stdout must not depend on --report";
+  EXPECT_EQ(read(dir + "/a.json"), read(dir + "/b.json")) << "the dump must not depend on --report";
+}
+
+TEST(Report, BadPathRefusedBeforeTheWork) {
+  const std::string dir = testing::temp_dir();
+  for (const char* program : {kSim, kVerify, kLab001}) {
+    std::vector<std::string> extra;
+    if (std::string(program) == kVerify) extra = {"--nproc", "2"};
+    for (const std::string& bad : {std::string("/nonexistent-dir/r.html"), dir}) {
+      auto args = extra;
+      args.push_back("--report");
+      args.push_back(bad);
+      const CommandResult r = run(program, args);
+      EXPECT_EQ(r.status, 2) << program << " " << bad << ": " << r.err;
+      EXPECT_EQ(count(r.err, "\n"), 1u) << program << ": one line: " << r.err;
+      EXPECT_NE(r.err.find("--report: "), std::string::npos) << r.err;
+      EXPECT_EQ(r.out, "") << program << ": refused before any work";
+    }
+  }
+  EXPECT_FALSE(exists("/nonexistent-dir"));
+  const CommandResult r = run(kLab001, {"--backend", "gloo", "--nproc", "2", "--report", dir + "/x.html"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--backend sim"), std::string::npos) << r.err;
+  EXPECT_FALSE(exists(dir + "/x.html"));
+}
+
+TEST(Report, DdpVerifyRealRanks) {
+  const std::string path = testing::temp_dir() + "/v.html";
+  const CommandResult r =
+      run(kVerify, {"--nproc", "3", "--epochs", "2", "--layers", "8,32,16,4", "--quiet", "--report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string html = read(path);
+  expect_self_contained(html, "ddp_verify");
+  for (const char* id : {"loss", "cmp", "buckets", "ring", "timeline"}) {
+    EXPECT_NE(html.find(fmt_id(id)), std::string::npos) << "section " << id;
+  }
+  EXPECT_NE(html.find("sim vs real, rank 0"), std::string::npos);
+  EXPECT_NE(html.find("real rank 2 vs real rank 0"), std::string::npos);
+  EXPECT_EQ(count(html, "<polyline"), 3u) << "one loss line per real rank";
+  EXPECT_EQ(html.find("<tr class=\"different\">"), std::string::npos);
+}
+
+TEST(Report, Labs) {
+  const std::string dir = testing::temp_dir();
+  CommandResult r = run(kLab001, {"--report", dir + "/001.html"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string html = read(dir + "/001.html");
+  expect_self_contained(html, "001_toy_ddp");
+  for (const char* id : {"loss", "cmp", "buckets", "output"}) {
+    EXPECT_NE(html.find(fmt_id(id)), std::string::npos) << "001 section " << id;
+  }
+  EXPECT_NE(html.find("rank 1 vs rank 0 after training"), std::string::npos);
+  EXPECT_NE(html.find("Training accuracy"), std::string::npos) << "the transcript";
+  // A lab that is not DDP training (run_on_ranks): its printed tables and output, no loss chart.
+  r = run(kLab004, {"--report", dir + "/004.html"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  html = read(dir + "/004.html");
+  expect_self_contained(html, "004_parallelism");
+  EXPECT_NE(html.find("<tr class=\"exact\">"), std::string::npos);
+  EXPECT_NE(html.find(fmt_id("output")), std::string::npos);
+}
+
+// ---- the page in a real browser -------------------------------------------------------------------------
+
+std::string browser() {
+  for (const char* b : {"/usr/bin/chromium-headless-shell", "/usr/bin/chromium"}) {
+    if (access(b, X_OK) == 0) return b;
+  }
+  return "";
+}
+
+// The browser as a test may run it: no setuid sandbox (root, Bazel's sandbox), no GPU, a profile and HOME
+// under TEST_TMPDIR, /dev/shm not needed, and no name resolves, so nothing could be fetched.
+CommandResult headless(const std::string& bin, const std::string& dir, std::vector<std::string> args) {
+  std::vector<std::string> argv = {"/usr/bin/env",
+                                   "HOME=" + dir,
+                                   "XDG_CONFIG_HOME=" + dir,
+                                   "XDG_CACHE_HOME=" + dir,
+                                   bin,
+                                   "--headless",
+                                   "--no-sandbox",
+                                   "--disable-gpu",
+                                   "--disable-dev-shm-usage",
+                                   "--no-first-run",
+                                   "--host-resolver-rules=MAP * ~NOTFOUND",
+                                   "--user-data-dir=" + dir + "/profile",
+                                   "--enable-logging=stderr",
+                                   "--v=0"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::run_command(argv);
+}
+
+uint32_t be32(const std::string& s, size_t at) {
+  return static_cast<uint32_t>(static_cast<unsigned char>(s[at])) << 24 |
+         static_cast<uint32_t>(static_cast<unsigned char>(s[at + 1])) << 16 |
+         static_cast<uint32_t>(static_cast<unsigned char>(s[at + 2])) << 8 |
+         static_cast<uint32_t>(static_cast<unsigned char>(s[at + 3]));
+}
+
+struct Image {
+  uint32_t width = 0, height = 0;
+  std::vector<uint32_t> pixels;  // 0xRRGGBB
+};
+
+// An 8-bit RGB or RGBA, non-interlaced PNG (what Chromium writes), decoded with zlib.
+Image decode_png(const std::string& png) {
+  Image img;
+  if (png.size() < 33 || png.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return img;
+  std::string idat;
+  int channels = 0;
+  for (size_t p = 8; p + 12 <= png.size();) {
+    const uint32_t len = be32(png, p);
+    const std::string type = png.substr(p + 4, 4);
+    if (p + 12 + len > png.size()) return img;
+    if (type == "IHDR") {
+      img.width = be32(png, p + 8);
+      img.height = be32(png, p + 12);
+      const int depth = png[p + 16], colour = png[p + 17], interlace = png[p + 20];
+      if (depth != 8 || interlace != 0 || (colour != 2 && colour != 6)) return Image{};
+      channels = colour == 2 ? 3 : 4;
+    } else if (type == "IDAT") {
+      idat += png.substr(p + 8, len);
+    }
+    p += 12 + len;
+  }
+  const size_t stride = static_cast<size_t>(img.width) * static_cast<size_t>(channels);
+  std::vector<unsigned char> raw((stride + 1) * img.height);
+  uLongf raw_len = raw.size();
+  if (channels == 0 ||
+      uncompress(raw.data(), &raw_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) != Z_OK ||
+      raw_len != raw.size()) {
+    return Image{};
+  }
+  std::vector<unsigned char> prev(stride, 0), cur(stride);
+  for (uint32_t y = 0; y < img.height; ++y) {
+    const unsigned char filter = raw[y * (stride + 1)];
+    const unsigned char* in = &raw[y * (stride + 1) + 1];
+    for (size_t i = 0; i < stride; ++i) {
+      const int a = i >= static_cast<size_t>(channels) ? cur[i - channels] : 0, b = prev[i],
+                c = i >= static_cast<size_t>(channels) ? prev[i - channels] : 0;
+      int pred = 0;
+      if (filter == 1) pred = a;
+      if (filter == 2) pred = b;
+      if (filter == 3) pred = (a + b) / 2;
+      if (filter == 4) {
+        const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
+        pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+      }
+      cur[i] = static_cast<unsigned char>(in[i] + pred);
+    }
+    for (uint32_t x = 0; x < img.width; ++x) {
+      const unsigned char* px = &cur[x * static_cast<size_t>(channels)];
+      img.pixels.push_back(static_cast<uint32_t>(px[0]) << 16 | static_cast<uint32_t>(px[1]) << 8 | px[2]);
+    }
+    prev = cur;
+  }
+  return img;
+}
+
+TEST(ReportBrowser, LoadsWithoutConsoleMessagesAndRendersNonBlank) {
+  const std::string bin = browser();
+  if (bin.empty()) GTEST_SKIP() << "no headless Chromium (Debian's chromium-headless-shell, tools/install_deps.sh)";
+  const std::string dir = testing::temp_dir(), page = dir + "/report.html", png = dir + "/report.png";
+  const CommandResult r = run(kSim, {"--world-size", "4", "--layers", "64,512,256,10", "--samples", "256",
+                                     "--compare-single-device", "true", "--quiet", "--report", page});
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  // --dump-dom prints the DOM the browser built: the page parsed, sections and charts included. The page
+  // has no script, so any CONSOLE line in the log (a parse error, a blocked load) is a failure.
+  const CommandResult dom = headless(bin, dir, {"--dump-dom", "file://" + page});
+  if (dom.status != 0 && dom.out.empty()) GTEST_SKIP() << "the browser cannot start here: " << dom.err;
+  EXPECT_EQ(dom.status, 0) << dom.err;
+  EXPECT_NE(dom.out.find("</html>"), std::string::npos);
+  for (const char* id : {"loss", "cmp", "buckets", "ring", "timeline", "command"}) {
+    EXPECT_NE(dom.out.find(std::string("id=\"") + id + "\""), std::string::npos) << "DOM lacks section " << id;
+  }
+  EXPECT_GE(count(dom.out, "<svg"), 2u);
+  EXPECT_EQ(dom.err.find("CONSOLE"), std::string::npos) << dom.err;
+
+  const CommandResult shot = headless(bin, dir, {"--screenshot=" + png, "--window-size=1200,3000", "file://" + page});
+  ASSERT_EQ(shot.status, 0) << shot.err;
+  EXPECT_EQ(shot.err.find("CONSOLE"), std::string::npos) << shot.err;
+  const Image img = decode_png(read(png));
+  ASSERT_EQ(img.width, 1200u) << "could not decode " << png;
+  ASSERT_EQ(img.height, 3000u);
+  std::set<uint32_t> colours(img.pixels.begin(), img.pixels.end());
+  size_t ink = 0;  // pixels that are neither the page's background nor white
+  for (const uint32_t p : img.pixels) ink += p != 0xffffff && p != 0xf4f5f7;
+  std::printf("screenshot %s: %zu distinct colours, %.1f%% ink\n", png.c_str(), colours.size(),
+              100.0 * static_cast<double>(ink) / static_cast<double>(img.pixels.size()));
+  EXPECT_GT(colours.size(), 100u) << "text, tables in three colours and the charts";
+  EXPECT_GT(ink, img.pixels.size() / 50) << "at least 2% of the page drawn";
+  // Where the tables' colours are: exact rows' green and allclose rows' amber are on the page.
+  EXPECT_TRUE(colours.count(0xe3f4e6)) << "an exact row";
+  EXPECT_TRUE(colours.count(0xfff1c9)) << "an allclose row";
+  // Keep it for a human to look at (bazel-testlogs/tests/report_test/test.outputs/).
+  if (const char* out = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR")) {
+    std::ofstream(std::string(out) + "/report.png", std::ios::binary) << read(png);
+    std::ofstream(std::string(out) + "/report.html", std::ios::binary) << read(page);
+  }
+}
+
+}  // namespace
+}  // namespace ddplab
