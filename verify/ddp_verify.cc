@@ -33,7 +33,8 @@ namespace {
 using namespace ddplab;
 
 constexpr const char* kHead = R"(usage: ddp_verify --backend gloo|nccl --nproc N [flags]     (spawns N local ranks)
-       RANK=r WORLD_SIZE=N ... ddp_verify --store redis://HOST:PORT [flags]   (torchrun style, any host)
+       torchrun --no-python --nproc-per-node N ddp_verify [flags]   (ranks meet through torchrun's TCPStore)
+       RANK=r WORLD_SIZE=N ... ddp_verify --store redis://HOST:PORT|tcp://HOST:PORT [flags]   (any host)
        mpirun -np N ddp_verify --store file:/shared/dir [flags]
 Runs the DDP step with one process per rank and compares it with ddp_sim's.
 )";

@@ -14,6 +14,7 @@
 #include "src/gloo/gloo_comm.h"
 #include "src/launch/fault.h"
 #include "src/nccl/nccl_backend.h"
+#include "src/store/tcpstore.h"
 
 namespace ddplab::dist {
 
@@ -32,10 +33,13 @@ std::string runner_usage(bool backend_line) {
   return std::string("ranks:\n") +
          (backend_line ? "  --backend gloo|nccl       [gloo]          --nproc N  local ranks to spawn (= world size)\n"
                        : "") +
-         R"(  --store file:DIR|redis://[[USER]:PASSWORD@]HOST:PORT  rendezvous (a trusted store); default: a fresh
-                            directory (local), or redis://MASTER_ADDR:MASTER_PORT under torchrun; the Redis
-                            password may come from DDPLAB_REDIS_PASSWORD instead
-  --run-id ID               keeps runs sharing one store apart (A-Z a-z 0-9 . _ -, at most 64) [ddplab]
+         R"(  --store file:DIR|redis://[[USER]:PASSWORD@]HOST:PORT|tcp://HOST:PORT  rendezvous (a trusted
+                            store; tcp: PyTorch's TCPStore, 1.x or 2.x); default: a fresh directory (local), or
+                            under torchrun the store at MASTER_ADDR:MASTER_PORT: torchrun's TCPStore (tcp://),
+                            or a Redis server found there (redis://); the Redis password may come from
+                            DDPLAB_REDIS_PASSWORD instead
+  --run-id ID               keeps runs sharing one store apart (A-Z a-z 0-9 . _ -, at most 64)
+                            [ddplab; torchrun's TORCHELASTIC_RUN_ID under torchrun]
   --bind ADDR               address this rank listens on [127.0.0.1]
   --timeout S               seconds any collective may wait before failing [30]
   --share-gpus              (nccl) more ranks than GPUs: GPUs taken round-robin, each rank posing as its
@@ -115,17 +119,34 @@ int worker(const Flags& flags, const RankEnv& env, const std::function<std::vect
       std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
   std::string store_text = flags.get_string("store", std::getenv("DDPLAB_STORE") ? std::getenv("DDPLAB_STORE") : "");
   if (store_text.empty() && !env.master_addr.empty() && !env.master_port.empty()) {
-    store_text = "redis://" + env.master_addr + ":" + env.master_port;
+    // torchrun's agent serves a TCPStore there (the ranks are its clients; rank 0 serves nothing). A Redis
+    // server there is recognised by its reply to the first probe and used as before.
+    const std::string host =
+        env.master_addr.find(':') != std::string::npos ? "[" + env.master_addr + "]" : env.master_addr;
+    StoreSpec at;
+    try {
+      at = parse_store("tcp://" + host + ":" + env.master_port);
+    } catch (const UsageError&) {
+      throw UsageError(fmt::format("MASTER_ADDR='{}' MASTER_PORT='{}' is not a HOST and a port in [1, 65535]",
+                                   env.master_addr, env.master_port));
+    }
+    const bool redis =
+        identify_store_server(at.host, at.port, static_cast<int>(std::min<int64_t>(timeout.count(), 5000))) ==
+        StoreServer::redis;
+    store_text = (redis ? "redis://" : "tcp://") + host + ":" + env.master_port;
   }
   if (store_text.empty()) {
     throw UsageError(
-        "no rendezvous: give --store file:DIR (one host) or redis://HOST:PORT, or MASTER_ADDR/MASTER_PORT");
+        "no rendezvous: give --store file:DIR (one host), redis://HOST:PORT or tcp://HOST:PORT, or "
+        "MASTER_ADDR/MASTER_PORT");
   }
   Rank rank;
   rank.env = env;
   rank.backend = flags.get_choice("backend", "gloo", {"gloo", "nccl"});
   const std::string run_id =
-      flags.get_string("run-id", std::getenv("DDPLAB_RUN_ID") ? std::getenv("DDPLAB_RUN_ID") : "ddplab");
+      flags.get_string("run-id", std::getenv("DDPLAB_RUN_ID")         ? std::getenv("DDPLAB_RUN_ID")
+                                 : std::getenv("TORCHELASTIC_RUN_ID") ? std::getenv("TORCHELASTIC_RUN_ID")
+                                                                      : "ddplab");
   auto store = open_store(parse_store(store_text), run_id);
   if (rank.backend == "nccl") {
     const bool share = flags.get_bool("share-gpus", false);

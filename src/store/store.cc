@@ -1,4 +1,5 @@
-// The two stores (a directory, a Redis server) and the store flags: --store, --run-id.
+// The stores (a directory, a Redis server, PyTorch's TCPStore: tcpstore.cc) and the store flags: --store,
+// --run-id. StoreSpec.kind is "file", "redis" or "tcp" (tcp://HOST:PORT, a TCPStore someone else serves).
 #include "src/store/store.h"
 
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 
 #include "src/store/deadline.h"
 #include "src/store/redis.h"
+#include "src/store/tcpstore.h"
 
 namespace ddplab::dist {
 
@@ -211,6 +213,26 @@ class RedisStore : public Store {
 
 StoreSpec parse_store(const std::string& text) {
   StoreSpec s;
+  if (text.rfind("tcp://", 0) == 0) {  // HOST:PORT or [IPv6]:PORT; the port is required (no default)
+    s.kind = "tcp";
+    const std::string rest = text.substr(6);
+    const size_t colon = rest.rfind(':');
+    std::string port = colon == std::string::npos ? "" : rest.substr(colon + 1);
+    s.host = colon == std::string::npos ? "" : rest.substr(0, colon);
+    if (s.host.size() > 2 && s.host.front() == '[' && s.host.back() == ']')
+      s.host = s.host.substr(1, s.host.size() - 2);
+    int64_t p = 0;
+    try {
+      p = parse_int("--store port", port);
+    } catch (const UsageError&) {
+      p = 0;
+    }
+    if (s.host.empty() || s.host.find_first_of("[]@/") != std::string::npos || p < 1 || p > 65535) {
+      throw UsageError(fmt::format("--store must be tcp://HOST:PORT with a port in [1, 65535] (got '{}')", text));
+    }
+    s.port = static_cast<int>(p);
+    return s;
+  }
   if (text.rfind("file:", 0) == 0) {
     s.kind = "file";
     s.path = text.substr(5);
@@ -260,7 +282,7 @@ StoreSpec parse_store(const std::string& text) {
     s.port = static_cast<int>(p);
     return s;
   }
-  throw UsageError(fmt::format("--store must be file:DIR or redis://HOST:PORT (got '{}')",
+  throw UsageError(fmt::format("--store must be file:DIR, redis://HOST:PORT or tcp://HOST:PORT (got '{}')",
                                text.find('@') == std::string::npos ? text : "..."));
 }
 
@@ -274,6 +296,8 @@ void check_run_id(const std::string& id) {
 void check_store(const StoreSpec& spec) {
   if (spec.kind == "file") {
     check_directory(spec.path);
+  } else if (spec.kind == "tcp") {
+    open_tcp_store(spec);
   } else {
     redis_open(with_env_password(spec));
   }
@@ -285,6 +309,8 @@ std::shared_ptr<Store> open_store(const StoreSpec& spec, const std::string& run_
   if (spec.kind == "file") {
     check_directory(spec.path);
     s = std::make_shared<FileStore>(spec.path);
+  } else if (spec.kind == "tcp") {
+    s = open_tcp_store(spec);
   } else {
     s = std::make_shared<RedisStore>(with_env_password(spec));
   }

@@ -1,4 +1,5 @@
-// The store ranks meet through: a directory (one host) or a Redis server (several hosts). Gloo's rendezvous
+// The store ranks meet through: a directory (one host), a Redis server or PyTorch's TCPStore (several hosts;
+// the TCPStore is torchrun's, which ddplab's ranks use as clients: tcpstore.h). Gloo's rendezvous
 // and NCCL's unique id travel through it, and a failed rank names its silent peers with it.
 //
 // The store must be trusted (whoever can write to it can point ranks at other peers), but nothing read
@@ -29,7 +30,7 @@ struct SetupError : UsageError {
 // Where ranks meet: "file:DIR" (an existing, writable directory) or
 // "redis://[[USER]:PASSWORD@]HOST[:PORT]" (the password may also come from DDPLAB_REDIS_PASSWORD).
 struct StoreSpec {
-  std::string kind;  // "file" | "redis"
+  std::string kind;  // "file" | "redis" | "tcp"
   std::string path, host;
   int port = 0;
   std::string user, password;  // Redis AUTH; never printed
