@@ -23,8 +23,10 @@ const char* threads_usage() {
          "                            each GEMM on one thread: the results are the same bit for bit for any N [0]\n";
 }
 
-ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i) {
+ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {}
+
+void ThreadPool::start() {
+  for (int i = 1; i < threads_; ++i) {
     workers_.emplace_back([this] {
       size_t seen = 0;
       for (;;) {
@@ -73,10 +75,11 @@ void ThreadPool::drain() {
 }
 
 void ThreadPool::run(size_t n, const std::function<void(size_t)>& fn) {
-  if (workers_.empty() || n <= 1) {
+  if (threads_ == 1 || n <= 1) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  if (workers_.empty()) start();
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;

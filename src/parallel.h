@@ -28,17 +28,21 @@ const char* threads_usage();
 // spread over the threads, and returns when all are done (the first exception thrown is rethrown).
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);  // threads <= 1: no workers, run() is a plain loop
+  // threads <= 1: no workers, run() is a plain loop. Workers start on the first run() that has work for
+  // them: a process that never needs them stays single-threaded (glibc's malloc is faster then).
+  explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  int size() const { return threads_; }
   void run(size_t n, const std::function<void(size_t)>& fn);
 
  private:
   void drain();
+  void start();
 
+  int threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
