@@ -13,7 +13,13 @@ import subprocess
 import sys
 import tempfile
 
-os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
+# The kernels the committed goldens were computed with, pinned before torch loads (the reference.py subprocesses inherit
+# them): OpenBLAS's Prescott kernels (SSE3: every x86-64 CPU since 2005 runs them; an AVX-512 CPU would pick
+# SkylakeX and change the last bits of matrix products), one BLAS thread (threaded OpenBLAS adds in another
+# order; assigned, so an exported value cannot leak in) and ATen's AVX2 kernels (any CPU with AVX2).
+# The live checks in the tests deliberately do not pin: they compare ddplab and torch on the machine's own
+# kernels.
+os.environ.update(OPENBLAS_CORETYPE='Prescott', OPENBLAS_NUM_THREADS='1', ATEN_CPU_CAPABILITY='avx2')
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

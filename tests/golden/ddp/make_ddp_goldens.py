@@ -17,6 +17,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 REF = os.path.join(ROOT, 'sim', 'ddp_reference.py')
 
+# The kernels the committed goldens were computed with, inherited by every sim/ddp_reference.py run below:
+# OpenBLAS's Prescott kernels (SSE3: every x86-64 CPU since 2005 runs them; an AVX-512 CPU would pick SkylakeX
+# and change the last bits of matrix products), one BLAS thread (threaded OpenBLAS adds in another order;
+# assigned, so an exported value cannot leak in) and ATen's AVX2 kernels (any CPU with AVX2). The live checks
+# in the tests deliberately do not pin: they compare ddplab and torch on the machine's own kernels.
+os.environ.update(OPENBLAS_CORETYPE='Prescott', OPENBLAS_NUM_THREADS='1', ATEN_CPU_CAPABILITY='avx2')
+
 WORLD_SIZES = [2, 3, 4]
 GRID = {
     'basic': ['--epochs', '2'],

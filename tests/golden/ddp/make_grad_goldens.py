@@ -16,7 +16,15 @@ import os
 import sys
 import tempfile
 
-os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
+LIVE = len(sys.argv) == 3 and sys.argv[1] == '--live'  # reducer_test's live run: see the end of this file
+if LIVE:  # the live check deliberately does not pin kernels: ddplab against torch on the machine's own
+    os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # one BLAS thread: threaded OpenBLAS adds in another order
+else:
+    # The kernels the committed goldens were computed with, pinned before torch loads (mp.spawn's children inherit
+    # them): OpenBLAS's Prescott kernels (SSE3: every x86-64 CPU since 2005 runs them; an AVX-512 CPU would pick
+    # SkylakeX and change the last bits of matrix products), one BLAS thread (threaded OpenBLAS adds in another
+    # order; assigned, so an exported value cannot leak in) and ATen's AVX2 kernels (any CPU with AVX2).
+    os.environ.update(OPENBLAS_CORETYPE='Prescott', OPENBLAS_NUM_THREADS='1', ATEN_CPU_CAPABILITY='avx2')
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -97,7 +105,7 @@ def bucket_assignment():
 
 
 if __name__ == '__main__':
-    if len(sys.argv) == 3 and sys.argv[1] == '--live':  # used by the live test: one multi-bucket run
+    if LIVE:  # used by the live test: one multi-bucket run, on this machine's own kernels
         ws, out = 3, sys.argv[2]
         doc = run(ws, [32, 512, 512, 10])
         write(out, doc)

@@ -14,6 +14,13 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
+# The kernels the committed goldens were computed with, inherited by every reference.py run below:
+# OpenBLAS's Prescott kernels (SSE3: every x86-64 CPU since 2005 runs them; an AVX-512 CPU would pick SkylakeX
+# and change the last bits of matrix products), one BLAS thread (threaded OpenBLAS adds in another order;
+# assigned, so an exported value cannot leak in) and ATen's AVX2 kernels (any CPU with AVX2). The live checks
+# in the tests deliberately do not pin: they compare ddplab and torch on the machine's own kernels.
+os.environ.update(OPENBLAS_CORETYPE='Prescott', OPENBLAS_NUM_THREADS='1', ATEN_CPU_CAPABILITY='avx2')
+
 # name -> (lab, arguments for reference.py, arguments for the C++ lab)
 CONFIGS = {
     '001_ws2': ('001_toy_ddp', ['--world-size', '2'], ['--world-size', '2']),
