@@ -13,6 +13,8 @@
 #include <chrono>
 #include <thread>
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "src/store/store.h"
@@ -208,6 +210,32 @@ TEST(Torchrun, Protocol2xAgainstAFakeServer) {
 }
 
 // Liveness: a heartbeat key per rank. A beating peer is alive; once its store is gone, it is gone.
+// Blame says "alive" only of peers the store saw alive; of a peer whose liveness it cannot tell (a
+// TCPStore heartbeat not yet seen moving) it says so instead.
+TEST(Blame, SaysAliveOnlyWhenTheStoreKnows) {
+  struct Fake : dist::Store {
+    std::map<std::string, std::string> kv;
+    void put(const std::string& k, const std::string& v) override { kv[k] = v; }
+    std::optional<std::string> fetch(const std::string& k) override {
+      const auto it = kv.find(k);
+      return it == kv.end() ? std::nullopt : std::optional<std::string>(it->second);
+    }
+    bool exists(const std::string& k) override { return kv.count(k) > 0; }
+    void hold_alive(const std::string&, int) override {}
+    std::vector<dist::Life> lives(const std::string&, int) override {
+      return {dist::Life::alive, dist::Life::unknown, dist::Life::alive, dist::Life::gone};
+    }
+  } store;
+  store.scope = "run";
+  const std::string why = dist::name_silent_peers(store, 0, 4, "all_reduce #1", std::chrono::milliseconds(50));
+  EXPECT_NE(why.find("rank 3 exited or hangs: its process is gone"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 2 exited or hangs: alive, but no failure reported within 50 ms"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 1 exited or hangs: no failure reported within 50 ms (the store cannot tell whether it is "
+                     "alive)"),
+            std::string::npos)
+      << why;
+}
+
 TEST(Torchrun, HeartbeatTellsAliveFromGone) {
   testing::FakeTcpStore2 fake(true);
   const auto spec = dist::parse_store("tcp://127.0.0.1:" + std::to_string(fake.port()));

@@ -159,6 +159,7 @@ milliseconds blame_window(milliseconds timeout) { return std::clamp(timeout, mil
 
 std::string name_silent_peers(Store& store, int rank, int world_size, const std::string& what, milliseconds window) {
   std::vector<int> gone, silent;
+  std::vector<Life> lives;
   try {
     store.put(store.key(fmt::format("failed_{}", rank)), what);
     std::set<int> pending;
@@ -167,7 +168,7 @@ std::string name_silent_peers(Store& store, int rank, int world_size, const std:
     }
     const auto deadline = Clock::now() + window;
     for (;;) {
-      const std::vector<Life> lives = store.lives(store.scope, world_size);
+      lives = store.lives(store.scope, world_size);
       for (auto it = pending.begin(); it != pending.end();) {
         if (store.exists(store.key(fmt::format("failed_{}", *it)))) {  // it reported a failure of its own
           it = pending.erase(it);
@@ -190,9 +191,19 @@ std::string name_silent_peers(Store& store, int rank, int world_size, const std:
     parts.push_back(fmt::format("{} exited or hangs: {} gone", rank_list(gone),
                                 gone.size() > 1 ? "their processes are" : "its process is"));
   }
-  if (!silent.empty()) {
-    parts.push_back(fmt::format("{} exited or hangs: alive, but no failure reported within {} ms", rank_list(silent),
+  // Silent peers the store saw alive, and those whose liveness it cannot tell (a TCPStore heartbeat not yet
+  // seen moving): the message claims "alive" only for the first.
+  std::vector<int> alive, unknown;
+  for (int r : silent) (lives[static_cast<size_t>(r)] == Life::alive ? alive : unknown).push_back(r);
+  if (!alive.empty()) {
+    parts.push_back(fmt::format("{} exited or hangs: alive, but no failure reported within {} ms", rank_list(alive),
                                 window.count()));
+  }
+  if (!unknown.empty()) {
+    parts.push_back(
+        fmt::format("{} exited or hangs: no failure reported within {} ms (the store cannot tell "
+                    "whether {} alive)",
+                    rank_list(unknown), window.count(), unknown.size() > 1 ? "they are" : "it is"));
   }
   if (parts.empty()) return "every peer reports the same failure";
   return fmt::format("{}", fmt::join(parts, "; "));
