@@ -11,9 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
-
 #include <map>
+#include <thread>
 
 #include <gtest/gtest.h>
 
