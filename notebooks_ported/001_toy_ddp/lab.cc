@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "notebooks_ported/lab/lab.h"
+#include "notebooks_ported/lab/lab_report.h"
 #include "src/compare.h"
 #include "src/io.h"
 #include "src/launch/runner.h"
@@ -112,13 +113,17 @@ int run(int argc, char** argv) {
           rank0_params = mine;
         }
         if (v.rank + 1 == v.world_size && v.world_size > 1) {
+          std::vector<CmpResult> rows;
           std::string table;
           size_t o = 0;
           for (const Parameter* p : rep.model.parameters()) {
-            table += "\n" + format_cmp(cmp(p->name, mine.data() + o, rank0_params.data() + o, p->numel()));
+            rows.push_back(cmp(p->name, mine.data() + o, rank0_params.data() + o, p->numel()));
+            table += "\n" + format_cmp(rows.back());
             o += static_cast<size_t>(p->numel());
           }
-          lab::print_line(fmt::format("# rank {} vs rank 0 after training{}", v.rank, table));
+          const std::string title = fmt::format("rank {} vs rank 0 after training", v.rank);
+          lab::record_table(title, rows);
+          lab::print_line("# " + title + table);
         }
         std::vector<std::string> losses;
         for (const auto& l : *v.log) losses.push_back(json_float(l.loss));

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "notebooks_ported/lab/lab.h"
+#include "notebooks_ported/lab/lab_report.h"
 #include "src/comm/local_group.h"
 #include "src/compare.h"
 #include "src/ddp/reducer.h"
@@ -88,16 +89,20 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
   comm.barrier();  // nobody loads before rank 0 has saved
 
   const safetensors::TensorMap loaded = safetensors::load(checkpoint);
+  std::vector<CmpResult> rows;
   std::string table;
   for (Parameter* p : model.parameters()) {
     const auto it = loaded.find("module." + p->name);
     if (it == loaded.end() || static_cast<int64_t>(it->second.data.size()) != p->numel()) {
       throw safetensors::FormatError(checkpoint + ": no tensor module." + p->name + " of the right size");
     }
-    table += format_cmp(cmp("module." + p->name, it->second.data.data(), p->data(), p->numel())) + "\n";
+    rows.push_back(cmp("module." + p->name, it->second.data.data(), p->data(), p->numel()));
+    table += format_cmp(rows.back()) + "\n";
     std::copy(it->second.data.begin(), it->second.data.end(), p->data());  // load_state_dict
   }
-  lab::print_line(fmt::format("[rank{}] checkpoint vs own parameters:\n{}", rank, table.substr(0, table.size() - 1)));
+  const std::string title = fmt::format("[rank{}] checkpoint vs own parameters", rank);
+  lab::record_table(title, rows);
+  lab::print_line(fmt::format("{}:\n{}", title, table.substr(0, table.size() - 1)));
 
   // One DDP step on torch.randn(20, 10) inputs and labels (every rank draws the same: same default seed).
   Matrix x(20, 10), y(20, 10);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "notebooks_ported/lab/lab.h"
+#include "notebooks_ported/lab/lab_report.h"
 #include "src/compare.h"
 #include "src/ddp/report.h"
 #include "src/io.h"
@@ -79,8 +80,10 @@ int run(int argc, char** argv) {
         c.world_size = v.world_size;
         const MLP initial = ddp::make_model(c, v.rank, gen);
         if (v.rank == 0) {
+          const std::vector<CmpResult> rows = cmp_models(v.replica->model, initial);
           std::string table;
-          for (const CmpResult& row : cmp_models(v.replica->model, initial)) table += format_cmp(row) + "\n";
+          for (const CmpResult& row : rows) table += format_cmp(row) + "\n";
+          lab::record_table("rank 0: trained model vs the model before training", rows);
           float max_abs_loss = 0;
           for (const auto& l : *v.log) max_abs_loss = std::max(max_abs_loss, std::abs(l.loss));
           lab::print_line(

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "notebooks_ported/lab/lab_report.h"
 #include "src/kernels.h"
 #include "src/loss.h"
 #include "src/nn.h"
@@ -13,6 +14,7 @@
 namespace ddplab::lab004 {
 
 std::string render(const Section& s) {
+  lab::record_table(s.title, s.rows);
   std::string out = "\n# " + s.title + "\n";
   for (const CmpResult& r : s.rows) out += format_cmp(r) + "\n";
   return out + s.note;

@@ -18,7 +18,7 @@ struct Section {
   std::string note;
   std::map<std::string, std::vector<float>> tensors;  // what --dump writes, for the tests against PyTorch
 };
-std::string render(const Section& s);
+std::string render(const Section& s);  // its text; its table also goes to --report (lab::record_table)
 
 // nn.DataParallel(Linear(100, 10), device_ids = 0..n-1) on toy_x randn(1000, 100): scatter the batch in
 // chunks, replicate the module, gather the outputs on device 0, MSE on device 0, backward: each replica's

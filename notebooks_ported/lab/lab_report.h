@@ -1,5 +1,5 @@
-// --report FILE.html for every lab (src/ddp/html_report.h): what the lab printed, its cmp tables (read from
-// the lines it printed in the notebook's cmp format), the loss per rank and the bucket layouts when it
+// --report FILE.html for every lab (src/ddp/html_report.h): what the lab printed, the cmp tables it printed
+// (handed over as rows by record_table), the loss per rank and the bucket layouts when it
 // trains DDP, and the command line. Written by the simulator (--backend sim), where every rank's lines
 // reach this process; real ranks are refused with one line.
 #pragma once
@@ -19,7 +19,8 @@ namespace ddplab::lab {
 class LabReport {
  public:
   // Without --report: inactive, every call does nothing. With it: refuses real ranks and a path that cannot
-  // be written (UsageError, exit 2, before any work), then records every print_line until destroyed.
+  // be written (UsageError, exit 2, before any work), then records every print_line and record_table until
+  // destroyed.
   LabReport(const Flags& flags, int argc, char** argv);
   ~LabReport();
   LabReport(const LabReport&) = delete;
@@ -39,8 +40,7 @@ class LabReport {
 // print_line's copy of every line for an active LabReport (any thread).
 void record_line(const std::string& line);
 
-// Rows printed in the notebook's cmp format ("name | exact: True  | approximate: True  | maxdiff: 0.0"),
-// grouped under the line printed before them.
-std::vector<report::Table> tables_from_lines(const std::vector<std::string>& lines);
+// A cmp table the lab prints, as rows, for an active LabReport (any thread; nothing without --report).
+void record_table(const std::string& title, const std::vector<CmpResult>& rows);
 
 }  // namespace ddplab::lab
