@@ -45,23 +45,6 @@ constexpr const char* kTail = R"(output:
                             the simulator's ring all-reduce, the --trace timeline, the command line
 )";
 
-// "[0.5, 0.25]" (json_float's 9 digits: exact float32) back to floats, for the report's loss chart.
-std::vector<float> json_floats(const std::string& list) {
-  std::vector<float> out;
-  const char* p = list.c_str();
-  while (*p) {
-    if ((*p >= '0' && *p <= '9') || *p == '-' || *p == 'n' || *p == 'i' || *p == 'N' || *p == 'I') {
-      char* end = nullptr;
-      out.push_back(std::strtof(p, &end));
-      if (end == p) break;
-      p = end;
-    } else {
-      ++p;
-    }
-  }
-  return out;
-}
-
 int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std::vector<std::string>& argv) {
   const dist::RankEnv& env = rank.env;
   const std::string& backend = rank.backend;
@@ -95,9 +78,20 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
     indices_json.push_back(fmt::format(
         "[{}]", fmt::join(comm::all_gather_strings(*comm, fmt::format("[{}]", fmt::join(epoch, ", "))), ", ")));
   }
-  std::vector<std::string> my_losses;
-  for (const auto& l : mine.log) my_losses.push_back(json_float(l.loss));
-  const auto losses_json = comm::all_gather_strings(*comm, fmt::format("[{}]", fmt::join(my_losses, ", ")));
+  // Every rank logs as many batches (DistributedSampler gives each the same number of samples).
+  std::vector<float> my_losses;
+  for (const auto& l : mine.log) my_losses.push_back(l.loss);
+  std::vector<float> all_losses(my_losses.size() * static_cast<size_t>(env.world_size));
+  comm->all_gather(my_losses.data(), my_losses.size() * sizeof(float), all_losses.data());
+  std::vector<std::vector<float>> losses(static_cast<size_t>(env.world_size));
+  std::vector<std::string> losses_json;
+  for (size_t r = 0; r < losses.size(); ++r) {
+    const auto first = all_losses.begin() + static_cast<std::ptrdiff_t>(r * my_losses.size());
+    losses[r].assign(first, first + static_cast<std::ptrdiff_t>(my_losses.size()));
+    std::vector<std::string> items;
+    for (float l : losses[r]) items.push_back(json_float(l));
+    losses_json.push_back(fmt::format("[{}]", fmt::join(items, ", ")));
+  }
 
   float verdict = 0.0f;
   if (env.rank == 0) {
@@ -178,8 +172,8 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
                                on_gpu ? "model on the GPU" : "CPU");
       page.argv = argv;
       page.config = ddp::describe(cfg);
-      for (size_t r = 0; r < losses_json.size(); ++r) {
-        page.losses.push_back(report::loss_series(fmt::format("rank {}", r), json_floats(losses_json[r])));
+      for (size_t r = 0; r < losses.size(); ++r) {
+        page.losses.push_back(report::loss_series(fmt::format("rank {}", r), losses[r]));
       }
       page.notes.push_back(report);
       const MLP& model0 = sim.replicas[0]->model;
