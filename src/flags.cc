@@ -42,21 +42,59 @@ Flags::Flags(int argc, char** argv, const std::set<std::string>& known, const st
   }
 }
 
+std::string escape_control(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const bool c1 = c == 0xc2 && i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xe0) == 0x80;
+    if (c >= 0x20 && c != 0x7f && !c1) {
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c1) {  // U+0080..U+009F in UTF-8: terminals act on these too (CSI is U+009B)
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[++i]) & 0x9f);
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out;
+}
+
+std::string hide_passwords(const std::string& text) {
+  std::string out = text;
+  const std::string scheme = "redis://";
+  for (size_t at = out.find(scheme); at != std::string::npos; at = out.find(scheme, at + scheme.size())) {
+    const size_t start = at + scheme.size();
+    const size_t end = out.find('\n', start);  // as --store reads it: the last '@' is the password's end
+    const size_t sign = out.rfind('@', end == std::string::npos ? std::string::npos : end - 1);
+    if (sign == std::string::npos || sign < start || (end != std::string::npos && sign >= end)) continue;
+    const size_t colon = out.find(':', start);
+    const size_t from = colon != std::string::npos && colon < sign ? colon + 1 : start;  // USER stays
+    out.replace(from, sign - from, "***");
+  }
+  return out;
+}
+
 int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**)) {
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: %s\n", program, escape_control(e.what()).c_str());
     return 2;
   } catch (const RunError& e) {
-    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: %s\n", program, escape_control(e.what()).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     // The limits (src/limits.h) refuse runs that cannot fit before they start; this is what slipped past.
     std::fprintf(stderr, "%s: out of memory (the run needed more than this machine could give)\n", program);
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: the run failed: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: the run failed: %s\n", program, escape_control(e.what()).c_str());
     return 1;
   }
 }

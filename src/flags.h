@@ -52,6 +52,14 @@ class Flags {
 // exception one line and status 1.
 int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**));
 
+// `text` with its control bytes escaped (\n, \t, \r, \\x1b, ...; C1 controls too), for one-line messages that
+// echo what a user or a peer gave: a newline cannot split the line, a terminal escape cannot reach stderr raw.
+std::string escape_control(const std::string& text);
+
+// `text` (a command-line argument, a line) with the password of every redis://USER:PASSWORD@ URL in it shown
+// as ***: what is echoed into a report, a dump, a trace or a log line never holds a secret.
+std::string hide_passwords(const std::string& text);
+
 // Parses a whole decimal integer or throws UsageError("<what> must be an integer (got 'x')").
 int64_t parse_int(const std::string& what, const std::string& text);
 

@@ -24,10 +24,27 @@ std::string dir_of(const std::string& path) {
 constexpr const char* kTmpSuffix = ".tmp.XXXXXX";
 constexpr size_t kNameMax = 255;  // NAME_MAX of Linux file systems
 
+// The descriptor a path names, or -1: /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N,
+// /proc/<this pid>/fd/N. Their targets ("pipe:[123]", or the file stdout was redirected to) are not paths
+// to resolve by hand: whatever is open there is written through the descriptor itself.
+int descriptor_of(const std::string& path) {
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  std::string n;
+  for (const std::string& dir :
+       {std::string("/dev/fd/"), std::string("/proc/self/fd/"), "/proc/" + std::to_string(getpid()) + "/fd/"}) {
+    if (path.rfind(dir, 0) == 0) n = path.substr(dir.size());
+  }
+  if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(n);
+}
+
 // Where a write to `path` really lands: a symbolic link is followed (the link stays a link and its target
-// gets the new content), up to 40 links like the kernel. "" when the chain loops.
+// gets the new content), up to 40 links like the kernel. "" when the chain loops. A link to a descriptor's
+// name (above) stops there.
 std::string resolve_links(std::string path) {
   for (int hops = 0; hops < 40; ++hops) {
+    if (descriptor_of(path) >= 0) return path;
     struct stat st {};
     if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;
     std::string target(PATH_MAX, '\0');
@@ -43,6 +60,27 @@ std::string resolve_links(std::string path) {
 bool is_stream(const std::string& path) {
   struct stat st {};
   return stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode));
+}
+
+// The umask, read without changing it (umask(2) can only set it, and other threads may be creating files):
+// /proc/self/status has it since Linux 4.7; otherwise the usual 022.
+mode_t current_umask() {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (!f) return 022;
+  char line[256];
+  unsigned mask = 022;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "Umask: %o", &mask) == 1) break;
+  }
+  std::fclose(f);
+  return static_cast<mode_t>(mask & 0777);
+}
+
+// A file replaced keeps its permissions; a new one gets 0666 less the umask, as open(2) would give it.
+mode_t mode_for(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return st.st_mode & 07777;
+  return 0666 & ~current_umask();
 }
 
 std::string write_all(int fd, const std::string& content, const std::string& name) {
@@ -67,6 +105,12 @@ std::string check_writable(const std::string& given) {
   if (given.back() == '/') return fmt::format("'{}' is a directory, not a file", given);
   const std::string path = resolve_links(given);
   if (path.empty()) return fmt::format("'{}' is a loop of symbolic links", given);
+  if (const int fd = descriptor_of(path); fd >= 0) {
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return fmt::format("'{}' names descriptor {}, which is not open", given, fd);
+    if ((fl & O_ACCMODE) == O_RDONLY) return fmt::format("'{}' names descriptor {}, open only for reading", given, fd);
+    return "";
+  }
   struct stat st {};
   if (stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return fmt::format("'{}' is a directory, not a file", given);
@@ -94,6 +138,10 @@ std::string check_writable(const std::string& given) {
 std::string write_file_atomic(const std::string& given, const std::string& content) {
   if (std::string why = check_writable(given); !why.empty()) return why;
   const std::string path = resolve_links(given);
+  if (const int fd = descriptor_of(path); fd >= 0) {  // what is open there gets it, at its offset, never renamed
+    std::fflush(nullptr);                             // what the program printed before comes first
+    return write_all(fd, content, given);
+  }
   if (is_stream(path)) {  // no rename onto a device or pipe: write through it
     const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return fmt::format("cannot open '{}': {}", given, std::strerror(errno));
@@ -109,11 +157,13 @@ std::string write_file_atomic(const std::string& given, const std::string& conte
     unlink(tmp.c_str());
     return why;
   }
-  if (fsync(fd) != 0 || close(fd) != 0) {
+  // mkstemp creates 0600: give the file the mode open(2) would have (0666 less the umask), or the mode of
+  // the file it replaces.
+  const bool flushed = fchmod(fd, mode_for(path)) == 0 && fsync(fd) == 0;
+  if (close(fd) != 0 || !flushed) {
     unlink(tmp.c_str());
     return fmt::format("cannot flush '{}': {}", tmp, std::strerror(errno));
   }
-  chmod(tmp.c_str(), 0644);  // mkstemp creates 0600; a dump is an ordinary file
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     unlink(tmp.c_str());

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "src/flags.h"
+
 namespace ddplab::report {
 
 namespace {
@@ -230,7 +232,7 @@ std::string timing(const Timing& t) {
 
 std::string render_html(const ReportData& d) {
   std::string cmdline;
-  for (size_t i = 0; i < d.argv.size(); ++i) cmdline += (i ? " " : "") + shell_quote(d.argv[i]);
+  for (size_t i = 0; i < d.argv.size(); ++i) cmdline += (i ? " " : "") + shell_quote(hide_passwords(d.argv[i]));
   std::string out = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" "
       "content=\"width=device-width, initial-scale=1\">\n<title>{0} report</title>\n<style>{1}</style>\n</head>\n"

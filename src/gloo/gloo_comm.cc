@@ -1,6 +1,8 @@
 #include "src/gloo/gloo_comm.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -44,8 +46,8 @@ std::string gloo_message(const std::exception& e) {
 // every value it reads checked (Gloo would trust a planted address and connect to it).
 class GlooView : public gloo::rendezvous::Store {
  public:
-  GlooView(dist::Store& s, int rank, int world_size, Clock::time_point deadline, std::string failure)
-      : s_(s), rank_(rank), ws_(world_size), deadline_(deadline), failure_(std::move(failure)) {}
+  GlooView(dist::Store& s, int rank, int world_size, int family, Clock::time_point deadline, std::string failure)
+      : s_(s), rank_(rank), ws_(world_size), family_(family), deadline_(deadline), failure_(std::move(failure)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     s_.put(s_.key(key), std::string(data.begin(), data.end()));
@@ -98,9 +100,12 @@ class GlooView : public gloo::rendezvous::Store {
                       rank_, owner(key), v.size(), want, ws_ - 1, one, trailer));
     }
     for (size_t i = 0; i < static_cast<size_t>(ws_ - 1); ++i) {
-      // Each entry: a sockaddr_storage (this Gloo listens once per pair), then a sequence number.
+      // Each entry: a sockaddr_storage (this Gloo listens once per pair), then a sequence number, which
+      // this Gloo leaves unset (-1) in the addresses it publishes.
       sockaddr_storage ss{};
       std::memcpy(&ss, v.data() + i * one, sizeof ss);
+      gloo::transport::tcp::sequence_number_t seq = 0;
+      std::memcpy(&seq, v.data() + i * one + sizeof ss, sizeof seq);
       uint16_t port = 0;
       if (ss.ss_family == AF_INET) port = reinterpret_cast<const sockaddr_in*>(&ss)->sin_port;
       if (ss.ss_family == AF_INET6) port = reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port;
@@ -110,11 +115,33 @@ class GlooView : public gloo::rendezvous::Store {
                         "family {}, port 0; expected an IPv4 or IPv6 address with a port): {}",
                         rank_, owner(key), i, ss.ss_family, trailer));
       }
+      // Gloo would try to connect to anything else, for as long as it likes, or fail in its own thread.
+      std::string why;
+      if (ss.ss_family != family_) {
+        why = fmt::format("family {}, but this rank listens on IPv{}", ss.ss_family, family_ == AF_INET6 ? 6 : 4);
+      } else if (seq != gloo::transport::tcp::Address::kSequenceNumberUnset) {
+        why = fmt::format("sequence number {}, expected {}", seq, gloo::transport::tcp::Address::kSequenceNumberUnset);
+      } else if (!unicast(ss)) {
+        why = "not a unicast host address (unspecified, broadcast or multicast)";
+      }
+      if (!why.empty()) {
+        throw SetupError(fmt::format("rank {}: rank {}'s address in the store is not a Gloo address (entry {}: {}): {}",
+                                     rank_, owner(key), i, why, trailer));
+      }
     }
   }
 
+  static bool unicast(const sockaddr_storage& ss) {
+    if (ss.ss_family == AF_INET) {
+      const uint32_t a = ntohl(reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr.s_addr);
+      return a != INADDR_ANY && a != INADDR_BROADCAST && !IN_MULTICAST(a);
+    }
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr;
+    return !IN6_IS_ADDR_UNSPECIFIED(&a) && !IN6_IS_ADDR_MULTICAST(&a);
+  }
+
   dist::Store& s_;
-  int rank_, ws_;
+  int rank_, ws_, family_;  // family_: this rank's own (AF_INET or AF_INET6), which every peer must share
   Clock::time_point deadline_;
   std::string failure_;
 };
@@ -254,7 +281,8 @@ std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, i
   join_run(*store, rank, world_size, deadline, failure);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
   ctx->setTimeout(std::max(left(deadline), milliseconds(100)));
-  GlooView view(*store, rank, world_size, deadline, failure);
+  GlooView view(*store, rank, world_size, attr.hostname.find(':') != std::string::npos ? AF_INET6 : AF_INET, deadline,
+                failure);
   try {
     ctx->connectFullMesh(view, device);
   } catch (const SetupError&) {

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 
 #include <fmt/format.h>
 
@@ -106,6 +108,26 @@ void check_fault_flags(const Flags& flags, int world_size) {
   flags.get_int("fault-at", 1, 1, 1 << 30);
 }
 
+// An exception that escapes a library's own thread (Gloo's network loop enforces what a hostile peer can
+// break) would end the rank in std::terminate's abort: one line and status 1 instead.
+int g_terminating_rank = -1;
+[[noreturn]] void on_terminate() {
+  std::string what = "an exception escaped a library thread";
+  if (const std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = x.what();
+      if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    } catch (...) {
+    }
+  }
+  std::fprintf(stderr, "%s: rank %d: the run failed: %s\n", program_invocation_short_name, g_terminating_rank,
+               escape_control(what).c_str());
+  std::fflush(stderr);
+  _exit(1);
+}
+
 int worker(const Flags& flags, const RankEnv& env, const std::function<std::vector<std::string>(int)>& prepare,
            const std::function<int(Rank&)>& body) {
   const int nproc = static_cast<int>(flags.get_int("nproc", env.world_size, 1, ddp::kMaxWorldSize));
@@ -140,6 +162,8 @@ int worker(const Flags& flags, const RankEnv& env, const std::function<std::vect
         "no rendezvous: give --store file:DIR (one host), redis://HOST:PORT or tcp://HOST:PORT, or "
         "MASTER_ADDR/MASTER_PORT");
   }
+  g_terminating_rank = env.rank;
+  std::set_terminate(on_terminate);
   Rank rank;
   rank.env = env;
   rank.backend = flags.get_choice("backend", "gloo", {"gloo", "nccl"});
