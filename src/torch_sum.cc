@@ -66,21 +66,23 @@ constexpr int64_t kVec = 8;  // Vectorized<float>::size() on AVX2
 
 }  // namespace
 
+float torch_sum_contiguous(const float* in, int64_t n) {
+  if (n < kVec) return row_sum(n, 1, [&](int64_t r, int64_t) { return in[r]; })[0];
+  // vectorized_inner_sum: 8-lane vectors by row_sum, the scalar tail, then the lanes left to right.
+  const int64_t vecs = n / kVec;
+  const auto vacc = row_sum(vecs, kVec, [&](int64_t v, int64_t lane) { return in[v * kVec + lane]; });
+  float acc = 0.0f;
+  for (int64_t k = vecs * kVec; k < n; ++k) acc = acc + in[k];
+  for (int64_t lane = 0; lane < kVec; ++lane) acc = acc + vacc[lane];
+  return acc;
+}
+
 void torch_sum_dim0(const float* in, float* out, int64_t rows, int64_t cols) {
   const auto at = [&](int64_t r, int64_t c) { return in[r * cols + c]; };
   // The output starts at 0 and each result is added to it (CastStoreAccumulate): 0 + -0 gives +0.
   const auto store = [&](int64_t c, float v) { out[c] = 0.0f + v; };
   if (cols == 1) {
-    if (rows >= kVec) {  // vectorized_inner_sum over the single contiguous column
-      const int64_t vecs = rows / kVec;
-      const auto vacc = row_sum(vecs, kVec, [&](int64_t v, int64_t lane) { return in[v * kVec + lane]; });
-      float acc = 0.0f;
-      for (int64_t k = vecs * kVec; k < rows; ++k) acc = acc + in[k];
-      for (int64_t lane = 0; lane < kVec; ++lane) acc = acc + vacc[lane];
-      store(0, acc);
-    } else {
-      store(0, row_sum(rows, 1, [&](int64_t r, int64_t) { return in[r]; })[0]);
-    }
+    store(0, torch_sum_contiguous(in, rows));
     return;
   }
   int64_t j = 0;

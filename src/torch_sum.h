@@ -16,4 +16,8 @@ namespace ddplab {
 
 void torch_sum_dim0(const float* in, float* out, int64_t rows, int64_t cols);
 
+// What cascade_sum adds into the output for one contiguous run of n floats being reduced (the cols == 1
+// case above before it is stored): n >= 8 vectorized_inner_sum, else the scalar row_sum.
+float torch_sum_contiguous(const float* in, int64_t n);
+
 }  // namespace ddplab
