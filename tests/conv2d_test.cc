@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/nn/conv2d.h"
@@ -199,6 +200,47 @@ TEST(Conv2dLive, MatchesTorchOnThisMachine) {
   for (const auto& c : doc["conv2d"]["cases"]) check_conv_case(c);
   check_init_sequence(doc["conv2d"]["init_sequence"]);
   for (const auto& c : doc["maxpool2d"]["cases"]) check_pool_case(c);
+}
+
+// ddplab runs replicas on parallel threads: each call must still be torch's one-thread computation. Four
+// threads at once, each running both digits convolutions at batch 1 (slow_conv2d), 7 and 32 (oneDNN) over
+// and over, must get the bits one thread gets alone.
+TEST(Conv2d, SameBitsFromParallelThreads) {
+  const std::vector<Conv2dShape> shapes = {{1, 1, 8, 8, 8, 3, 1, 1, true},  {7, 1, 8, 8, 8, 3, 1, 1, true},
+                                           {32, 1, 8, 8, 8, 3, 1, 1, true}, {1, 8, 4, 4, 16, 3, 1, 1, true},
+                                           {7, 8, 4, 4, 16, 3, 1, 1, true}, {32, 8, 4, 4, 16, 3, 1, 1, true}};
+  // Everything one pass computes, concatenated.
+  const auto pass = [&](uint64_t seed) {
+    std::vector<float> all;
+    for (const auto& s : shapes) {
+      Generator gen(seed);
+      std::vector<float> w(s.c_out * s.c_in * s.kernel * s.kernel), b(s.c_out);
+      conv2d_reset_parameters(gen, s, w.data(), b.data());
+      const auto x = gen.randn(s.n * s.c_in * s.h * s.w);
+      const auto gy = gen.randn(s.n * s.c_out * s.out_h() * s.out_w());
+      std::vector<float> y(gy.size()), gx(x.size()), gw(w.size()), gb(b.size());
+      conv2d_forward(s, x.data(), w.data(), b.data(), y.data());
+      conv2d_backward(s, x.data(), w.data(), gy.data(), gx.data(), gw.data(), gb.data());
+      for (const auto* v : {&y, &gx, &gw, &gb}) all.insert(all.end(), v->begin(), v->end());
+    }
+    return all;
+  };
+  constexpr int kThreads = 4, kRounds = 20;
+  std::vector<std::vector<float>> alone(kThreads);
+  for (int t = 0; t < kThreads; ++t) alone[t] = pass(1000 + t);
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) mismatches[t] += pass(1000 + t) != alone[t];
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    std::printf("thread %d: %d/%d passes differ from the one-thread run (%zu floats each)\n", t, mismatches[t], kRounds,
+                alone[t].size());
+    EXPECT_EQ(mismatches[t], 0);
+  }
 }
 
 TEST(Conv2d, RefusesBadShapes) {
