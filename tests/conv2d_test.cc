@@ -128,6 +128,18 @@ void check_conv_case(const json& c) {
   }
 }
 
+// Which algorithm torch ran, on shapes around use_mkldnn()'s thresholds.
+void check_dispatch(const json& cases) {
+  int64_t agree = 0;
+  for (const auto& c : cases) {
+    const Conv2dShape s = conv_shape(c);
+    const bool same = conv2d_uses_onednn(s) == (c["path"] == "onednn");
+    agree += same;
+    EXPECT_TRUE(same) << describe(s) << ": torch ran " << c["path"];
+  }
+  std::printf("dispatch: %lld/%zu shapes take torch's algorithm\n", static_cast<long long>(agree), cases.size());
+}
+
 void check_init_sequence(const json& g) {
   Generator gen(g["seed"].get<uint64_t>());
   const std::vector<Conv2dShape> layers = {
@@ -183,6 +195,7 @@ TEST(Conv2d, MatchesTorchGoldens) {
   const json g = testing::load_json("tests/golden/layers/conv2d.json");
   for (const auto& c : g["cases"]) check_conv_case(c);
   check_init_sequence(g["init_sequence"]);
+  check_dispatch(g["dispatch"]);
 }
 
 TEST(MaxPool2d, MatchesTorchGoldens) {
@@ -199,6 +212,7 @@ TEST(Conv2dLive, MatchesTorchOnThisMachine) {
   const json doc = testing::load_json(out);
   for (const auto& c : doc["conv2d"]["cases"]) check_conv_case(c);
   check_init_sequence(doc["conv2d"]["init_sequence"]);
+  check_dispatch(doc["conv2d"]["dispatch"]);
   for (const auto& c : doc["maxpool2d"]["cases"]) check_pool_case(c);
 }
 

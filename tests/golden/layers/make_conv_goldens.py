@@ -69,6 +69,15 @@ CONV_CASES = [
     (1, 3, 5, 5, 1, 3, 1, 0, True, True),
     (4, 2, 3, 3, 1, 3, 1, 1, True, True),
 ]
+# Shapes run only to record which algorithm torch chose (use_mkldnn() at one thread), around its thresholds:
+# 1x1 kernels below batch 16 without a stride, and single images of at most 20480 elements with kernels of
+# at most 3 go to slow_conv2d. (n, c_in, h, w, c_out, kernel, stride, padding)
+DISPATCH_CASES = [
+    (1, 2, 80, 128, 4, 3, 1, 1), (1, 2, 80, 129, 4, 3, 1, 1), (1, 1, 8, 8, 4, 4, 1, 1), (1, 1, 8, 8, 4, 5, 1, 2),
+    (1, 4, 8, 8, 4, 4, 1, 0), (1, 4, 9, 9, 4, 3, 2, 0), (2, 1, 3, 3, 1, 3, 1, 0), (1, 16, 8, 8, 4, 1, 2, 0),
+    (15, 8, 4, 4, 4, 1, 1, 0), (16, 8, 4, 4, 4, 1, 1, 0), (15, 8, 4, 4, 4, 1, 1, 1), (1, 8, 64, 64, 4, 1, 1, 0),
+    (1, 6, 64, 64, 4, 1, 2, 0), (1, 1, 8, 8, 4, 1, 1, 0),
+]
 # (n, c, h, w, kernel, stride, padding, nan positions, -inf positions)
 POOL_CASES = [
     (1, 8, 8, 8, 2, 2, 0, [], []),
@@ -118,6 +127,14 @@ def conv_case(seed, n, c_in, h, w, c_out, k, stride, padding, bias, x_grad):
     return case
 
 
+def dispatch_case(n, c_in, h, w, c_out, k, stride, padding):
+    conv = nn.Conv2d(c_in, c_out, k, stride=stride, padding=padding)
+    x = torch.randn(n, c_in, h, w, requires_grad=True)
+    path = backend(lambda: conv(x).sum().backward())
+    return {'n': n, 'c_in': c_in, 'h': h, 'w': w, 'c_out': c_out, 'kernel': k, 'stride': stride, 'padding': padding,
+            'bias': True, 'path': path}
+
+
 def pool_input(n, c, h, w, nan_at, neg_inf_at):
     x = torch.randn(n, c, h, w)
     r = torch.round(x * 2) / 2
@@ -161,7 +178,8 @@ def write(path, doc):
 
 def main():
     conv = {'torch_version': torch.__version__,
-            'cases': [conv_case(100 + i, *c) for i, c in enumerate(CONV_CASES)], 'init_sequence': init_sequence()}
+            'cases': [conv_case(100 + i, *c) for i, c in enumerate(CONV_CASES)], 'init_sequence': init_sequence(),
+            'dispatch': [dispatch_case(*c) for c in DISPATCH_CASES]}
     pool = {'torch_version': torch.__version__, 'cases': [pool_case(200 + i, *c) for i, c in enumerate(POOL_CASES)]}
     if LIVE:
         write(sys.argv[2], {'conv2d': conv, 'maxpool2d': pool})
