@@ -36,8 +36,8 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* weight, c
 
 // Gradients of conv2d_forward given grad_y, assigned (the caller accumulates). A null grad_x or grad_b is
 // not computed, as torch's output_mask skips them (grad_x of a first layer, a bias that is not trained);
-// grad_b is only computed when s.bias. Whether grad_b is asked for can change oneDNN's grad_w kernel,
-// as it does torch's.
+// grad_b is only computed when s.bias. oneDNN is asked for the primitive torch asks for: weights gradient
+// with diff_bias exactly when grad_b is wanted (on the shapes tried, grad_w had the same bits either way).
 void conv2d_backward(const Conv2dShape& s, const float* x, const float* weight, const float* grad_y, float* grad_x,
                      float* grad_w, float* grad_b);
 
