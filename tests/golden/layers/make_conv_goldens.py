@@ -172,6 +172,7 @@ def write(path, doc):
     with os.fdopen(fd, 'w') as f:
         json.dump(doc, f, separators=(',', ':'))
         f.write('\n')
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would follow the file into the tree
     os.replace(tmp, path)
     print('wrote', os.path.relpath(path, ROOT))
 
