@@ -48,7 +48,7 @@ def f32(t):
 
 # (n, c_in, h, w, c_out, kernel, stride, padding, bias, x needs grad). The digits CNN's two convolutions at
 # batch 1, 7 and 32, then stride 2, no bias, a first layer (no grad_x), 1x1 kernels (slow_conv2d below batch
-# 16, oneDNN from 16 or with a stride), odd sizes and a 5x5 kernel.
+# 16, oneDNN from 16 or with a stride), odd sizes, a 5x5 kernel and single output channels.
 CONV_CASES = [
     (1, 1, 8, 8, 8, 3, 1, 1, True, True),
     (7, 1, 8, 8, 8, 3, 1, 1, True, True),
@@ -68,6 +68,12 @@ CONV_CASES = [
     (2, 4, 6, 6, 10, 5, 1, 2, True, True),
     (1, 3, 5, 5, 1, 3, 1, 0, True, True),
     (4, 2, 3, 3, 1, 3, 1, 1, True, True),
+    # slow_conv2d's bias gradient through each of the shapes TensorIterator gives sum((0, 2, 3)): a 1x1
+    # output (n = 1 and n > 1), one output channel (n*h*w coalesced), h*w below 8 with several images.
+    (1, 4, 3, 3, 6, 3, 1, 0, True, True),
+    (5, 8, 1, 1, 12, 1, 1, 0, True, True),
+    (3, 4, 2, 2, 1, 1, 1, 0, True, True),
+    (3, 8, 2, 2, 16, 1, 1, 0, True, True),
 ]
 # Shapes run only to record which algorithm torch chose (use_mkldnn() at one thread), around its thresholds:
 # 1x1 kernels below batch 16 without a stride, and single images of at most 20480 elements with kernels of
