@@ -36,6 +36,13 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 # Wall-clock limit for the whole run (all ranks); a rank that fails or hangs makes the script exit 1.
 TIMEOUT_S = float(os.environ.get('DDP_REFERENCE_TIMEOUT', '600'))
 
+DIGITS = '/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz'
+CNN = ('conv2d(1,8,3,padding=1),batchnorm2d(8),relu,maxpool2d(2),'
+       'conv2d(8,16,3,padding=1),batchnorm2d(16),relu,maxpool2d(2),'
+       'flatten,dropout(0.25),linear(64,32),relu,linear(32,10)')
+LAYERS = {'linear': nn.Linear, 'relu': nn.ReLU, 'flatten': nn.Flatten, 'conv2d': nn.Conv2d,
+          'maxpool2d': nn.MaxPool2d, 'batchnorm1d': nn.BatchNorm1d, 'batchnorm2d': nn.BatchNorm2d,
+          'dropout': nn.Dropout, 'tanh': nn.Tanh, 'sigmoid': nn.Sigmoid, 'gelu': nn.GELU}
 TOY_X = [[-1.2, 3.1], [-0.9, 2.9], [-0.5, 2.6], [2.3, -1.1], [2.7, -1.5]]
 TOY_LABELS = [0, 0, 0, 1, 1]
 
@@ -65,7 +72,11 @@ def parser():
     ap.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd')
     ap.add_argument('--lr', type=float, default=0.01)
     ap.add_argument('--momentum', type=float, default=0.0)  # SGD only; ignored by Adam
-    ap.add_argument('--dataset', choices=['random', 'toy'], default='random')
+    ap.add_argument('--dataset', choices=['random', 'toy', 'digits'], default='random')
+    ap.add_argument('--data', default=DIGITS)
+    ap.add_argument('--model', default='mlp')  # mlp | cnn | a spec of nn layers (see build_model)
+    ap.add_argument('--broadcast-buffers', type=bool_flag, default=True)
+    ap.add_argument('--seed-per-rank', type=bool_flag, default=False)
     ap.add_argument('--samples', type=int, default=64)
     ap.add_argument('--seed', type=int, default=12345)
     ap.add_argument('--shuffle', type=bool_flag, default=True)
@@ -97,6 +108,8 @@ def parse(argv):
         ap.error('--bucket-cap-mb must be > 0')
     if a.dataset == 'random' and a.samples < 1:
         ap.error('--samples must be >= 1')
+    if a.dataset == 'digits' and a.loss != 'ce':
+        ap.error('--dataset digits trains with --loss ce')
     if a.dataset == 'toy' and (a.layers[0] != 2 or a.layers[-1] != 2):
         ap.error('--dataset toy needs --layers 2,...,2')
     return a
@@ -128,9 +141,26 @@ class XYDataset(Dataset):
         return self.items[idx]
 
 
+def load_digits(a):
+    """scikit-learn's digits.csv.gz: x = pixels / 16 as float32 ([1, 8, 8], or [64] for the MLP), labels;
+    then manual_seed(seed); perm = randperm(1797): train perm[:1500], test perm[1500:]."""
+    import gzip
+    with gzip.open(a.data, 'rt') as f:
+        rows = [[int(float(v)) for v in line.split(',')] for line in f if line.strip()]
+    x = torch.tensor([r[:64] for r in rows], dtype=torch.float64) / 16
+    x = x.float().view(len(rows), *((64,) if a.model == 'mlp' else (1, 8, 8)))
+    y = torch.tensor([r[64] for r in rows], dtype=torch.int64)
+    torch.manual_seed(a.seed)
+    perm = torch.randperm(len(rows))
+    train, test = perm[:1500], perm[1500:]
+    return XYDataset([(x[i], y[i]) for i in train]), (x[test], y[test])
+
+
 def make_dataset(a):
     n_in, n_out = a.layers[0], a.layers[-1]
     items = []
+    if a.dataset == 'digits':
+        return load_digits(a)[0]
     if a.dataset == 'random':
         # Notebook 000's RandomTensorDataset: x then y, sample by sample, after one manual_seed.
         torch.manual_seed(a.seed)
@@ -161,6 +191,27 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.layers(x)
+
+
+def build_model(a):
+    """--model: mlp (Net), cnn, or 'conv2d(1,8,3,padding=1),relu,...' as nn.Sequential (names 0.weight, ...)."""
+    if a.model == 'mlp':
+        return Net(a.layers, a.activation == 'relu')
+    spec = CNN if a.model == 'cnn' else a.model
+    layers, depth, cur = [], 0, ''
+    for ch in spec.replace(' ', '') + ',':
+        depth += (ch == '(') - (ch == ')')
+        if ch == ',' and depth == 0:
+            name, _, args = cur.partition('(')
+            args = args[:-1]
+            pos = [v for v in args.split(',') if v and '=' not in v]
+            kw = dict(v.split('=') for v in args.split(',') if '=' in v)
+            conv = lambda v: True if v == 'True' else False if v == 'False' else (float(v) if '.' in v else int(v))
+            layers.append(LAYERS[name](*[conv(v) for v in pos], **{k: conv(v) for k, v in kw.items()}))
+            cur = ''
+        else:
+            cur += ch
+    return nn.Sequential(*layers)
 
 
 def f32(v):
@@ -198,8 +249,10 @@ def worker(rank, a, init_file, result_dir):
     try:
         ds = make_dataset(a)
         torch.manual_seed(a.seed + rank if a.init == 'per-rank' else a.seed)
-        model = Net(a.layers, a.activation == 'relu')
-        ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
+        model = build_model(a)
+        ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers)
+        if a.seed_per_rank:  # the training script's own seed per rank, after DDP(model)
+            torch.manual_seed(a.seed + rank)
         if a.optimizer == 'sgd':
             opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum)
         else:
@@ -234,8 +287,16 @@ def worker(rank, a, init_file, result_dir):
                                  f'Loss: {loss.item():.2f}\n')
                 sys.stdout.flush()
 
-        doc = {'params': {k: tensor_json(v) for k, v in model.state_dict().items()},
-               'indices': indices, 'losses': losses}
+        doc = {'indices': indices, 'losses': losses}
+        if a.dataset == 'digits':  # DDP(model).eval() under no_grad, as a training script evaluates
+            x_test, y_test = load_digits(a)[1]
+            ddp.eval()
+            with torch.no_grad():
+                doc['test_correct'] = int((ddp(x_test).argmax(1) == y_test).sum())
+        doc['params'] = {k: tensor_json(v) for k, v in model.named_parameters()}
+        if list(model.buffers()):
+            doc['buffers'] = {k: (int(v) if v.dtype == torch.int64 else tensor_json(v))
+                              for k, v in model.named_buffers()}
         write_json_atomic(os.path.join(result_dir, f'rank{rank}.json'), doc)
     finally:
         dist.destroy_process_group()
@@ -276,6 +337,10 @@ def main(argv=None):
                'replicas': [d['params'] for d in ranks],
                'sampler_indices': [[d['indices'][e] for d in ranks] for e in range(a.epochs)],
                'losses': [d['losses'] for d in ranks]}
+        if 'buffers' in ranks[0]:
+            doc['buffers'] = [d['buffers'] for d in ranks]
+        if 'test_correct' in ranks[0]:
+            doc['test_correct'] = [d['test_correct'] for d in ranks]
         if a.dump_params:
             write_json_atomic(a.dump_params, doc)
         return 0

@@ -1,7 +1,16 @@
 #include "src/data.h"
 
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdlib>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "src/flags.h"
 
 namespace ddplab {
 
@@ -34,6 +43,60 @@ Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out
     g.normal_(d.y.row(i).data(), out_shape);
   }
   return d;
+}
+
+const char* const kDigitsDefaultPath = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
+
+Dataset load_digits(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw UsageError("--data " + path + ": cannot open (install python3-sklearn, or give a copy of digits.csv.gz)");
+  std::string text;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0 && text.size() < (16u << 20)) text.append(buf, static_cast<size_t>(n));
+  const bool failed = n < 0;
+  gzclose(f);
+  if (failed) throw UsageError("--data " + path + ": not a readable gzip file");
+  Dataset d;
+  d.x.resize(kDigitsTotal, 64);
+  d.y = Matrix::Zero(kDigitsTotal, 10);
+  std::istringstream in(text);
+  std::string line;
+  int64_t row = 0;
+  while (std::getline(in, line) && !line.empty()) {
+    if (row >= kDigitsTotal) throw UsageError(fmt::format("--data {}: more than {} rows", path, kDigitsTotal));
+    std::istringstream cells(line);
+    std::string cell;
+    int64_t col = 0;
+    while (std::getline(cells, cell, ',')) {
+      char* end = nullptr;
+      const double v = std::strtod(cell.c_str(), &end);
+      const double max = col < 64 ? 16 : 9;
+      if (cell.empty() || *end != '\0' || v != std::floor(v) || v < 0 || v > max || col > 64) {
+        throw UsageError(fmt::format("--data {}: row {} column {}: expected 64 pixels 0..16 then a label 0..9, got '{}'",
+                                     path, row + 1, col + 1, cell.substr(0, 20)));
+      }
+      if (col < 64) {
+        d.x(row, col) = static_cast<float>(v / 16.0);
+      } else {
+        d.labels.push_back(static_cast<int64_t>(v));
+        d.y(row, static_cast<int64_t>(v)) = 1.0f;
+      }
+      ++col;
+    }
+    if (col != 65) throw UsageError(fmt::format("--data {}: row {} has {} values, expected 65", path, row + 1, col));
+    ++row;
+  }
+  if (row != kDigitsTotal) throw UsageError(fmt::format("--data {}: {} rows, expected {}", path, row, kDigitsTotal));
+  return d;
+}
+
+Dataset subset(const Dataset& d, const std::vector<int64_t>& indices) {
+  Dataset s;
+  s.x = d.gather_x(indices);
+  s.y = d.gather_y(indices);
+  if (!d.labels.empty()) s.labels = d.gather_labels(indices);
+  return s;
 }
 
 DistributedSampler::DistributedSampler(int64_t dataset_len, int64_t num_replicas, int64_t rank, bool shuffle,

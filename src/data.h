@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "src/tensor.h"
@@ -27,6 +28,15 @@ struct Dataset {
 // Draws from the global generator, as the notebook does (or from `gen`: a process's own global one).
 Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out_shape, uint64_t seed = 12345,
                               Generator& gen = default_generator());
+
+// scikit-learn's 8x8 handwritten digits (Debian's python3-sklearn ships them as digits.csv.gz: 1797 rows of
+// 64 pixels 0..16 and the label). x is pixel / 16 (exact in float32), one image per row; labels 0..9;
+// y the one-hot labels. Throws UsageError naming the file and what is wrong with it.
+constexpr int64_t kDigitsTotal = 1797, kDigitsTrain = 1500;
+extern const char* const kDigitsDefaultPath;
+Dataset load_digits(const std::string& path);
+// The rows `indices` of `d`, as d[indices] (x, y and labels).
+Dataset subset(const Dataset& d, const std::vector<int64_t>& indices);
 
 // torch.utils.data.DistributedSampler(dataset, num_replicas, rank, shuffle, seed, drop_last).
 class DistributedSampler {

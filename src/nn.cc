@@ -61,6 +61,27 @@ Matrix Linear::backward(const Matrix& grad_out, bool need_grad_input) {
   return grad_in;
 }
 
+Tensor Linear::forward(const Tensor& x) {
+  if (x.shape.size() != 2 || x.shape[1] != in_features) {
+    throw std::invalid_argument("Linear(" + std::to_string(in_features) + ", ...) got input " + torch_size(x.shape));
+  }
+  Matrix y = forward(x.value);
+  return Tensor(std::move(y));
+}
+
+Tensor Linear::backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) {
+  Matrix g = backward(grad_out.value, need_grad_input);
+  ready.push_back(&bias);
+  ready.push_back(&weight);
+  if (!need_grad_input) return Tensor();
+  return Tensor(std::move(g));
+}
+
+std::string Linear::repr() const {
+  return "Linear(in_features=" + std::to_string(in_features) + ", out_features=" + std::to_string(out_features) +
+         ", bias=True)";
+}
+
 MLP::MLP(const std::vector<int64_t>& sizes, bool relu_between, const std::vector<std::string>& layer_names,
          Generator& gen)
     : relu(relu_between) {

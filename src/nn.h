@@ -5,13 +5,14 @@
 #include <vector>
 
 #include "src/kernels.h"
+#include "src/model/module.h"
 #include "src/tensor.h"
 #include "src/torch_rng.h"
 
 namespace ddplab {
 
 // nn.Linear(in_features, out_features): y = x W^T + b, W is [out, in].
-class Linear {
+class Linear : public Module {
  public:
   // Draws exactly what reset_parameters draws, in its order: kaiming_uniform_(W, a=sqrt(5)) then
   // uniform_(b, -1/sqrt(in), 1/sqrt(in)).
@@ -21,6 +22,14 @@ class Linear {
   // Accumulates weight/bias grads; returns the grad wrt x when asked (the first layer's input needs none,
   // and PyTorch skips that product too).
   Matrix backward(const Matrix& grad_out, bool need_grad_input = true);
+
+  // As a Module: x is [N, in_features]. Autograd's AccumulateGrad runs the bias's before the weight's.
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) override;
+  std::vector<Parameter*> parameters() override { return {&weight, &bias}; }
+  using Module::parameters;
+  void set_kernels(const LinearKernels& k) override { kernels = &k; }
+  std::string repr() const override;
 
   int64_t in_features, out_features;
   Parameter weight, bias;

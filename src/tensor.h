@@ -44,6 +44,39 @@ struct Parameter {
   }
 };
 
+// A module's state that is not learned (BatchNorm's running_mean, running_var, num_batches_tracked),
+// with its state_dict name. Float buffers live in `value`; an int64 scalar (num_batches_tracked) in `count`.
+struct Buffer {
+  std::string name;
+  std::vector<int64_t> shape;  // as torch reports it; {} for a scalar
+  Matrix value;
+  bool is_int64 = false;
+  int64_t count = 0;
+};
+
+// An activation flowing through a model: float32, contiguous, row-major, batch first (NCHW for images).
+// Stored as a [shape[0], numel / shape[0]] Matrix, so Linear's products and the losses read a batch of
+// images as they read a batch of rows, and Flatten changes only `shape`.
+struct Tensor {
+  std::vector<int64_t> shape;
+  Matrix value;
+
+  Tensor() = default;
+  Tensor(std::vector<int64_t> s, Matrix v) : shape(std::move(s)), value(std::move(v)) {}
+  explicit Tensor(Matrix m) : shape{m.rows(), m.cols()}, value(std::move(m)) {}
+  // An uninitialised tensor of `s` (s[0] rows).
+  static Tensor empty(std::vector<int64_t> s) {
+    int64_t n = 1;
+    for (size_t i = 1; i < s.size(); ++i) n *= s[i];
+    Matrix m(s.empty() ? 0 : s[0], n);
+    return Tensor(std::move(s), std::move(m));
+  }
+  int64_t numel() const { return value.size(); }
+  bool defined() const { return !shape.empty(); }
+  float* data() { return value.data(); }
+  const float* data() const { return value.data(); }
+};
+
 // "torch.Size([32, 6])"
 std::string torch_size(const std::vector<int64_t>& shape);
 

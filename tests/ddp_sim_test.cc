@@ -260,6 +260,24 @@ TEST(DdpSim, ProgressIsOnStderrOnlyAndChangesNoOutput) {
   EXPECT_EQ(dumps[1], dumps[0]);
 }
 
+// Without --explain or --report nothing needs whole buckets: the all-reduce goes block by block through a
+// small buffer per thread, so the peak memory has no world_size x parameters workspace (issue 16, item 0:
+// the programs used to pass a hook always, and paid it).
+TEST(DdpSim, NoHookMeansNoWholeBucketWorkspace) {
+  const int64_t ws = 8, params = 256 * 2048 + 2048 + 2048 * 2048 + 2048 + 2048 * 256 + 256;
+  const std::vector<std::string> args = {"--world-size", "8", "--layers", "256,2048,2048,256", "--samples", "16",
+                                         "--batch-size", "2", "--threads", "1", "--quiet"};
+  std::vector<std::string> with_hook = args;
+  with_hook.push_back("--explain");
+  const CommandResult plain = ddp_sim(args), hooked = ddp_sim(with_hook);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(hooked.status, 0) << hooked.err;
+  const double workspace_kb = static_cast<double>(ws * params * 4) / 1024;
+  std::printf("peak RSS: %ld kB without a hook, %ld kB with --explain (workspace %.0f kB)\n", plain.max_rss_kb,
+              hooked.max_rss_kb, workspace_kb);
+  EXPECT_GT(static_cast<double>(hooked.max_rss_kb - plain.max_rss_kb), 0.75 * workspace_kb);
+}
+
 TEST(DdpSim, BadInputGetsOneLineAndExit2) {
   const std::vector<BadInput> cases = {
       {{"--layers", "6"}, "--layers needs at least two sizes"},

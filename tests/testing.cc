@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,9 +88,11 @@ CommandResult run_command(const std::vector<std::string>& argv) {
     _exit(127);
   }
   int status = 0;
-  waitpid(pid, &status, 0);
+  rusage usage{};
+  wait4(pid, &status, 0, &usage);
   CommandResult r;
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.max_rss_kb = usage.ru_maxrss;
   r.out = slurp(out_path);
   r.err = slurp(err_path);
   return r;

@@ -19,6 +19,7 @@ std::vector<int64_t> ints(const json& j);
 struct CommandResult {
   int status = -1;  // exit status, or -1 when killed by a signal
   std::string out, err;
+  long max_rss_kb = 0;  // the child's peak resident set (getrusage's ru_maxrss)
 };
 // Runs argv[0] with arguments, no shell; captures stdout and stderr.
 CommandResult run_command(const std::vector<std::string>& argv);

@@ -176,7 +176,7 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
         page.losses.push_back(report::loss_series(fmt::format("rank {}", r), losses[r]));
       }
       page.notes.push_back(report);
-      const MLP& model0 = sim.replicas[0]->model;
+      const Module& model0 = sim.replicas[0]->model;
       page.layouts.push_back(report::first_layout(model0));
       page.layouts.push_back(report::layout_of(
           fmt::format("from iteration 1: rebuilt in gradient-ready order (first bucket 1 MiB, then up to "

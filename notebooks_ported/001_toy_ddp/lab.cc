@@ -26,10 +26,10 @@ Seed notebook 001 in C++. Defaults: the notebook's model, data and hyper-paramet
 )";
 
 // compute_accuracy: argmax of the logits against the labels, over a loader's batches.
-float accuracy(MLP& model, const Dataset& data, const std::vector<std::vector<int64_t>>& batches, int rank) {
+float accuracy(Module& model, const Dataset& data, const std::vector<std::vector<int64_t>>& batches, int rank) {
   int64_t correct = 0, total = 0;
   for (const auto& idx : batches) {
-    const Matrix logits = model.forward(data.gather_x(idx));
+    const Matrix logits = model.forward(Tensor(data.gather_x(idx))).value;
     std::vector<std::string> cmp;
     for (size_t i = 0; i < idx.size(); ++i) {
       Eigen::Index pred;

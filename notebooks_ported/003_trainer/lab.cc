@@ -78,7 +78,7 @@ int run(int argc, char** argv) {
         Generator gen;
         ddp::Config c = cfg;
         c.world_size = v.world_size;
-        const MLP initial = ddp::make_model(c, v.rank, gen);
+        const Sequential initial = ddp::make_model(c, v.rank, gen);
         if (v.rank == 0) {
           const std::vector<CmpResult> rows = cmp_models(v.replica->model, initial);
           std::string table;

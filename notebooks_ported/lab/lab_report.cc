@@ -71,7 +71,7 @@ void LabReport::add_simulation(const ddp::Config& cfg, const ddp::SimResult& sim
     }
     page_.losses.push_back(report::loss_series(fmt::format("rank {}", r), l));
   }
-  const MLP& model0 = sim.replicas[0]->model;
+  const Module& model0 = sim.replicas[0]->model;
   page_.layouts.push_back(report::first_layout(model0));
   page_.layouts.push_back(report::layout_of(fmt::format("from iteration 1: rebuilt in gradient-ready order (first "
                                                         "bucket 1 MiB, then up to --bucket-cap-mb {})",

@@ -5,9 +5,32 @@
 
 #include <fmt/format.h>
 
+#include "src/data.h"
 #include "src/limits.h"
+#include "src/model/spec.h"
+#include "src/nn.h"
 
 namespace ddplab::ddp {
+
+int64_t Config::dataset_size() const {
+  if (dataset == DatasetKind::toy) return 5;
+  if (dataset == DatasetKind::digits) return kDigitsTrain;
+  return samples;
+}
+
+std::string Config::model_spec() const {
+  if (model == "mlp") return mlp_spec(layers, relu);
+  if (model == "cnn") return kCnnSpec;
+  return model;
+}
+
+std::vector<int64_t> Config::sample_shape() const {
+  if (dataset != DatasetKind::digits) return {layers.front()};
+  if (model == "mlp") return {64};  // the MLP reads each image flattened, x.view(N, -1)
+  return {1, 8, 8};
+}
+
+int64_t Config::num_classes() const { return dataset == DatasetKind::digits ? 10 : layers.back(); }
 
 int64_t Config::num_samples_per_rank() const {
   const int64_t n = dataset_size();
@@ -30,7 +53,7 @@ struct ChoiceNames {
 };
 const ChoiceNames& choice_names() {
   static const ChoiceNames n = {{"mse", "ce", "ce-probs"},          {"sgd", "adam"},
-                                {"random", "toy", "rand"},          {"same", "per-rank", "continue"},
+                                {"random", "toy", "rand", "digits"}, {"same", "per-rank", "continue"},
                                 {"predivide", "postdivide", "avg"}, {"fast", "reference"}};
   return n;
 }
@@ -42,6 +65,9 @@ struct FlagSpec {
   const char* usage;
   std::function<void(const Flags&, Config&)> read;  // `c` holds the default when called
   std::function<std::string(const Config&)> write;  // as to_args writes it
+  // Flags added after the first goldens: to_args leaves them out while they hold their default, so the
+  // dumps (and hashes) of every run that does not use them stay as they were.
+  bool omit_default = false;
 };
 
 template <class T>
@@ -80,6 +106,19 @@ const std::vector<FlagSpec>& flag_table() {
       int_flag("world-size", &Config::world_size, 1, kMaxWorldSize,
                "model and data (PyTorch's names; defaults in brackets):\n"
                "  --world-size N            replicas / ranks, 1..64 [{def}]\n"),
+      {"model",
+       "  --model mlp|cnn|SPEC      mlp: --layers with --activation; cnn: a LeNet-sized net for --dataset digits;\n"
+       "                            SPEC: layers in nn.Sequential order with PyTorch's arguments, e.g.\n"
+       "                            conv2d(1,8,3,padding=1),batchnorm2d(8),relu,maxpool2d(2),flatten,linear(128,10) "
+       "[{def}]\n",
+       [](const Flags& f, Config& c) {
+         c.model = f.get_string("model", c.model);
+         if (c.model.empty() || c.model.size() > 4096) {
+           throw UsageError(fmt::format("--model takes mlp, cnn or a spec of at most 4096 characters (got {})",
+                                        c.model.size()));
+         }
+       },
+       [](const Config& c) { return c.model; }, true},
       {"layers", "  --layers 6,4,2            MLP sizes, >= 2 entries [{def}]\n",
        [](const Flags& f, Config& c) {
          c.layers = f.get_int_list("layers", c.layers, 1, 1 << 16);
@@ -103,10 +142,14 @@ const std::vector<FlagSpec>& flag_table() {
       double_flag("lr", &Config::lr, 0.0, 1e6, "--lr LR [{def}]    "),
       double_flag("momentum", &Config::momentum, 0.0, 1.0, "--momentum M (sgd) [{def}]\n"),
       choice_flag("dataset", &Config::dataset, choice_names().dataset,
-                  "  --dataset random|toy|rand random: notebook 000's RandomTensorDataset (randn); toy: notebook "
-                  "001's 5 points;\n"
-                  "                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample) "
+                  "  --dataset random|toy|rand|digits random: notebook 000's RandomTensorDataset (randn); toy: "
+                  "notebook 001's 5 points;\n"
+                  "                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample);\n"
+                  "                            digits: scikit-learn's 1797 8x8 digits, 1500 to train, 297 to test "
                   "[{def}]\n"),
+      {"data", "  --data FILE               --dataset digits: a copy of scikit-learn's digits.csv.gz [its own]\n",
+       [](const Flags& f, Config& c) { c.data = f.get_string("data", c.data); },
+       [](const Config& c) { return c.data; }, true},
       int_flag("samples", &Config::samples, 1, 1 << 22,
                "  --samples N               random dataset size [{def}]       "),
       int_flag("seed", &Config::seed, 0, INT64_MAX, "--seed S   manual_seed for data and model [{def}]\n"),
@@ -126,6 +169,16 @@ const std::vector<FlagSpec>& flag_table() {
                   "                            the data's random stream, as notebook 003 does [{def}]\n"),
       bool_flag("broadcast", &Config::broadcast,
                 "  --broadcast true|false    broadcast rank 0's parameters at construction, as DDP does [{def}]\n"),
+      {"broadcast-buffers",
+       "  --broadcast-buffers true|false  broadcast rank 0's buffers (BatchNorm's running stats) before every\n"
+       "                            training forward, as DDP's broadcast_buffers does [{def}]\n",
+       [](const Flags& f, Config& c) { c.broadcast_buffers = f.get_bool("broadcast-buffers", c.broadcast_buffers); },
+       [](const Config& c) { return std::string(c.broadcast_buffers ? "true" : "false"); }, true},
+      {"seed-per-rank",
+       "  --seed-per-rank true|false  after DDP(model) each rank calls manual_seed(seed + rank): its Dropout masks\n"
+       "                            (and loader draws) differ from the other ranks' [{def}]\n",
+       [](const Flags& f, Config& c) { c.seed_per_rank = f.get_bool("seed-per-rank", c.seed_per_rank); },
+       [](const Config& c) { return std::string(c.seed_per_rank ? "true" : "false"); }, true},
       choice_flag("average", &Config::average, choice_names().average,
                   "  --average predivide|postdivide|avg   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | "
                   "ncclAvg [{def}]\n"),
@@ -184,6 +237,7 @@ const char* config_usage() {
 Config config_from_flags(const Flags& flags) {
   Config c;
   for (const FlagSpec& f : flag_table()) f.read(flags, c);
+  if (c.dataset == DatasetKind::digits && !flags.has("loss")) c.loss = LossKind::ce;  // labels 0..9
   validate(c);
   return c;
 }
@@ -199,6 +253,20 @@ void validate(const Config& c) {
     throw UsageError(fmt::format("--world-size {} exceeds the dataset size {}: every rank needs a sample", c.world_size,
                                  c.dataset_size()));
   }
+  if (c.dataset == DatasetKind::digits) {
+    if (c.loss != LossKind::ce) throw UsageError("--dataset digits has labels 0..9: it trains with --loss ce");
+    if (c.is_mlp() && (c.layers.front() != 64 || c.layers.back() != 10)) {
+      throw UsageError(fmt::format("--dataset digits has 64 pixels and 10 classes: --layers must start with 64 and "
+                                   "end with 10 (got {})",
+                                   fmt::join(c.layers, ",")));
+    }
+  }
+  const ModelPlan plan = plan_model(c.model_spec(), c.sample_shape());
+  const std::vector<int64_t> want = {c.num_classes()};
+  if (plan.shapes.back() != want) {
+    throw UsageError(fmt::format("--model: the last layer gives {} values per sample; --dataset {} needs {}",
+                                 fmt::join(plan.shapes.back(), "x"), dataset_name(c.dataset), c.num_classes()));
+  }
   const int64_t shard = c.num_samples_per_rank();
   if (c.batch_size > shard) {
     throw UsageError(
@@ -212,36 +280,59 @@ void validate(const Config& c) {
 Footprint footprint(const Config& c) {
   Footprint f;
   int64_t widths = 0;
-  for (size_t i = 0; i < c.layers.size(); ++i) {
-    widths += c.layers[i];
-    if (i + 1 < c.layers.size()) f.parameters += c.layers[i] * c.layers[i + 1] + c.layers[i + 1];
+  if (c.is_mlp()) {
+    for (size_t i = 0; i < c.layers.size(); ++i) {
+      widths += c.layers[i];
+      if (i + 1 < c.layers.size()) f.parameters += c.layers[i] * c.layers[i + 1] + c.layers[i + 1];
+    }
+  } else {  // validate() has planned it once already; planning allocates nothing
+    const ModelPlan plan = plan_model(c.model_spec(), c.sample_shape());
+    f.parameters = plan.parameters;
+    widths = plan.activations;
   }
   f.replicas = c.world_size;  // the simulator holds them all; ddp_verify's rank 0 runs the simulator
   f.copies = 3 + (c.momentum > 0 ? 1 : 0) + (c.optimizer == OptimizerKind::adam ? 2 : 0);
-  f.data = c.dataset_size() * (c.layers.front() + c.layers.back());
+  int64_t sample = 1;
+  for (int64_t d : c.sample_shape()) sample *= d;
+  f.data = c.dataset_size() * (sample + c.num_classes());
   f.activations = 2 * c.batch_size * widths;  // outputs and their gradients
   return f;
 }
 
 std::vector<std::string> to_args(const Config& c) {
   std::vector<std::string> args;
+  const Config def;
   for (const FlagSpec& f : flag_table()) {
+    if (f.omit_default && f.write(c) == f.write(def)) continue;
     args.push_back(std::string("--") + f.name);
     args.push_back(f.write(c));
   }
   return args;
 }
 
+std::pair<std::string, int64_t> last_parameter(const Config& c) {
+  if (c.is_mlp()) return {MLP::sequential_names(c.layers.size() - 1, c.relu).back() + ".bias", c.layers.back()};
+  Generator gen;  // a small model: build it and look
+  const Sequential m = build_model(plan_model(c.model_spec(), c.sample_shape()), "", gen);
+  const Parameter& p = *m.parameters().back();
+  return {p.name, p.numel()};
+}
+
 std::string describe(const Config& c) {
   std::string opt = c.optimizer == OptimizerKind::sgd ? fmt::format("sgd lr={} momentum={}", c.lr, c.momentum)
                                                       : fmt::format("adam lr={}", c.lr);
+  std::string model = fmt::format("MLP {}{}", fmt::join(c.layers, "-"), c.relu ? " relu" : "");
+  if (!c.is_mlp()) model = fmt::format("model {} ({} parameters)", c.model, footprint(c).parameters);
+  std::string extra;
+  if (c.seed_per_rank) extra += " | seed_per_rank";
+  if (!c.broadcast_buffers) extra += " | broadcast_buffers=false";
   return fmt::format(
-      "world_size={} | MLP {}{} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
-      "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}",
-      c.world_size, fmt::join(c.layers, "-"), c.relu ? " relu" : "", loss_name(c.loss), opt, dataset_name(c.dataset),
+      "world_size={} | {} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
+      "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}{}",
+      c.world_size, model, loss_name(c.loss), opt, dataset_name(c.dataset),
       c.dataset_size(), c.batch_size, c.shuffle, c.drop_last, init_name(c.init), c.broadcast,
       choice_names().average[static_cast<size_t>(c.average)], c.bucket_cap_mb, c.no_sync,
-      collective::algorithm_name(c.allreduce), kernels_name(c.kernels));
+      collective::algorithm_name(c.allreduce), kernels_name(c.kernels), extra);
 }
 
 }  // namespace ddplab::ddp

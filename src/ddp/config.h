@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/collective/allreduce.h"
@@ -17,7 +18,7 @@ namespace ddplab::ddp {
 // The choice flags, in the order of their names (loss_name() etc.): the value is the name's index.
 enum class LossKind { mse, ce, ce_probs };          // mse | ce | ce-probs
 enum class OptimizerKind { sgd, adam };             // sgd | adam
-enum class DatasetKind { random, toy, rand };       // random | toy | rand
+enum class DatasetKind { random, toy, rand, digits };  // random | toy | rand | digits
 enum class InitKind { same, per_rank, continue_ };  // same | per-rank | continue
 
 const std::string& loss_name(LossKind k);
@@ -32,7 +33,9 @@ InitKind parse_init(const std::string& s);
 
 struct Config {
   int64_t world_size = 2;
-  // model: MLP layers[0] -> ... -> layers.back(), optional ReLU between layers
+  // model: "mlp" is an MLP layers[0] -> ... -> layers.back() (state_dict names layers.N), optional ReLU
+  // between layers; "cnn" or a spec (src/model/spec.h) is an nn.Sequential (names 0.weight, ...).
+  std::string model = "mlp";
   std::vector<int64_t> layers = {6, 4, 2};
   bool relu = false;
   LossKind loss = LossKind::mse;
@@ -40,7 +43,8 @@ struct Config {
   double lr = 0.01;
   double momentum = 0.0;
   // data
-  DatasetKind dataset = DatasetKind::random;  // random (notebook 000) | toy (notebook 001) | rand (003)
+  DatasetKind dataset = DatasetKind::random;  // random (notebook 000) | toy (notebook 001) | rand (003) | digits
+  std::string data;                           // --data: the digits file (default: scikit-learn's copy)
   int64_t samples = 64;
   uint64_t seed = 12345;
   bool shuffle = true;
@@ -53,6 +57,8 @@ struct Config {
   // DDP
   InitKind init = InitKind::same;  // same: every rank seeds `seed`; per-rank: rank r seeds seed + r
   bool broadcast = true;           // DDP's broadcast of rank 0's parameters at construction
+  bool broadcast_buffers = true;   // DDP's broadcast of rank 0's buffers before every training forward
+  bool seed_per_rank = false;      // after DDP(model), manual_seed(seed + rank): Dropout masks differ per rank
   Average average = Average::predivide;
   double bucket_cap_mb = 25.0;
   int64_t no_sync = 1;  // all-reduce every K micro-batches
@@ -62,7 +68,11 @@ struct Config {
   // --threads (threads_from_flags in src/parallel.h). No result depends on it. 0: every available core.
   int threads = 0;
 
-  int64_t dataset_size() const { return dataset == DatasetKind::toy ? 5 : samples; }
+  int64_t dataset_size() const;  // the training set's: toy 5, digits 1500, else --samples
+  bool is_mlp() const { return model == "mlp"; }
+  std::string model_spec() const;                // the layers, as a spec (the presets expanded)
+  std::vector<int64_t> sample_shape() const;     // one input sample's shape: {in}, or {1, 8, 8} for images
+  int64_t num_classes() const;                   // width of y / number of labels
   int64_t num_samples_per_rank() const;  // DistributedSampler's num_samples
 };
 
@@ -80,6 +90,9 @@ void validate(const Config& cfg);
 Footprint footprint(const Config& cfg);
 // The config as the flags that reproduce it, in a fixed order (hashing, goldens, printing).
 std::vector<std::string> to_args(const Config& cfg);
+// The model's last parameter (state_dict name, numel): the end of iteration 0's single bucket, which
+// --explain and the report's ring section show.
+std::pair<std::string, int64_t> last_parameter(const Config& cfg);
 // One line for a learner: "world_size=2 | MLP 6-4-2 | mse | sgd lr=0.01 | ...".
 std::string describe(const Config& cfg);
 // The usage text of the shared flags.

@@ -14,7 +14,7 @@
 
 namespace ddplab {
 struct Timeline;
-class MLP;
+class Module;
 namespace ddp {
 class Reducer;
 struct Config;
@@ -77,10 +77,10 @@ std::string render_html(const ReportData& d);
 
 // ---- filling it from what the programs computed -------------------------------------------------------
 Row cmp_row(const std::string& name, const float* a, const float* b, int64_t n);
-std::vector<Row> cmp_model_rows(const MLP& a, const MLP& b);  // every parameter, state_dict names
+std::vector<Row> cmp_model_rows(const Module& a, const Module& b);  // every parameter, state_dict names
 // Iteration 0's layout (one bucket, model order) and the reducer's current one, with names and sizes.
-BucketLayout first_layout(const MLP& model);
-BucketLayout layout_of(const std::string& title, const ddp::Reducer& reducer, const MLP& model);
+BucketLayout first_layout(const Module& model);
+BucketLayout layout_of(const std::string& title, const ddp::Reducer& reducer, const Module& model);
 // The inputs --explain picks from the first all-reduce (the whole bucket if small, else the last bias).
 RingExplain explain_data(const ddp::Config& cfg, const std::vector<float*>& bufs, size_t n);
 RingExplain ring_data(const std::string& title, const std::vector<std::vector<float>>& inputs);

@@ -103,13 +103,25 @@ void Reducer::finalize_bucket(size_t b, float* buf, collective::Span span) {
   }
 }
 
-void Reducer::finish_sync() {
+void Reducer::finish_sync(const std::vector<Parameter*>& ready) {
   if (rebuilt_) return;
   rebuilt_ = true;
-  // Gradient-ready order in backward: last layer first, and within a Linear the bias before the weight,
-  // i.e. exactly the reverse of model.parameters() for an MLP. No re-sorting: ready order is kept.
+  // rebuilt_params_ in reducer.cpp: the order in which autograd marked gradients ready (for a chain of
+  // Linears the reverse of parameters(): last layer first, bias before weight; a Conv2d or BatchNorm
+  // marks its weight first). No re-sorting: ready order is kept.
   std::vector<size_t> order, bytes(params_.size());
-  for (size_t i = params_.size(); i-- > 0;) order.push_back(i);
+  std::vector<bool> seen(params_.size(), false);
+  for (const Parameter* p : ready) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i] == p && !seen[i]) {
+        seen[i] = true;
+        order.push_back(i);
+      }
+    }
+  }
+  for (size_t i = params_.size(); i-- > 0;) {
+    if (!seen[i]) order.push_back(i);
+  }
   for (size_t i = 0; i < params_.size(); ++i) bytes[i] = static_cast<size_t>(params_[i]->numel()) * sizeof(float);
   set_buckets(assign_buckets(order, bytes, {kFirstBucketBytes, cap_bytes_}));
 }

@@ -58,9 +58,10 @@ class Reducer {
   // block in a small buffer that stays in cache.
   void prepare_bucket(size_t b, float* flat, collective::Span span) const;
   void finalize_bucket(size_t b, float* flat, collective::Span span);
-  // After the first synchronised backward: rebuild buckets in gradient-ready order with limits
+  // After the first synchronised backward: rebuild buckets in gradient-ready order (`ready`, as the
+  // model's backward recorded it; parameters it misses follow in reverse model order) with limits
   // [1 MiB, bucket_cap_mb]. Iteration 0 used one bucket holding every parameter in model order.
-  void finish_sync();
+  void finish_sync(const std::vector<Parameter*>& ready = {});
 
   // "[layers.1.bias layers.1.weight] 38 floats" per bucket, for learners.
   std::string describe() const;

@@ -9,7 +9,7 @@
 
 namespace ddplab {
 
-std::vector<CmpResult> cmp_models(const MLP& a, const MLP& b) {
+std::vector<CmpResult> cmp_models(const Module& a, const Module& b) {
   std::vector<CmpResult> rows;
   const auto pa = a.parameters(), pb = b.parameters();
   for (size_t i = 0; i < pa.size(); ++i) rows.push_back(cmp(pa[i]->name, pa[i]->data(), pb[i]->data(), pa[i]->numel()));
@@ -37,7 +37,7 @@ bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
 std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
   std::string out;
-  const MLP& rank0 = res.replicas[0]->model;
+  const Module& rank0 = res.replicas[0]->model;
   std::vector<int64_t> differing;
   for (size_t k = 1; k < res.replicas.size(); ++k) {
     const auto rows = cmp_models(res.replicas[k]->model, rank0);
@@ -124,12 +124,11 @@ std::string explain_first_bucket(const ddp::Config& cfg, const std::vector<float
   }
   // Too big to print: take the last layer's bias, which sits at the end of iteration 0's bucket, and run
   // the ring on it alone, as if it were a bucket of its own (its chunking then differs from the real one).
-  const size_t count = std::min<size_t>(static_cast<size_t>(cfg.layers.back()), 24);
+  const auto [name, numel] = ddp::last_parameter(cfg);
+  const auto last = static_cast<size_t>(numel);
+  const size_t count = std::min<size_t>(last, 24);
   std::vector<std::vector<float>> inputs;
-  for (float* b : bufs)
-    inputs.emplace_back(b + n - static_cast<size_t>(cfg.layers.back()),
-                        b + n - static_cast<size_t>(cfg.layers.back()) + count);
-  const std::string name = MLP::sequential_names(cfg.layers.size() - 1, cfg.relu).back() + ".bias";
+  for (float* b : bufs) inputs.emplace_back(b + n - last, b + n - last + count);
   return fmt::format("{} from the first all-reduce ({}), run through the ring on its own as if it were a bucket\n",
                      name, how) +
          explain_ring(name, inputs);

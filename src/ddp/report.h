@@ -11,7 +11,7 @@
 namespace ddplab {
 
 // cmp of every parameter (state_dict names) of two models.
-std::vector<CmpResult> cmp_models(const MLP& a, const MLP& b);
+std::vector<CmpResult> cmp_models(const Module& a, const Module& b);
 
 // The cmp tables (replica k vs replica 0; DDP vs one device when simulated) and a sentence on why.
 std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res);

@@ -20,7 +20,7 @@ Row cmp_row(const std::string& name, const float* a, const float* b, int64_t n) 
   return r;
 }
 
-std::vector<Row> cmp_model_rows(const MLP& a, const MLP& b) {
+std::vector<Row> cmp_model_rows(const Module& a, const Module& b) {
   std::vector<Row> rows;
   const auto pa = a.parameters(), pb = b.parameters();
   for (size_t i = 0; i < pa.size(); ++i)
@@ -42,7 +42,7 @@ Bucket bucket_of(const std::vector<const Parameter*>& params, const std::vector<
 
 }  // namespace
 
-BucketLayout first_layout(const MLP& model) {
+BucketLayout first_layout(const Module& model) {
   // Iteration 0: DDP's single bucket with every parameter in model order (src/ddp/reducer.h).
   const auto params = model.parameters();
   std::vector<size_t> all(params.size());
@@ -50,7 +50,7 @@ BucketLayout first_layout(const MLP& model) {
   return {"iteration 0: one bucket, every parameter in model order", {bucket_of(params, all)}};
 }
 
-BucketLayout layout_of(const std::string& title, const ddp::Reducer& reducer, const MLP& model) {
+BucketLayout layout_of(const std::string& title, const ddp::Reducer& reducer, const Module& model) {
   const auto params = model.parameters();
   BucketLayout out{title, {}};
   for (size_t j = 0; j < reducer.num_buckets(); ++j) out.buckets.push_back(bucket_of(params, reducer.bucket(j).params));
@@ -77,12 +77,13 @@ RingExplain explain_data(const ddp::Config& cfg, const std::vector<float*>& bufs
   // Their chunking differs from the real bucket's; the additions of each element are the same kind.
   const size_t count = std::min<size_t>(n, 2 * bufs.size());
   for (float* b : bufs) inputs.emplace_back(b + n - count, b + n - count + count);
-  const std::string layer = MLP::sequential_names(cfg.layers.size() - 1, cfg.relu).back();
-  const auto bias = static_cast<size_t>(cfg.layers.back());
+  const auto [name, numel] = ddp::last_parameter(cfg);
+  const std::string layer = name.substr(0, name.rfind('.'));
   return ring_data(
       fmt::format("The last {} floats of iteration 0's bucket ({}), from the first all-reduce ({}), "
                   "run through the ring as a bucket of their own",
-                  count, count <= bias ? layer + ".bias" : "the end of " + layer + ".weight and " + layer + ".bias",
+                  count,
+                  count <= static_cast<size_t>(numel) ? name : "the end of " + layer + ".weight and " + name,
                   how),
       inputs);
 }
@@ -134,7 +135,7 @@ void add_simulation(ReportData& d, const ddp::Config& cfg, const ddp::SimResult&
     d.losses.back().dashed = true;
     d.losses.back().colour = "#222222";
   }
-  const MLP& rank0 = res.replicas[0]->model;
+  const Module& rank0 = res.replicas[0]->model;
   // The tables ddp_sim prints (src/ddp/report.cc): the last rank, and any rank that differs.
   for (size_t k = 1; k < res.replicas.size(); ++k) {
     auto rows = cmp_model_rows(res.replicas[k]->model, rank0);

@@ -19,7 +19,8 @@ double ring_allreduce_us(size_t bytes, int64_t world_size, const CostModel& m) {
 Timeline build_timeline(const ddp::Config& cfg, const CostModel& m) {
   // Bucket layouts of iteration 0 and after the rebuild, from a real Reducer over the real model.
   Generator gen;
-  MLP model = ddp::make_model(cfg, 0, gen);
+  // Only the shapes and names matter here: the --model mlp layers (ddp_sim refuses --trace for other models).
+  MLP model(cfg.layers, cfg.relu, MLP::sequential_names(cfg.layers.size() - 1, cfg.relu), gen);
   std::vector<Parameter*> params = model.parameters();
   ddp::Reducer reducer(params, cfg.world_size, cfg.bucket_cap_mb, cfg.average);
   const double flop_us = m.compute_gflops * 1e3;  // FLOPs per microsecond

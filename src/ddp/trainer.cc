@@ -2,15 +2,23 @@
 
 #include <chrono>
 
+#include "src/model/spec.h"
 #include "src/progress.h"
 
 #include <fmt/format.h>
 
 namespace ddplab::ddp {
 
-Dataset make_dataset(const Config& cfg, Generator& gen) {
+Dataset make_dataset(const Config& cfg, Generator& gen, Dataset* test) {
   const int64_t in = cfg.layers.front(), out = cfg.layers.back();
   Dataset d;
+  if (cfg.dataset == DatasetKind::digits) {
+    const Dataset all = load_digits(cfg.data.empty() ? kDigitsDefaultPath : cfg.data);
+    gen.manual_seed(cfg.seed);
+    const std::vector<int64_t> perm = gen.randperm(kDigitsTotal);
+    if (test) *test = subset(all, {perm.begin() + kDigitsTrain, perm.end()});
+    return subset(all, {perm.begin(), perm.begin() + kDigitsTrain});
+  }
   if (cfg.dataset == DatasetKind::toy) {
     d.x.resize(5, 2);
     d.x << -1.2f, 3.1f, -0.9f, 2.9f, -0.5f, 2.6f, 2.3f, -1.1f, 2.7f, -1.5f;
@@ -38,18 +46,19 @@ Dataset make_dataset(const Config& cfg, Generator& gen) {
   return d;
 }
 
-MLP make_model(const Config& cfg, int64_t rank, Generator& gen) {
+Sequential make_model(const Config& cfg, int64_t rank, Generator& gen) {
   if (cfg.init == InitKind::continue_) {
     make_dataset(cfg, gen);  // the model's draws follow the dataset's, from the same generator
   } else {
     gen.manual_seed(cfg.init == InitKind::per_rank ? cfg.seed + static_cast<uint64_t>(rank) : cfg.seed);
   }
-  MLP m(cfg.layers, cfg.relu, MLP::sequential_names(cfg.layers.size() - 1, cfg.relu), gen);
+  // The MLP is nn.Sequential held as `self.layers` (names layers.0.weight, ...); a spec is the model itself.
+  Sequential m = build_model(plan_model(cfg.model_spec(), cfg.sample_shape()), cfg.is_mlp() ? "layers" : "", gen);
   m.set_kernels(cpu_kernels(cfg.kernels));
   return m;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model) {
+std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Module& model) {
   if (cfg.optimizer == OptimizerKind::adam) {
     AdamOptions o;
     o.lr = cfg.lr;
@@ -75,22 +84,53 @@ Replica::Replica(const Config& c, int64_t r)
       loader(sampler, c.batch_size, c.loader_drop_last, gen),
       cfg(c) {}
 
-float Replica::forward_backward(const Dataset& data, const std::vector<int64_t>& idx) {
-  const Matrix out = model.forward(data.gather_x(idx));
-  LossResult l = compute_loss(cfg, out, data, idx);
-  model.backward(l.grad);
-  return l.loss;
-}
-
 namespace {
 
-void copy_parameters(const MLP& from, MLP& to) {
+Tensor input_batch(const Config& cfg, const Dataset& data, const std::vector<int64_t>& idx) {
+  std::vector<int64_t> shape = {static_cast<int64_t>(idx.size())};
+  for (int64_t d : cfg.sample_shape()) shape.push_back(d);
+  return Tensor(shape, data.gather_x(idx));
+}
+
+void copy_parameters(const Module& from, Module& to) {
   const auto src = from.parameters();
   const auto dst = to.parameters();
   for (size_t i = 0; i < src.size(); ++i) dst[i]->value = src[i]->value;
 }
 
 }  // namespace
+
+float Replica::forward_backward(const Dataset& data, const std::vector<int64_t>& idx) {
+  const Tensor out = model.forward(input_batch(cfg, data, idx));
+  LossResult l = compute_loss(cfg, out.value, data, idx);
+  ready.clear();
+  model.backward(Tensor(out.shape, std::move(l.grad)), ready);
+  return l.loss;
+}
+
+void copy_buffers(const Module& from, Module& to) {
+  const auto src = from.buffers();
+  const auto dst = to.buffers();
+  for (size_t i = 0; i < src.size(); ++i) {
+    dst[i]->value = src[i]->value;
+    dst[i]->count = src[i]->count;
+  }
+}
+
+float test_accuracy(const Config& cfg, Module& model, const Dataset& test) {
+  std::vector<int64_t> all(static_cast<size_t>(test.size()));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  model.eval();
+  const Tensor out = model.forward(input_batch(cfg, test, all));
+  model.train();
+  int64_t correct = 0;
+  for (int64_t i = 0; i < out.value.rows(); ++i) {  // torch.argmax: the first index of the maximum
+    Eigen::Index arg;
+    out.value.row(i).maxCoeff(&arg);
+    correct += arg == test.labels[static_cast<size_t>(i)];
+  }
+  return static_cast<float>(correct) / static_cast<float>(test.size());
+}
 
 void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm, const Hook& before,
                              ThreadPool* pool) {
@@ -131,10 +171,13 @@ void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::
 void init_ddp(const Config& cfg, Replica& rep, const std::function<void(Replica&)>& broadcast) {
   if (cfg.broadcast) broadcast(rep);
   rep.reducer = std::make_unique<Reducer>(rep.model.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
+  // The training script's torch.manual_seed(seed + rank) after DDP(model): only later draws (the loader's,
+  // Dropout's) see it.
+  if (cfg.seed_per_rank) rep.gen.manual_seed(cfg.seed + static_cast<uint64_t>(rep.rank));
 }
 
 TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
-                    const SyncFn& sync, ThreadPool* pool, bool progress) {
+                    const SyncFn& sync, const BufferSyncFn& sync_buffers, ThreadPool* pool, bool progress) {
   TrainLog out;
   auto& sampler_indices = out.sampler_indices;
   // What one item of parallel work costs, for parallel_for: a replica's forward and backward (~6 flops per
@@ -142,6 +185,7 @@ TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Re
   const Footprint fp = footprint(cfg);
   const double step_work = 6.0 * static_cast<double>(fp.parameters * cfg.batch_size);
   const double update_work = 4.0 * static_cast<double>(fp.parameters);
+  const bool has_buffers = !local[0]->model.buffers().empty();  // DDP syncs none when the model has none
   std::vector<Replica*> all(local);  // the replicas, then the single device
   if (single) all.push_back(single);
   const int64_t per_rank = cfg.num_samples_per_rank();
@@ -163,6 +207,7 @@ TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Re
       for (size_t k = 0; k < local.size(); ++k) {
         union_idx.insert(union_idx.end(), batches[k][b].begin(), batches[k][b].end());
       }
+      if (has_buffers && syncs_buffers_before(cfg, b, nb)) sync_buffers(local);
       std::vector<float> losses(all.size());
       parallel_for(pool, all.size(), step_work, [&](size_t k) {
         losses[k] = all[k]->forward_backward(data, k < local.size() ? batches[k][b] : union_idx);
@@ -178,7 +223,7 @@ TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Re
       for (Replica* rep : local) reducers.push_back(rep->reducer.get());
       sync(reducers);
       parallel_for(pool, all.size(), update_work, [&](size_t k) {
-        if (k < local.size()) all[k]->reducer->finish_sync();
+        if (k < local.size()) all[k]->reducer->finish_sync(all[k]->ready);
         all[k]->optimizer->step();
         all[k]->optimizer->zero_grad(true);
       });
@@ -195,12 +240,24 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm) {
 RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels& kernels) {
   RankResult res;
   Generator data_gen;
-  const Dataset data = make_dataset(cfg, data_gen);
+  Dataset test;
+  const Dataset data = make_dataset(cfg, data_gen, &test);
   res.replica = std::make_unique<Replica>(cfg, comm.rank());
   Replica& rep = *res.replica;
   rep.model.set_kernels(kernels);
-  init_ddp(cfg, rep, [&](Replica& r) {  // DDP's constructor: rank 0's parameters to everyone, one tensor at a time
+  // DDP's buffer broadcast: rank 0's bits to everyone (num_batches_tracked's int64 travels as its 8 bytes).
+  const auto broadcast_buffers = [&](Replica& r) {
+    for (Buffer* b : r.model.buffers()) {
+      if (b->is_int64) {
+        comm.broadcast(reinterpret_cast<float*>(&b->count), sizeof b->count / sizeof(float), 0);
+      } else {
+        comm.broadcast(b->value.data(), static_cast<size_t>(b->value.size()), 0);
+      }
+    }
+  };
+  init_ddp(cfg, rep, [&](Replica& r) {  // DDP's constructor: rank 0's parameters, then buffers, to everyone
     for (Parameter* p : r.model.parameters()) comm.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);
+    broadcast_buffers(r);
   });
   const bool backend_avg = cfg.average == Average::avg && comm.native_avg();
   rep.reducer->set_backend_averages(backend_avg);
@@ -215,11 +272,17 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
     }
   };
   const auto t0 = std::chrono::steady_clock::now();
-  TrainLog trained = run_epochs(cfg, data, {&rep}, nullptr, sync, nullptr, comm.rank() == 0);
+  TrainLog trained = run_epochs(
+      cfg, data, {&rep}, nullptr, sync, [&](const std::vector<Replica*>& local) { broadcast_buffers(*local[0]); },
+      nullptr, comm.rank() == 0);
   res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
   for (auto& e : trained.sampler_indices) res.sampler_indices.push_back(e[0]);
+  if (test.size() > 0) {  // DDP(model).eval() forward: the buffers are rank 0's again first
+    if (cfg.broadcast_buffers && !rep.model.buffers().empty()) broadcast_buffers(rep);
+    res.test_accuracy = test_accuracy(cfg, rep.model, test);
+  }
   return res;
 }
 
@@ -227,18 +290,22 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   SimResult res;
   ThreadPool pool(cfg.threads > 0 ? cfg.threads : available_cores());
   Generator data_gen;
-  const Dataset data = make_dataset(cfg, data_gen);
+  Dataset test;
+  const Dataset data = make_dataset(cfg, data_gen, &test);
   for (int64_t r = 0; r < cfg.world_size; ++r) res.replicas.push_back(std::make_unique<Replica>(cfg, r));
   // DDP(model): broadcast rank 0's parameters, then build the reducer.
   for (auto& rep : res.replicas) {
     init_ddp(cfg, *rep, [&](Replica& r) {
-      if (r.rank != 0) copy_parameters(res.replicas[0]->model, r.model);
+      if (r.rank == 0) return;
+      copy_parameters(res.replicas[0]->model, r.model);
+      copy_buffers(res.replicas[0]->model, r.model);
     });
   }
   if (single_device) {
     // The single device takes the ranks' batches concatenated; its own sampler and loader go unused.
     res.single_device = std::make_unique<Replica>(cfg, 0);
     copy_parameters(res.replicas[0]->model, res.single_device->model);
+    if (cfg.seed_per_rank) res.single_device->gen.manual_seed(cfg.seed);  // as rank 0
   }
   res.buckets_first = res.replicas[0]->reducer->describe();
 
@@ -246,21 +313,32 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   InProcessAllreduce allreduce;
   std::vector<Replica*> local;
   for (auto& rep : res.replicas) local.push_back(rep.get());
+  // Only a hook needs whole prepared buckets (world_size x the largest bucket); without one every bucket
+  // goes block by block through a small buffer per thread, the path //bench:sim_step measures.
+  InProcessAllreduce::Hook before;
+  if (hooks.before_allreduce) {
+    before = [&](size_t bucket, const std::vector<float*>& bufs, size_t n) {
+      hooks.before_allreduce(sync_count, bucket, bufs, n);
+    };
+  }
   const SyncFn sync = [&](const std::vector<Reducer*>& reducers) {
-    allreduce.run(
-        reducers, cfg.allreduce,
-        [&](size_t bucket, const std::vector<float*>& bufs, size_t n) {
-          if (hooks.before_allreduce) hooks.before_allreduce(sync_count, bucket, bufs, n);
-        },
-        &pool);
+    allreduce.run(reducers, cfg.allreduce, before, &pool);
     ++sync_count;
   };
-  TrainLog trained = run_epochs(cfg, data, local, res.single_device.get(), sync, &pool, true);
+  const BufferSyncFn sync_buffers = [](const std::vector<Replica*>& ranks) {
+    for (size_t r = 1; r < ranks.size(); ++r) copy_buffers(ranks[0]->model, ranks[r]->model);
+  };
+  TrainLog trained = run_epochs(cfg, data, local, res.single_device.get(), sync, sync_buffers, &pool, true);
   res.sampler_indices = std::move(trained.sampler_indices);
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
   res.single_device_losses = std::move(trained.single_losses);
   res.buckets_rebuilt = res.replicas[0]->reducer->describe();
+  if (test.size() > 0) {
+    if (cfg.broadcast_buffers) sync_buffers(local);  // DDP(model).eval() forward broadcasts first
+    for (Replica* rep : local) res.test_accuracy.push_back(test_accuracy(cfg, rep->model, test));
+    if (res.single_device) res.single_device_test_accuracy = test_accuracy(cfg, res.single_device->model, test);
+  }
   return res;
 }
 

@@ -21,13 +21,15 @@ namespace ddplab::ddp {
 // random: manual_seed(seed), then per sample randn(in), randn(out) (notebook 000); labels = argmax(y).
 // rand: manual_seed(seed), then per sample rand(in), rand(out) (notebook 003's MyTrainDataset).
 // toy: notebook 001's five 2-d points with labels 0,0,0,1,1 (y = one-hot labels).
+// digits: load_digits, then manual_seed(seed); perm = randperm(1797); train = perm[:1500], and `test`
+// (when given) gets perm[1500:].
 // `gen` plays the process's global generator (each real rank has its own; so does each simulated one).
-Dataset make_dataset(const Config& cfg, Generator& gen);
+Dataset make_dataset(const Config& cfg, Generator& gen, Dataset* test = nullptr);
 
 // manual_seed(seed) (or seed + rank with --init per-rank; or, with --init continue, the draws right after
-// the dataset's), then the MLP with state_dict names layers.N.
-MLP make_model(const Config& cfg, int64_t rank, Generator& gen);
-std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, MLP& model);
+// the dataset's), then the model: the MLP with state_dict names layers.N, or the --model spec's layers.
+Sequential make_model(const Config& cfg, int64_t rank, Generator& gen);
+std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Module& model);
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx);
 
 // One rank: its model replica, optimizer, sampler and reducer. Not movable: they point into each other.
@@ -40,8 +42,9 @@ struct Replica {
   float forward_backward(const Dataset& data, const std::vector<int64_t>& idx);
 
   int64_t rank;
-  Generator gen;  // this rank's "global" generator: model init and DataLoader draws
-  MLP model;
+  Generator gen;  // this rank's "global" generator: model init, DataLoader draws, Dropout masks
+  Sequential model;
+  std::vector<Parameter*> ready;  // the last backward's gradient-ready order (the Reducer's rebuild)
   std::unique_ptr<Optimizer> optimizer;
   DistributedSampler sampler;
   DataLoader loader;
@@ -83,6 +86,10 @@ struct SimResult {
   std::vector<float> single_device_losses;                         // its loss per batch (--report)
   std::string buckets_first, buckets_rebuilt;
   int64_t optimizer_steps = 0;
+  // --dataset digits: each rank's accuracy on the test set after training (evaluated as DDP(model) in
+  // eval mode evaluates: rank 0's buffers broadcast first), and the single device's.
+  std::vector<float> test_accuracy;
+  float single_device_test_accuracy = 0;
 };
 
 struct SimHooks {
@@ -100,6 +107,7 @@ struct RankResult {
   std::vector<std::vector<int64_t>> sampler_indices;  // [epoch]
   std::vector<BatchLog> log;
   int64_t optimizer_steps = 0;
+  float test_accuracy = -1;  // --dataset digits only
   double train_seconds = 0;  // wall time of the training loop only (no data, model or connection setup)
 };
 // `kernels` run Linear: the backend's (dist::Rank::kernels; the NCCL backend runs Linear on the GPU).
@@ -119,12 +127,28 @@ struct TrainLog {
   int64_t optimizer_steps = 0;
   std::vector<float> single_losses;  // `single`'s loss per batch
 };
+// `sync_buffers` runs DDP's buffer broadcast over the local replicas when syncs_buffers_before says so.
+using BufferSyncFn = std::function<void(const std::vector<Replica*>&)>;
 TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
-                    const SyncFn& sync, ThreadPool* pool = nullptr, bool progress = false);
+                    const SyncFn& sync, const BufferSyncFn& sync_buffers, ThreadPool* pool = nullptr,
+                    bool progress = false);
 
 // DDP(model) for one replica: with cfg.broadcast, `broadcast(rep)` gives it rank 0's parameters; then its
 // Reducer. simulate() copies from replica 0; train_rank() broadcasts over the communicator.
 void init_ddp(const Config& cfg, Replica& rep, const std::function<void(Replica&)>& broadcast);
+
+// DDP's buffer broadcast (broadcast_buffers=True): before a training forward, when the forward before it
+// synchronised gradients (or it is the first), every rank takes rank 0's buffers.
+inline bool syncs_buffers_before(const Config& cfg, size_t b, size_t num_batches) {
+  return cfg.broadcast_buffers && (b == 0 || is_sync_batch(cfg, b - 1, num_batches));
+}
+
+// Copies every buffer of `from` into `to` (the simulator's broadcast).
+void copy_buffers(const Module& from, Module& to);
+
+// model.eval() and the share of `test` whose argmax of the output is the label (the whole set in one
+// forward, as `model(x_test).argmax(1) == y_test` does), then model.train() again.
+float test_accuracy(const Config& cfg, Module& model, const Dataset& test);
 
 // "[rank0] Epoch: 001/003 | Batch size 002 | Loss: 0.75"
 std::string progress_line(const BatchLog& l, int64_t epochs);
