@@ -177,24 +177,46 @@ std::string json_float(float v) {
   return fmt::format("{:.9g}", v);
 }
 
+namespace {
+
+// Lists nested as the shape's dimensions from `dim` on: [[a, b], [c, d]] for [2, 2].
+void nest(std::string& out, const float*& d, const std::vector<int64_t>& shape, size_t dim) {
+  out += "[";
+  for (int64_t i = 0; i < shape[dim]; ++i) {
+    if (i) out += ", ";
+    if (dim + 1 < shape.size()) {
+      nest(out, d, shape, dim + 1);
+    } else {
+      out += json_float(*d++);
+    }
+  }
+  out += "]";
+}
+
+}  // namespace
+
 std::string json_tensor(const Parameter& p) {
   std::string out;
   const float* d = p.data();
-  if (p.shape.size() == 2) {
-    const int64_t rows = p.shape[0], cols = p.shape[1];
-    out += "[";
-    for (int64_t r = 0; r < rows; ++r) {
-      out += r ? ", [" : "[";
-      for (int64_t c = 0; c < cols; ++c) out += (c ? ", " : "") + json_float(d[r * cols + c]);
-      out += "]";
-    }
-    out += "]";
-  } else {
-    out += "[";
-    for (int64_t i = 0; i < p.numel(); ++i) out += (i ? ", " : "") + json_float(d[i]);
-    out += "]";
-  }
+  const std::vector<int64_t> flat = {p.numel()};
+  nest(out, d, p.shape.empty() ? flat : p.shape, 0);
   return out;
+}
+
+std::string json_buffers(const std::vector<const Buffer*>& buffers) {
+  std::string out = "{";
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const Buffer& b = *buffers[i];
+    std::string v;
+    if (b.is_int64) {
+      v = std::to_string(b.count);
+    } else {
+      const float* d = b.value.data();
+      nest(v, d, b.shape, 0);
+    }
+    out += fmt::format("{}\"{}\": {}", i ? ", " : "", b.name, v);
+  }
+  return out + "}";
 }
 
 std::string json_params(const std::vector<const Parameter*>& params, const std::vector<std::string>& names) {

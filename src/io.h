@@ -25,6 +25,8 @@ std::string check_writable(const std::string& path);
 std::string json_float(float v);
 // A parameter as nested JSON lists: [[...], ...] for a weight [out][in], [...] for a bias.
 std::string json_tensor(const Parameter& p);
+// {"0.running_mean": [...], "0.num_batches_tracked": 3, ...}
+std::string json_buffers(const std::vector<const Buffer*>& buffers);
 // A state_dict as a JSON object, {"layers.0.weight": [[...]], ...}; `names` overrides the keys.
 std::string json_params(const std::vector<const Parameter*>& params, const std::vector<std::string>& names = {});
 

@@ -13,6 +13,15 @@ std::vector<CmpResult> cmp_models(const Module& a, const Module& b) {
   std::vector<CmpResult> rows;
   const auto pa = a.parameters(), pb = b.parameters();
   for (size_t i = 0; i < pa.size(); ++i) rows.push_back(cmp(pa[i]->name, pa[i]->data(), pb[i]->data(), pa[i]->numel()));
+  const auto ba = a.buffers(), bb = b.buffers();
+  for (size_t i = 0; i < ba.size(); ++i) {
+    if (ba[i]->is_int64) {  // num_batches_tracked: a count, compared as one float
+      const float x = static_cast<float>(ba[i]->count), y = static_cast<float>(bb[i]->count);
+      rows.push_back(cmp(ba[i]->name, &x, &y, 1));
+    } else {
+      rows.push_back(cmp(ba[i]->name, ba[i]->value.data(), bb[i]->value.data(), ba[i]->value.size()));
+    }
+  }
   return rows;
 }
 
@@ -39,9 +48,12 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
   std::string out;
   const Module& rank0 = res.replicas[0]->model;
   std::vector<int64_t> differing;
+  bool parameters_equal = true;  // the rows before the buffers'
+  const size_t num_params = rank0.parameters().size();
   for (size_t k = 1; k < res.replicas.size(); ++k) {
     const auto rows = cmp_models(res.replicas[k]->model, rank0);
     if (!all_exact(rows)) differing.push_back(static_cast<int64_t>(k));
+    for (size_t i = 0; i < num_params; ++i) parameters_equal = parameters_equal && rows[i].exact;
     // Every rank's table would repeat itself: show the last rank's, and any rank that differs.
     if (k + 1 == res.replicas.size() || !all_exact(rows)) {
       out += fmt::format("# replica {} vs replica 0 after {} optimizer steps\n{}", k, res.optimizer_steps, table(rows));
@@ -56,6 +68,18 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
         cfg.world_size,
         cfg.broadcast ? "DDP broadcast rank 0's parameters at construction"
                       : "--init same: every rank drew the same initial weights");
+  } else if (parameters_equal && !cfg.broadcast_buffers) {
+    out += fmt::format(
+        "{} of {} ranks differ from rank 0, in their buffers only: with --broadcast-buffers false each rank's\n"
+        "BatchNorm running statistics average only the batches that rank saw. The parameters still agree (the\n"
+        "all-reduce), but model.eval() then normalises with different statistics on every rank.\n",
+        differing.size(), cfg.world_size - 1);
+  } else if (parameters_equal) {
+    out += fmt::format(
+        "{} of {} ranks differ from rank 0, in their buffers only: DDP broadcasts rank 0's buffers BEFORE each\n"
+        "training forward, and each rank's last forward then updated its running statistics from its own batch.\n"
+        "They agree again at the next forward through DDP (model.eval() included).\n",
+        differing.size(), cfg.world_size - 1);
   } else {
     out += fmt::format("{} of {} ranks differ from rank 0: {}\n", differing.size(), cfg.world_size - 1,
                        !cfg.broadcast && cfg.init == ddp::InitKind::per_rank
@@ -79,6 +103,18 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
           collective::algorithm_name(cfg.allreduce));
     }
   }
+  if (!res.test_correct.empty()) {
+    out += fmt::format("\n# test accuracy on the {} held-out digits (model.eval(): running statistics, no dropout)\n",
+                       res.test_size);
+    const auto pct = [&](int64_t c) { return 100.0 * static_cast<double>(c) / static_cast<double>(res.test_size); };
+    for (size_t r = 0; r < res.test_correct.size(); ++r) {
+      out += fmt::format("rank {}: {}/{} ({:.2f}%)\n", r, res.test_correct[r], res.test_size, pct(res.test_correct[r]));
+    }
+    if (res.single_device) {
+      out += fmt::format("one device: {}/{} ({:.2f}%)\n", res.single_device_test_correct, res.test_size,
+                         pct(res.single_device_test_correct));
+    }
+  }
   return out;
 }
 
@@ -89,15 +125,23 @@ std::string dump_json(const DumpPieces& d) {
   for (const std::string& a : d.args) quoted.push_back("\"" + a + "\"");
   out += fmt::format(" \"args\": [{}],\n \"replicas\": [\n  {}\n ],\n", fmt::join(quoted, ", "),
                      fmt::join(d.replicas, ",\n  "));
-  return out + fmt::format(" \"sampler_indices\": [{}],\n \"losses\": [{}]}}\n", fmt::join(d.epoch_indices, ", "),
-                           fmt::join(d.losses, ", "));
+  out += fmt::format(" \"sampler_indices\": [{}],\n \"losses\": [{}]", fmt::join(d.epoch_indices, ", "),
+                     fmt::join(d.losses, ", "));
+  if (!d.buffers.empty()) out += fmt::format(",\n \"buffers\": [\n  {}\n ]", fmt::join(d.buffers, ",\n  "));
+  if (!d.test_correct.empty()) out += fmt::format(",\n \"test_correct\": [{}]", fmt::join(d.test_correct, ", "));
+  return out + "}\n";
 }
 
 std::string dump_json(const ddp::Config& cfg, const ddp::SimResult& res) {
   DumpPieces d;
   d.world_size = cfg.world_size;
   d.args = ddp::to_args(cfg);
-  for (const auto& rep : res.replicas) d.replicas.push_back(json_params(std::as_const(rep->model).parameters()));
+  for (const auto& rep : res.replicas) {
+    d.replicas.push_back(json_params(std::as_const(rep->model).parameters()));
+    const auto buffers = std::as_const(rep->model).buffers();
+    if (!buffers.empty()) d.buffers.push_back(json_buffers(buffers));
+  }
+  d.test_correct = res.test_correct;
   for (const auto& epoch : res.sampler_indices) {
     std::vector<std::string> ranks;
     for (const auto& idx : epoch) ranks.push_back(fmt::format("[{}]", fmt::join(idx, ", ")));

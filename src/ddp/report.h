@@ -18,7 +18,8 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res);
 
 // The one dump ddp_sim and ddp_verify both write, from pieces already in JSON:
 // {"world_size", "backend" (real runs only), "args", "replicas": [{state_dict}],
-//  "sampler_indices": [epoch][rank][...], "losses": [rank][...]}
+//  "sampler_indices": [epoch][rank][...], "losses": [rank][...]}, then, when there are any,
+//  "buffers": [{name: value}] per rank and "test_correct": [count] per rank.
 struct DumpPieces {
   int64_t world_size = 0;
   std::string backend;                     // "" for the simulator
@@ -26,6 +27,8 @@ struct DumpPieces {
   std::vector<std::string> replicas;       // json_params of each rank
   std::vector<std::string> epoch_indices;  // per epoch: [[rank 0's indices], [rank 1's], ...]
   std::vector<std::string> losses;         // per rank: [loss, ...]
+  std::vector<std::string> buffers;        // json_buffers of each rank (models with buffers only)
+  std::vector<int64_t> test_correct;       // --dataset digits: each rank's correct test predictions
 };
 std::string dump_json(const DumpPieces& d);
 // The simulator's run as DumpPieces, written.

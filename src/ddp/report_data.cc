@@ -25,6 +25,15 @@ std::vector<Row> cmp_model_rows(const Module& a, const Module& b) {
   const auto pa = a.parameters(), pb = b.parameters();
   for (size_t i = 0; i < pa.size(); ++i)
     rows.push_back(cmp_row(pa[i]->name, pa[i]->data(), pb[i]->data(), pa[i]->numel()));
+  const auto ba = a.buffers(), bb = b.buffers();
+  for (size_t i = 0; i < ba.size(); ++i) {
+    if (ba[i]->is_int64) {
+      const float x = static_cast<float>(ba[i]->count), y = static_cast<float>(bb[i]->count);
+      rows.push_back(cmp_row(ba[i]->name, &x, &y, 1));
+    } else {
+      rows.push_back(cmp_row(ba[i]->name, ba[i]->value.data(), bb[i]->value.data(), ba[i]->value.size()));
+    }
+  }
   return rows;
 }
 

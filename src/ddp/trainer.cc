@@ -117,7 +117,7 @@ void copy_buffers(const Module& from, Module& to) {
   }
 }
 
-float test_accuracy(const Config& cfg, Module& model, const Dataset& test) {
+int64_t test_correct(const Config& cfg, Module& model, const Dataset& test) {
   std::vector<int64_t> all(static_cast<size_t>(test.size()));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   model.eval();
@@ -129,7 +129,7 @@ float test_accuracy(const Config& cfg, Module& model, const Dataset& test) {
     out.value.row(i).maxCoeff(&arg);
     correct += arg == test.labels[static_cast<size_t>(i)];
   }
-  return static_cast<float>(correct) / static_cast<float>(test.size());
+  return correct;
 }
 
 void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm, const Hook& before,
@@ -281,7 +281,7 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
   for (auto& e : trained.sampler_indices) res.sampler_indices.push_back(e[0]);
   if (test.size() > 0) {  // DDP(model).eval() forward: the buffers are rank 0's again first
     if (cfg.broadcast_buffers && !rep.model.buffers().empty()) broadcast_buffers(rep);
-    res.test_accuracy = test_accuracy(cfg, rep.model, test);
+    res.test_correct = test_correct(cfg, rep.model, test);
   }
   return res;
 }
@@ -336,8 +336,9 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   res.buckets_rebuilt = res.replicas[0]->reducer->describe();
   if (test.size() > 0) {
     if (cfg.broadcast_buffers) sync_buffers(local);  // DDP(model).eval() forward broadcasts first
-    for (Replica* rep : local) res.test_accuracy.push_back(test_accuracy(cfg, rep->model, test));
-    if (res.single_device) res.single_device_test_accuracy = test_accuracy(cfg, res.single_device->model, test);
+    res.test_size = test.size();
+    for (Replica* rep : local) res.test_correct.push_back(test_correct(cfg, rep->model, test));
+    if (res.single_device) res.single_device_test_correct = test_correct(cfg, res.single_device->model, test);
   }
   return res;
 }

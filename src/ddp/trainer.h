@@ -88,8 +88,9 @@ struct SimResult {
   int64_t optimizer_steps = 0;
   // --dataset digits: each rank's accuracy on the test set after training (evaluated as DDP(model) in
   // eval mode evaluates: rank 0's buffers broadcast first), and the single device's.
-  std::vector<float> test_accuracy;
-  float single_device_test_accuracy = 0;
+  std::vector<int64_t> test_correct;  // of test_size
+  int64_t single_device_test_correct = 0;
+  int64_t test_size = 0;
 };
 
 struct SimHooks {
@@ -107,7 +108,7 @@ struct RankResult {
   std::vector<std::vector<int64_t>> sampler_indices;  // [epoch]
   std::vector<BatchLog> log;
   int64_t optimizer_steps = 0;
-  float test_accuracy = -1;  // --dataset digits only
+  int64_t test_correct = -1;  // --dataset digits only
   double train_seconds = 0;  // wall time of the training loop only (no data, model or connection setup)
 };
 // `kernels` run Linear: the backend's (dist::Rank::kernels; the NCCL backend runs Linear on the GPU).
@@ -146,9 +147,9 @@ inline bool syncs_buffers_before(const Config& cfg, size_t b, size_t num_batches
 // Copies every buffer of `from` into `to` (the simulator's broadcast).
 void copy_buffers(const Module& from, Module& to);
 
-// model.eval() and the share of `test` whose argmax of the output is the label (the whole set in one
-// forward, as `model(x_test).argmax(1) == y_test` does), then model.train() again.
-float test_accuracy(const Config& cfg, Module& model, const Dataset& test);
+// model.eval() and how many of `test` the output's argmax gets right (the whole set in one forward, as
+// `(model(x_test).argmax(1) == y_test).sum()` does), then model.train() again.
+int64_t test_correct(const Config& cfg, Module& model, const Dataset& test);
 
 // "[rank0] Epoch: 001/003 | Batch size 002 | Loss: 0.75"
 std::string progress_line(const BatchLog& l, int64_t epochs);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "src/flags.h"
+#include "src/model/conv.h"
 #include "src/model/shape_layers.h"
 #include "src/nn.h"
 
@@ -75,6 +76,39 @@ const std::vector<Kind>& kinds() {
        },
        [](const Args&) { return int64_t{0}; },
        [](const Args&, const std::string&, Generator&) { return std::make_unique<Flatten>(); }},
+      {"conv2d",
+       {{"in_channels", NAN}, {"out_channels", NAN}, {"kernel_size", NAN}, {"stride", 1}, {"padding", 0}, {"bias", 1}},
+       [](const Args& a, const Shape& in) {
+         if (in.size() != 3 || in[0] != I(a, "in_channels")) {
+           throw fmt::format("an input of [{}, H, W] per sample, got {}", I(a, "in_channels"), shape_str(in));
+         }
+         const nn::Conv2dShape s{1, in[0], in[1], in[2], I(a, "out_channels"), I(a, "kernel_size"), I(a, "stride"),
+                                 I(a, "padding"), a.at("bias") != 0};
+         const std::string why = nn::conv2d_check(s);
+         if (!why.empty()) throw fmt::format("a valid convolution of {} ({})", shape_str(in), why);
+         return Shape{s.c_out, s.out_h(), s.out_w()};
+       },
+       [](const Args& a) {
+         const int64_t out = I(a, "out_channels"), k = I(a, "kernel_size");
+         return out * I(a, "in_channels") * k * k + (a.at("bias") != 0 ? out : 0);
+       },
+       [](const Args& a, const std::string& name, Generator& gen) {
+         return std::make_unique<Conv2d>(I(a, "in_channels"), I(a, "out_channels"), I(a, "kernel_size"),
+                                         I(a, "stride"), I(a, "padding"), a.at("bias") != 0, name, gen);
+       }},
+      {"maxpool2d",
+       {{"kernel_size", NAN}, {"stride", 0}, {"padding", 0}},
+       [](const Args& a, const Shape& in) {
+         if (in.size() != 3) throw fmt::format("an input of [C, H, W] per sample, got {}", shape_str(in));
+         const nn::MaxPool2dShape s{1, in[0], in[1], in[2], I(a, "kernel_size"), I(a, "stride"), I(a, "padding")};
+         const std::string why = nn::maxpool2d_check(s);
+         if (!why.empty()) throw fmt::format("a valid pooling of {} ({})", shape_str(in), why);
+         return Shape{s.c, s.out_h(), s.out_w()};
+       },
+       [](const Args&) { return int64_t{0}; },
+       [](const Args& a, const std::string&, Generator&) {
+         return std::make_unique<MaxPool2d>(I(a, "kernel_size"), I(a, "stride"), I(a, "padding"));
+       }},
   };
   return k;
 }

@@ -1,0 +1,92 @@
+// Models beyond the MLP under DDP (issue 16): //sim:ddp_sim on the CNN and the digits against real torch
+// DistributedDataParallel on gloo (tests/golden/models/, written by make_model_goldens.py from
+// sim/ddp_reference.py), bit for bit: every rank's parameters and BatchNorm buffers, every loss, the sampler's
+// indices and the test predictions. The kernels are pinned in tests/BUILD as the generator pins them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "tests/testing.h"
+
+namespace ddplab {
+namespace {
+
+using testing::json;
+
+json sim_dump(std::vector<std::string> args) {
+  const std::string out = testing::temp_dir() + "/dump.json";
+  args.insert(args.begin(), "sim/ddp_sim");
+  for (const char* a : {"--quiet", "--dump-params"}) args.push_back(a);
+  args.push_back(out);
+  const testing::CommandResult r = testing::run_command(args);
+  EXPECT_EQ(r.status, 0) << r.err;
+  return testing::load_json(out);
+}
+
+// Every float of every named tensor in `want` equal in bits to `got`'s (num_batches_tracked is an int).
+void expect_bitwise(const std::string& label, const json& got, const json& want) {
+  for (const auto& [name, w] : want.items()) {
+    ASSERT_TRUE(got.contains(name)) << label << ": no " << name;
+    if (w.is_number_integer()) {
+      EXPECT_EQ(got[name], w) << label << " " << name;
+      continue;
+    }
+    const auto m = testing::match(label + " " + name, testing::floats(got[name]), testing::floats(w));
+    EXPECT_EQ(m.equal, m.total) << label << " " << name << " is not bitwise torch's";
+  }
+}
+
+TEST(ModelDdp, CnnOnDigitsIsBitwiseTorchDdp) {
+  const json configs = testing::load_json("tests/golden/models/configs.json");
+  ASSERT_GE(configs.size(), 6u);
+  for (const auto& [name, args] : configs.items()) {
+    const json sim = sim_dump(args.get<std::vector<std::string>>());
+    const json torch = testing::load_json("tests/golden/models/" + name + ".json");
+    EXPECT_EQ(sim["sampler_indices"], torch["sampler_indices"]) << name;
+    ASSERT_EQ(sim["replicas"].size(), torch["replicas"].size()) << name;
+    for (size_t r = 0; r < torch["replicas"].size(); ++r) {
+      const std::string rank = name + " rank" + std::to_string(r);
+      expect_bitwise(rank, sim["replicas"][r], torch["replicas"][r]);
+      if (torch.contains("buffers")) expect_bitwise(rank + " buffer", sim["buffers"][r], torch["buffers"][r]);
+      const auto m = testing::match(rank + " losses", testing::floats(sim["losses"][r]),
+                                    testing::floats(torch["losses"][r]));
+      EXPECT_EQ(m.equal, m.total) << rank << ": losses are not bitwise torch's";
+    }
+    EXPECT_EQ(sim["test_correct"], torch["test_correct"]) << name << ": test predictions differ";
+  }
+}
+
+// What the goldens teach, checked on torch's own numbers: with broadcast_buffers (DDP's default) the ranks'
+// buffers agree once DDP(model).eval() has broadcast them; without it they differ while the parameters
+// still agree; and Dropout seeded per rank still leaves the parameters equal (the all-reduce).
+TEST(ModelDdp, GoldensShowWhatDdpDoesToBuffersAndDropout) {
+  const json bb = testing::load_json("tests/golden/models/cnn_sgd_ws3.json");
+  const json no_bb = testing::load_json("tests/golden/models/cnn_no_broadcast_buffers_ws3.json");
+  const json per_rank = testing::load_json("tests/golden/models/cnn_seed_per_rank_ws2.json");
+  for (size_t r = 1; r < 3; ++r) {
+    EXPECT_EQ(bb["buffers"][r], bb["buffers"][0]);
+    EXPECT_EQ(no_bb["replicas"][r], no_bb["replicas"][0]);
+    EXPECT_NE(no_bb["buffers"][r]["1.running_mean"], no_bb["buffers"][0]["1.running_mean"]);
+  }
+  EXPECT_EQ(per_rank["replicas"][1], per_rank["replicas"][0]);
+}
+
+TEST(ModelDdp, BadModelSpecGetsOneLineAndExit2) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"conv2d(1,8,3),batchnorm2d(4)", "layer 2 ('batchnorm2d(4)')"},
+      {"conv2d(1,8)", "conv2d needs kernel_size"},
+      {"linear(64,10", "unbalanced '('"},
+      {"flatten,linear(64,10,bias=maybe)", "a number for bias"},
+      {"flatten,softmax", "layer 2 ('softmax'): expected a layer"},
+      {"flatten,linear(64,7)", "needs 10"},
+  };
+  for (const auto& [spec, want] : cases) {
+    const auto r = testing::run_command({"sim/ddp_sim", "--dataset", "digits", "--model", spec, "--quiet"});
+    EXPECT_EQ(r.status, 2) << spec;
+    EXPECT_NE(r.err.find(want), std::string::npos) << spec << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace ddplab
