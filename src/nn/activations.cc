@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "src/aten_vec.h"
 
 namespace ddplab::nn {
@@ -47,6 +49,43 @@ const float kTanhBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
 const float kKappa = static_cast<float>(0.044715);
 const float kThreeKappa = 3.0f * kKappa;
 
+// torch 1.13's gelu_out_cpu / gelu_backward_out_cpu for approximate='none' when use_mkldnn(x) (mkldnn enabled,
+// contiguous float, numel > 1): ideep::eltwise_forward / eltwise_backward with algorithm::eltwise_gelu_erf on a
+// plain f32 memory (forward_training, alpha 0), i.e. oneDNN 2.6.3's JIT kernel, the same library torch links.
+// Elementwise: the layout and thread count do not change a value (checked: jit:avx2 and jit:avx512_core agree).
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::eltwise_forward::primitive_desc gelu_erf_forward_pd(const dnnl::memory::desc& md) {
+  return dnnl::eltwise_forward::primitive_desc(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_gelu_erf, md, 0.f, 0.f),
+      cpu_engine());
+}
+
+void gelu_erf_onednn(const float* x, float* y, int64_t n) {
+  const dnnl::memory::desc md({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+  dnnl::stream stream(cpu_engine());
+  dnnl::eltwise_forward(gelu_erf_forward_pd(md))
+      .execute(stream, {{DNNL_ARG_SRC, dnnl::memory(md, cpu_engine(), const_cast<float*>(x))},
+                        {DNNL_ARG_DST, dnnl::memory(md, cpu_engine(), y)}});
+  stream.wait();
+}
+
+void gelu_erf_backward_onednn(const float* grad_y, const float* x, float* grad_x, int64_t n) {
+  const dnnl::memory::desc md({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+  const dnnl::eltwise_backward::primitive_desc pd(
+      dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_gelu_erf, md, md, 0.f, 0.f), cpu_engine(),
+      gelu_erf_forward_pd(md));
+  dnnl::stream stream(cpu_engine());
+  dnnl::eltwise_backward(pd).execute(stream,
+                                     {{DNNL_ARG_SRC, dnnl::memory(md, cpu_engine(), const_cast<float*>(x))},
+                                      {DNNL_ARG_DIFF_DST, dnnl::memory(md, cpu_engine(), const_cast<float*>(grad_y))},
+                                      {DNNL_ARG_DIFF_SRC, dnnl::memory(md, cpu_engine(), grad_x)}});
+  stream.wait();
+}
+
 }  // namespace
 
 void tanh_forward(const float* x, float* y, int64_t n) {
@@ -72,7 +111,8 @@ void sigmoid_backward(const float* grad_y, const float* y, float* grad_x, int64_
       [](float g, float s) { return g * (1.0f - s) * s; });
 }
 
-void gelu_forward(const float* x, float* y, int64_t n, GeluApproximate approximate) {
+void gelu_forward(const float* x, float* y, int64_t n, GeluApproximate approximate, bool mkldnn) {
+  if (approximate == GeluApproximate::kNone && mkldnn && n > 1) return gelu_erf_onednn(x, y, n);
   if (approximate == GeluApproximate::kNone) {
     // x * 0.5 * (1 + erf(x / sqrt(2)))
     unary_loop(
@@ -93,7 +133,9 @@ void gelu_forward(const float* x, float* y, int64_t n, GeluApproximate approxima
   }
 }
 
-void gelu_backward(const float* grad_y, const float* x, float* grad_x, int64_t n, GeluApproximate approximate) {
+void gelu_backward(const float* grad_y, const float* x, float* grad_x, int64_t n, GeluApproximate approximate,
+                   bool mkldnn) {
+  if (approximate == GeluApproximate::kNone && mkldnn && n > 1) return gelu_erf_backward_onednn(grad_y, x, grad_x, n);
   if (approximate == GeluApproximate::kNone) {
     // dy * (cdf + x * pdf), cdf = 0.5 * (1 + erf(x / sqrt(2))), pdf = beta * exp(-x^2 / 2); the last
     // multiply-add fused.

@@ -4,8 +4,10 @@
 //             every element, the last n % 8 in a zero-padded vector;
 //   sigmoid   UnaryOpsKernel.cpp: 1 / (1 + exp(-x)), Sleef_expf8_u10 on blocks of 16 (cpu_kernel_vec), glibc's
 //             expf on the n % 16 tail;
-//   gelu      Activation.cpp GeluKernelImpl / GeluBackwardKernelImpl: blocks of 16 with Vectorized<float>::erf
-//             (Abramowitz-Stegun 7.1.26 with Sleef_expf8_u10) or ::tanh, the n % 16 tail with glibc's erff/tanhf;
+//   gelu      approximate='none' with more than one element: oneDNN's eltwise_gelu_erf (torch's default, see
+//             gelu_forward); otherwise Activation.cpp GeluKernelImpl / GeluBackwardKernelImpl: blocks of 16 with
+//             Vectorized<float>::erf (Sleef_erff8_u10 in 1.13) or ::tanh (Sleef_tanhf8_u10), the n % 16 tail with
+//             glibc's erff/tanhf;
 //   backward  tanh_backward: g * (1 - y * y); sigmoid_backward: g * (1 - y) * y (BinaryOpsKernel.cpp), both from
 //             the forward's output y.
 // Torch's build lets GCC contract a * b + c into FMA inside these kernels (scalar tails included); the .cc
@@ -23,9 +25,13 @@ void sigmoid_forward(const float* x, float* y, int64_t n);
 void sigmoid_backward(const float* grad_y, const float* y, float* grad_x, int64_t n);
 
 enum class GeluApproximate { kNone, kTanh };  // nn.GELU(approximate='none') / 'tanh'
-void gelu_forward(const float* x, float* y, int64_t n, GeluApproximate approximate = GeluApproximate::kNone);
+
+// mkldnn mirrors torch.backends.mkldnn.enabled (true by default): torch 1.13 then runs approximate='none' on
+// more than one element through oneDNN (Activation.cpp use_mkldnn), otherwise through ATen's kernel.
+void gelu_forward(const float* x, float* y, int64_t n, GeluApproximate approximate = GeluApproximate::kNone,
+                  bool mkldnn = true);
 // The backward takes the forward's input x (not its output).
 void gelu_backward(const float* grad_y, const float* x, float* grad_x, int64_t n,
-                   GeluApproximate approximate = GeluApproximate::kNone);
+                   GeluApproximate approximate = GeluApproximate::kNone, bool mkldnn = true);
 
 }  // namespace ddplab::nn
