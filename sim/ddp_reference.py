@@ -206,7 +206,12 @@ def build_model(a):
             args = args[:-1]
             pos = [v for v in args.split(',') if v and '=' not in v]
             kw = dict(v.split('=') for v in args.split(',') if '=' in v)
-            conv = lambda v: True if v == 'True' else False if v == 'False' else (float(v) if '.' in v else int(v))
+            def conv(v):
+                if v in ('True', 'False', 'true', 'false'):
+                    return v.lower() == 'true'
+                if v.strip('\'"').isalpha():  # GELU's approximate='tanh'
+                    return v.strip('\'"')
+                return float(v) if '.' in v or 'e' in v else int(v)
             layers.append(LAYERS[name](*[conv(v) for v in pos], **{k: conv(v) for k, v in kw.items()}))
             cur = ''
         else:

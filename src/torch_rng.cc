@@ -47,6 +47,10 @@ uint64_t Generator::random64() {
 
 int64_t Generator::random_int64() { return static_cast<int64_t>(random64() % (static_cast<uint64_t>(1) << 63)); }
 
+double Generator::random_double() {
+  return static_cast<double>(random64() & ((1ULL << 53) - 1)) * std::ldexp(1.0, -53);
+}
+
 double Generator::normal_double(double mean, double std) {
   if (next_double_normal_sample_) {
     const double cached = *next_double_normal_sample_;

@@ -32,6 +32,10 @@ class Generator {
   // torch.empty((), dtype=torch.int64).random_(): random64() % 2^63.
   int64_t random_int64();
 
+  // at::uniform_real_distribution<double>(0, 1): the low 53 bits of random64() times 2^-53. One per element
+  // of torch.rand(n, dtype=torch.float64) and of bernoulli_(p) on CPU (the draw Dropout's mask takes).
+  double random_double();
+
   // torch.randn(n) / tensor.normal_(mean, std) on a contiguous float32 tensor.
   void normal_(float* data, int64_t n, double mean = 0.0, double std = 1.0);
   std::vector<float> randn(int64_t n);

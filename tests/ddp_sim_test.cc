@@ -2,6 +2,8 @@
 // its trace, its explanation, and every kind of bad input.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 
@@ -54,6 +56,30 @@ TEST(DdpSim, MatchesTorchDdpGoldens) {
   }
 }
 
+// The goldens were written with OpenBLAS pinned to its Prescott kernels and one thread: run alike, every
+// float of every configuration (parameters of every rank, losses) is torch's, the cross-entropy runs
+// included since src/loss.cc follows ATen's log_softmax / nll_loss arithmetic.
+TEST(DdpSim, GoldensAreBitwiseOnTheirPinnedKernels) {
+  setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  const json configs = testing::load_json("tests/golden/ddp/configs.json");
+  for (const auto& [name, args] : configs.items()) {
+    const json sim = sim_dump(args.get<std::vector<std::string>>());
+    const json torch = testing::load_json("tests/golden/ddp/" + name + ".json");
+    ASSERT_EQ(sim["replicas"].size(), torch["replicas"].size());
+    bool same = testing::floats(sim["losses"]) == testing::floats(torch["losses"]);
+    for (size_t r = 0; r < torch["replicas"].size(); ++r) {
+      for (const auto& [param, want] : torch["replicas"][r].items()) {
+        same = same && testing::floats(sim["replicas"][r][param]) == testing::floats(want);
+      }
+    }
+    std::printf("%-24s every parameter and loss bitwise torch's: %s\n", name.c_str(), same ? "yes" : "NO");
+    EXPECT_TRUE(same) << name;
+  }
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("OPENBLAS_NUM_THREADS");
+}
+
 TEST(DdpSim, LiveAgainstTorchDdp) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
   const std::vector<std::string> args = {"--world-size", "3",     "--samples",      "31",   "--batch-size", "3",
@@ -67,7 +93,15 @@ TEST(DdpSim, LiveAgainstTorchDdp) {
   cmd.push_back(out);
   const CommandResult r = testing::run_command(cmd);
   ASSERT_EQ(r.status, 0) << r.err;
-  compare_with_torch("live", sim_dump(args), testing::load_json(out));
+  const json torch = testing::load_json(out), sim = sim_dump(args);
+  compare_with_torch("live", sim, torch);
+  // Same machine, same OpenBLAS, and cross-entropy on ATen's arithmetic: every float is torch's.
+  for (size_t k = 0; k < 3; ++k) {
+    for (const auto& [name, want] : torch["replicas"][k].items()) {
+      EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << "rank " << k << " " << name;
+    }
+  }
+  EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"]));
 }
 
 TEST(DdpSim, LiveMseRunIsBitwiseTorchDdp) {

@@ -76,7 +76,7 @@ TEST(ModelDdp, BadModelSpecGetsOneLineAndExit2) {
       {"conv2d(1,8,3),batchnorm2d(4)", "layer 2 ('batchnorm2d(4)')"},
       {"conv2d(1,8)", "conv2d needs kernel_size"},
       {"linear(64,10", "unbalanced '('"},
-      {"flatten,linear(64,10,bias=maybe)", "a number for bias"},
+      {"conv2d(1,8,3,bias=maybe)", "a number for bias"},
       {"flatten,softmax", "layer 2 ('softmax'): expected a layer"},
       {"flatten,linear(64,7)", "needs 10"},
   };

@@ -1,5 +1,6 @@
 #include "src/model/spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -7,6 +8,7 @@
 
 #include "src/flags.h"
 #include "src/model/conv.h"
+#include "src/model/norm.h"
 #include "src/model/shape_layers.h"
 #include "src/nn.h"
 
@@ -109,6 +111,52 @@ const std::vector<Kind>& kinds() {
        [](const Args& a, const std::string&, Generator&) {
          return std::make_unique<MaxPool2d>(I(a, "kernel_size"), I(a, "stride"), I(a, "padding"));
        }},
+      {"batchnorm1d",
+       {{"num_features", NAN}, {"eps", 1e-5}, {"momentum", 0.1}},
+       [](const Args& a, const Shape& in) {
+         if ((in.size() != 1 && in.size() != 2) || in[0] != I(a, "num_features")) {
+           throw fmt::format("an input of [{}] or [{}, L] per sample, got {}", I(a, "num_features"),
+                             I(a, "num_features"), shape_str(in));
+         }
+         return in;
+       },
+       [](const Args& a) { return 2 * I(a, "num_features"); },
+       [](const Args& a, const std::string& name, Generator&) {
+         return std::make_unique<BatchNorm>(I(a, "num_features"), a.at("eps"), a.at("momentum"), 1, name);
+       },
+       false, true},
+      {"batchnorm2d",
+       {{"num_features", NAN}, {"eps", 1e-5}, {"momentum", 0.1}},
+       [](const Args& a, const Shape& in) {
+         if (in.size() != 3 || in[0] != I(a, "num_features")) {
+           throw fmt::format("an input of [{}, H, W] per sample, got {}", I(a, "num_features"), shape_str(in));
+         }
+         return in;
+       },
+       [](const Args& a) { return 2 * I(a, "num_features"); },
+       [](const Args& a, const std::string& name, Generator&) {
+         return std::make_unique<BatchNorm>(I(a, "num_features"), a.at("eps"), a.at("momentum"), 2, name);
+       },
+       false, true},
+      {"dropout", {{"p", 0.5}}, [](const Args&, const Shape& in) { return in; },
+       [](const Args&) { return int64_t{0}; },
+       [](const Args& a, const std::string&, Generator& gen) { return std::make_unique<Dropout>(a.at("p"), gen); },
+       true},
+      {"tanh", {}, [](const Args&, const Shape& in) { return in; }, [](const Args&) { return int64_t{0}; },
+       [](const Args&, const std::string&, Generator&) {
+         return std::make_unique<Activation>(Activation::Kind::tanh);
+       }},
+      {"sigmoid", {}, [](const Args&, const Shape& in) { return in; }, [](const Args&) { return int64_t{0}; },
+       [](const Args&, const std::string&, Generator&) {
+         return std::make_unique<Activation>(Activation::Kind::sigmoid);
+       }},
+      // approximate='none' | 'tanh' reads as 0 | 1 (parse_layer).
+      {"gelu", {{"approximate", 0}}, [](const Args&, const Shape& in) { return in; },
+       [](const Args&) { return int64_t{0}; },
+       [](const Args& a, const std::string&, Generator&) {
+         return std::make_unique<Activation>(a.at("approximate") != 0 ? Activation::Kind::gelu_tanh
+                                                                       : Activation::Kind::gelu);
+       }},
   };
   return k;
 }
@@ -158,6 +206,13 @@ LayerSpec parse_layer(const std::string& text) {
     for (const auto& p : kind->params) known = known || key == p.first;
     if (!known) throw fmt::format("an argument of {}, got '{}'", l.kind, key);
     if (l.args.count(key)) throw fmt::format("{} given once, got it twice", key);
+    if (key == "approximate") {  // GELU's: a string in PyTorch
+      std::string v = value;
+      v.erase(std::remove(v.begin(), v.end(), '\''), v.end());
+      v.erase(std::remove(v.begin(), v.end(), '"'), v.end());
+      if (v != "none" && v != "tanh") throw fmt::format("approximate='none' or 'tanh', got {}", value);
+      value = v == "tanh" ? "1" : "0";
+    }
     double v;
     if (value == "True" || value == "true") {
       v = 1;

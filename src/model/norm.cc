@@ -1,0 +1,123 @@
+#include "src/model/norm.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "src/nn/activations.h"
+#include "src/nn/batchnorm.h"
+#include "src/nn/dropout.h"
+
+namespace ddplab {
+
+BatchNorm::BatchNorm(int64_t c, double eps, double momentum, int dims, const std::string& prefix)
+    : C_(c), eps_(eps), momentum_(momentum), dims_(dims) {
+  weight = {prefix + ".weight", {c}, Matrix::Ones(c, 1)};
+  bias = {prefix + ".bias", {c}, Matrix::Zero(c, 1)};
+  running_mean = {prefix + ".running_mean", {c}, Matrix::Zero(c, 1)};
+  running_var = {prefix + ".running_var", {c}, Matrix::Ones(c, 1)};
+  num_batches_tracked = {prefix + ".num_batches_tracked", {}, Matrix(), true, 0};
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  const size_t rank = x.shape.size();
+  const bool ok = dims_ == 2 ? rank == 4 : (rank == 2 || rank == 3);
+  if (!ok || x.shape[1] != C_) throw std::invalid_argument(fmt::format("{} got input [{}]", repr(), fmt::join(x.shape, ", ")));
+  const int64_t N = x.shape[0], L = x.numel() / (N * C_);
+  Tensor y = Tensor::empty(x.shape);
+  if (!training_) {
+    nn::batchnorm_forward_eval(x.data(), weight.data(), bias.data(), running_mean.value.data(),
+                               running_var.value.data(), y.data(), N, C_, L, eps_);
+    return y;
+  }
+  if (N * L < 2) {
+    throw std::invalid_argument(fmt::format("{}: expected more than 1 value per channel when training, got input [{}]",
+                                            repr(), fmt::join(x.shape, ", ")));
+  }
+  input_ = x;
+  save_mean_.resize(static_cast<size_t>(C_));
+  save_invstd_.resize(static_cast<size_t>(C_));
+  nn::batchnorm_forward_train(x.data(), weight.data(), bias.data(), running_mean.value.data(),
+                              running_var.value.data(), y.data(), save_mean_.data(), save_invstd_.data(), N, C_, L,
+                              momentum_, eps_);
+  ++num_batches_tracked.count;
+  return y;
+}
+
+Tensor BatchNorm::backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) {
+  const int64_t N = input_.shape[0], L = input_.numel() / (N * C_);
+  Tensor gx = Tensor::empty(input_.shape);  // the kernel writes it either way
+  Matrix gw(C_, 1), gb(C_, 1);
+  nn::batchnorm_backward_train(grad_out.data(), input_.data(), weight.data(), save_mean_.data(), save_invstd_.data(),
+                               gx.data(), gw.data(), gb.data(), N, C_, L);
+  weight.accumulate_grad(gw);
+  bias.accumulate_grad(gb);
+  ready.push_back(&weight);
+  ready.push_back(&bias);
+  if (!need_grad_input) return Tensor();
+  return gx;
+}
+
+std::string BatchNorm::repr() const {
+  return fmt::format("BatchNorm{}d({}, eps={}, momentum={}, affine=True, track_running_stats=True)", dims_, C_, eps_,
+                     momentum_);
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  noise_.resize(static_cast<size_t>(x.numel()));
+  if (!nn::dropout_mask(noise_.data(), x.numel(), p_, training_, *gen_)) {
+    noise_.clear();
+    return x;
+  }
+  Tensor y = Tensor::empty(x.shape);
+  nn::dropout_forward(x.data(), noise_.data(), y.data(), x.numel());
+  return y;
+}
+
+Tensor Dropout::backward(const Tensor& g, bool need_grad_input, std::vector<Parameter*>&) {
+  if (!need_grad_input) return Tensor();
+  if (noise_.empty()) return g;
+  Tensor gx = Tensor::empty(g.shape);
+  nn::dropout_backward(g.data(), noise_.data(), gx.data(), g.numel());
+  return gx;
+}
+
+std::string Dropout::repr() const { return fmt::format("Dropout(p={}, inplace=False)", p_); }
+
+Tensor Activation::forward(const Tensor& x) {
+  Tensor y = Tensor::empty(x.shape);
+  const int64_t n = x.numel();
+  switch (kind_) {
+    case Kind::tanh: nn::tanh_forward(x.data(), y.data(), n); break;
+    case Kind::sigmoid: nn::sigmoid_forward(x.data(), y.data(), n); break;
+    case Kind::gelu: nn::gelu_forward(x.data(), y.data(), n, nn::GeluApproximate::kNone); break;
+    case Kind::gelu_tanh: nn::gelu_forward(x.data(), y.data(), n, nn::GeluApproximate::kTanh); break;
+  }
+  saved_ = (kind_ == Kind::tanh || kind_ == Kind::sigmoid) ? y : x;
+  return y;
+}
+
+Tensor Activation::backward(const Tensor& g, bool need_grad_input, std::vector<Parameter*>&) {
+  if (!need_grad_input) return Tensor();
+  Tensor gx = Tensor::empty(g.shape);
+  const int64_t n = g.numel();
+  switch (kind_) {
+    case Kind::tanh: nn::tanh_backward(g.data(), saved_.data(), gx.data(), n); break;
+    case Kind::sigmoid: nn::sigmoid_backward(g.data(), saved_.data(), gx.data(), n); break;
+    case Kind::gelu: nn::gelu_backward(g.data(), saved_.data(), gx.data(), n, nn::GeluApproximate::kNone); break;
+    case Kind::gelu_tanh: nn::gelu_backward(g.data(), saved_.data(), gx.data(), n, nn::GeluApproximate::kTanh); break;
+  }
+  return gx;
+}
+
+std::string Activation::repr() const {
+  switch (kind_) {
+    case Kind::tanh: return "Tanh()";
+    case Kind::sigmoid: return "Sigmoid()";
+    case Kind::gelu: return "GELU(approximate='none')";
+    case Kind::gelu_tanh: return "GELU(approximate='tanh')";
+  }
+  return "";
+}
+
+}  // namespace ddplab

@@ -1,0 +1,70 @@
+// nn.BatchNorm1d / nn.BatchNorm2d and nn.Dropout as Modules over the kernels of src/nn.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "src/model/module.h"
+#include "src/torch_rng.h"
+
+namespace ddplab {
+
+// nn.BatchNorm1d(num_features) on [N, C] or [N, C, L]; nn.BatchNorm2d on [N, C, H, W]. eps 1e-5, momentum
+// 0.1, affine, track_running_stats. Training normalises with the batch's statistics and updates the
+// running ones (and num_batches_tracked); eval uses the running ones.
+class BatchNorm : public Module {
+ public:
+  BatchNorm(int64_t num_features, double eps, double momentum, int dims, const std::string& prefix);
+
+  Tensor forward(const Tensor& x) override;
+  // NativeBatchNormBackward hands autograd the weight's gradient before the bias's (measured with hooks).
+  Tensor backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) override;
+  std::vector<Parameter*> parameters() override { return {&weight, &bias}; }
+  std::vector<Buffer*> buffers() override { return {&running_mean, &running_var, &num_batches_tracked}; }
+  using Module::buffers;
+  using Module::parameters;
+  std::string repr() const override;
+
+  Parameter weight, bias;
+  Buffer running_mean, running_var, num_batches_tracked;
+
+ private:
+  int64_t C_;
+  double eps_, momentum_;
+  int dims_;
+  Tensor input_;
+  std::vector<float> save_mean_, save_invstd_;
+};
+
+// nn.Dropout(p): in training each element is kept when a double uniform from the rank's global generator
+// is below 1 - p, and scaled by 1/(1 - p); in eval the identity.
+class Dropout : public Module {
+ public:
+  Dropout(double p, Generator& gen) : p_(p), gen_(&gen) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) override;
+  std::string repr() const override;
+  // The last training forward's mask values (0 or 1/(1-p)); empty when it drew nothing.
+  const std::vector<float>& last_mask() const { return noise_; }
+
+ private:
+  double p_;
+  Generator* gen_;
+  std::vector<float> noise_;
+};
+
+// nn.Tanh, nn.Sigmoid, nn.GELU(approximate='none' | 'tanh').
+class Activation : public Module {
+ public:
+  enum class Kind { tanh, sigmoid, gelu, gelu_tanh };
+  explicit Activation(Kind k) : kind_(k) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) override;
+  std::string repr() const override;
+
+ private:
+  Kind kind_;
+  Tensor saved_;  // tanh and sigmoid's backward read their output, GELU's its input
+};
+
+}  // namespace ddplab

@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""Writes the goldens of models beyond the MLP (issue 16: the CNN on the digits, BatchNorm's buffers, Dropout)
+from real torch DistributedDataParallel. Run from the repository root:
+
+    /usr/bin/python3 tests/golden/models/make_model_goldens.py
+
+Each config runs sim/ddp_reference.py (gloo on CPU, one process per rank, one thread each) and writes
+tests/golden/models/<name>.json (parameters, buffers, losses, sampler indices and correct test predictions
+per rank), plus configs.json (name -> argument list). Nothing here is hand-edited.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+REF = os.path.join(ROOT, 'sim', 'ddp_reference.py')
+
+# The kernels the goldens are computed with (as tests/golden/ddp/make_ddp_goldens.py pins them), plus oneDNN's
+# instruction set: its convolution kernels round differently per ISA. tests/BUILD pins the same for ddp_sim.
+os.environ.update(OPENBLAS_CORETYPE='Prescott', OPENBLAS_NUM_THREADS='1', ATEN_CPU_CAPABILITY='avx2',
+                  ONEDNN_MAX_CPU_ISA='AVX2')
+
+CNN = ['--dataset', 'digits', '--model', 'cnn', '--loss', 'ce', '--batch-size', '32', '--epochs', '1']
+CONFIGS = {
+    'cnn_sgd_ws2': ['--world-size', '2', '--lr', '0.05', '--momentum', '0.9'] + CNN,
+    'cnn_sgd_ws3': ['--world-size', '3', '--lr', '0.05', '--momentum', '0.9'] + CNN,
+    'cnn_adam_ws4': ['--world-size', '4', '--optimizer', 'adam', '--lr', '0.002'] + CNN,
+    'cnn_no_broadcast_buffers_ws3': ['--world-size', '3', '--lr', '0.05', '--momentum', '0.9',
+                                     '--broadcast-buffers', 'false'] + CNN,
+    'cnn_seed_per_rank_ws2': ['--world-size', '2', '--lr', '0.05', '--seed-per-rank', 'true'] + CNN,
+    'mlp_digits_ws2': ['--world-size', '2', '--dataset', 'digits', '--layers', '64,32,10', '--activation', 'relu',
+                       '--loss', 'ce', '--lr', '0.1', '--batch-size', '16', '--epochs', '1'],
+}
+
+
+def write_json(path, doc):
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.golden.')
+    with os.fdopen(fd, 'w') as f:
+        json.dump(doc, f, separators=(',', ':'))
+        f.write('\n')
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def main():
+    t0 = time.monotonic()
+    for name, args in CONFIGS.items():
+        out = os.path.join(HERE, name + '.json')
+        t = time.monotonic()
+        subprocess.run([sys.executable, REF] + args + ['--dump-params', out], check=True, stdout=subprocess.DEVNULL,
+                       timeout=900)
+        os.chmod(out, 0o644)
+        print(f'wrote {os.path.relpath(out, ROOT)} ({time.monotonic() - t:.1f}s)', flush=True)
+    write_json(os.path.join(HERE, 'configs.json'), CONFIGS)
+    print(f'wrote configs.json; total {time.monotonic() - t0:.1f}s')
+
+
+if __name__ == '__main__':
+    sys.exit(main())
