@@ -161,6 +161,9 @@ TEST(GpuTrainer, SupportsMseWithSgdAndAdamOnly) {
             "--backend nccl keeps the model on the GPU for --loss mse only (got ce)");
   cfg.loss = ddp::LossKind::ce_probs;
   EXPECT_NE(dist::gpu_trainer_unsupported(cfg).find("(got ce-probs)"), std::string::npos);
+  cfg.model = "cnn";
+  EXPECT_EQ(dist::gpu_trainer_unsupported(cfg),
+            "--backend nccl keeps the model on the GPU for --model mlp only (got cnn); --backend gloo runs every model");
 }
 
 TEST(GpuTrainer, DdpVerifyRefusesCrossEntropyOnNcclBeforeStartingRanks) {

@@ -71,7 +71,30 @@ TEST(ModelDdp, GoldensShowWhatDdpDoesToBuffersAndDropout) {
   EXPECT_EQ(per_rank["replicas"][1], per_rank["replicas"][0]);
 }
 
+// Real ranks over Gloo (one process each) train the CNN to torch's bits too.
+TEST(ModelDdp, GlooRanksTrainTheCnnToTorchsBits) {
+  const json configs = testing::load_json("tests/golden/models/configs.json");
+  const std::string name = "cnn_sgd_ws3";
+  std::vector<std::string> args = {"verify/ddp_verify", "--backend", "gloo", "--nproc", "3", "--quiet"};
+  for (const auto& a : configs[name]) args.push_back(a.get<std::string>());
+  const std::string out = testing::temp_dir() + "/verify.json";
+  args.push_back("--dump-params");
+  args.push_back(out);
+  const testing::CommandResult r = testing::run_command(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("verified"), std::string::npos) << r.out;
+  const json got = testing::load_json(out), torch = testing::load_json("tests/golden/models/" + name + ".json");
+  for (size_t rank = 0; rank < 3; ++rank) {
+    expect_bitwise(name + " gloo rank" + std::to_string(rank), got["replicas"][rank], torch["replicas"][rank]);
+    EXPECT_EQ(got["losses"][rank], torch["losses"][rank]) << "rank " << rank;
+  }
+}
+
 TEST(ModelDdp, BadModelSpecGetsOneLineAndExit2) {
+  const auto nccl = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "2", "--dataset",
+                                          "digits", "--model", "cnn"});
+  EXPECT_EQ(nccl.status, 2) << nccl.err;
+  EXPECT_NE(nccl.err.find("--model mlp only (got cnn)"), std::string::npos) << nccl.err;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"conv2d(1,8,3),batchnorm2d(4)", "layer 2 ('batchnorm2d(4)')"},
       {"conv2d(1,8)", "conv2d needs kernel_size"},

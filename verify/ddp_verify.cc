@@ -194,7 +194,7 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
     const std::string dump = flags.get_string("dump-params", "");
     if (!dump.empty()) {
       const std::string out =
-          dump_json(DumpPieces{env.world_size, backend, args, params_json, indices_json, losses_json});
+          dump_json(DumpPieces{env.world_size, backend, args, params_json, indices_json, losses_json, {}, {}});
       if (std::string why = write_file_atomic(dump, out); !why.empty()) {
         std::fprintf(stderr, "ddp_verify: --dump-params: %s\n", why.c_str());
         verdict = 1.0f;

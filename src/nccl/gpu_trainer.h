@@ -28,6 +28,10 @@ namespace ddplab::dist {
 
 // "" when train_rank_on_device supports `cfg`, else one line saying why (for a UsageError).
 inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
+  if (!cfg.is_mlp()) {  // its kernels are Linear's and ReLU's (src/cuda_kernels.cu)
+    return "--backend nccl keeps the model on the GPU for --model mlp only (got " + cfg.model +
+           "); --backend gloo runs every model";
+  }
   if (cfg.loss != ddp::LossKind::mse) {
     return "--backend nccl keeps the model on the GPU for --loss mse only (got " + ddp::loss_name(cfg.loss) + ")";
   }
