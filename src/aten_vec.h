@@ -2,6 +2,7 @@
 // vec::functional helpers (functional_base.h) that torch 1.13's CPU kernels are written with, so that ddplab
 // can add, reduce and exponentiate in exactly their order: 8 lanes, partial loads padded with zeros, the
 // shuffle-tree horizontal reduction, and SLEEF 3.5.1's u10 functions (the library torch links).
+// These are the AVX2 kernels (ATEN_CPU_CAPABILITY=avx2); torch's AVX-512 kernels (16 lanes) give other bits.
 #pragma once
 
 #include <immintrin.h>
