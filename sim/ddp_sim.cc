@@ -58,6 +58,9 @@ int run(int argc, char** argv) {
   const std::string trace = flags.get_string("trace", "");
   const std::string dump = flags.get_string("dump-params", "");
   const std::string report_path = flags.get_string("report", "");
+  if (!trace.empty() && !cfg.is_mlp()) {  // its cost model counts Linear layers' flops
+    throw UsageError("--trace models the MLP's Linear layers only (got --model " + cfg.model + ")");
+  }
   for (const auto& [flag, path] :
        {std::pair{"--trace", trace}, std::pair{"--dump-params", dump}, std::pair{"--report", report_path}}) {
     if (!path.empty()) {
@@ -124,7 +127,7 @@ int run(int argc, char** argv) {
     page.config = ddp::describe(cfg);
     report::add_simulation(page, cfg, res);
     page.notes.push_back(tables);
-    page.timing = report::timing_of(build_timeline(cfg, cost), cfg.world_size);
+    if (cfg.is_mlp()) page.timing = report::timing_of(build_timeline(cfg, cost), cfg.world_size);
     if (std::string why = write_file_atomic(report_path, report::render_html(page)); !why.empty()) {
       std::fprintf(stderr, "ddp_sim: --report: %s\n", why.c_str());
       return 1;

@@ -95,6 +95,10 @@ TEST(ModelDdp, BadModelSpecGetsOneLineAndExit2) {
                                           "digits", "--model", "cnn"});
   EXPECT_EQ(nccl.status, 2) << nccl.err;
   EXPECT_NE(nccl.err.find("--model mlp only (got cnn)"), std::string::npos) << nccl.err;
+  const auto trace = testing::run_command({"sim/ddp_sim", "--dataset", "digits", "--model", "cnn", "--trace",
+                                           testing::temp_dir() + "/t.json"});
+  EXPECT_EQ(trace.status, 2) << trace.err;
+  EXPECT_NE(trace.err.find("--trace models the MLP's Linear layers only"), std::string::npos) << trace.err;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"conv2d(1,8,3),batchnorm2d(4)", "layer 2 ('batchnorm2d(4)')"},
       {"conv2d(1,8)", "conv2d needs kernel_size"},
