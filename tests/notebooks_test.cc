@@ -1,5 +1,6 @@
 // The notebook labs against their notebooks' own PyTorch code (notebooks_ported/*/reference.py and the
 // goldens it wrote), live against the same scripts when torch is importable, on real ranks, and bad input.
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 
@@ -237,6 +238,17 @@ TEST(Notebooks, Lab002SkewedRankTimesOutAndLeavesNothingBehind) {
     EXPECT_NE(r.err.find("rank 0: barrier #"), std::string::npos) << r.err;
     EXPECT_EQ(std::system(("test -z \"$(ls -A " + tmp + ")\"").c_str()), 0) << "files left in " << tmp;
   }
+}
+
+// Issue 19, cause 8: on the simulator the ranks are threads of one process, and the skewed rank slept its
+// 30 s while the others had given up on the barrier after --timeout 1 (the run took 33 s).
+TEST(Notebooks, Lab002SkewOnTheSimulatorIsBoundedByTheTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CommandResult r = lab("002_checkpoint", {"--skew-rank", "1", "--skew-seconds", "30", "--timeout", "1"});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("barrier #"), std::string::npos) << r.err;
+  EXPECT_LT(s, 10.0) << "waited out the skew instead of the timeout\n" << r.err;
 }
 
 TEST(Notebooks, Lab002SkewRankMustBeARankOfTheRun) {

@@ -92,6 +92,21 @@ TEST(Report, DdpSimHasEverySectionAndEscapesArgv) {
   EXPECT_EQ(html.find("x\".html"), std::string::npos) << "a raw quote";
 }
 
+// Issue 19, cause 9: the loss chart kept every point: 10 epochs gave a 0.5 MB page, 300 epochs 14.7 MB.
+TEST(Report, LongRunsStaySmall) {
+  const std::string path = testing::temp_dir() + "/long.html";
+  // 4 ranks x 51200 steps: 2.5 MB before.
+  const CommandResult r = run(kSim, {"--world-size", "4", "--samples", "2048", "--batch-size", "1", "--epochs", "100",
+                                     "--quiet", "--report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string html = read(path);
+  expect_self_contained(html, "51200 steps");
+  EXPECT_LT(html.size(), 300000u) << "the page grows with the run";
+  EXPECT_NE(html.find("each line shows the lowest and highest loss of every"), std::string::npos)
+      << "the page does not say that the curves are thinned";
+  std::printf("51200 steps, 4 ranks: a page of %zu bytes\n", html.size());
+}
+
 TEST(Report, DifferentRowsAreRed) {
   // No broadcast and per-rank seeds: the ranks never agree, rows are not even allclose.
   const std::string path = testing::temp_dir() + "/r.html";

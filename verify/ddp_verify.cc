@@ -232,6 +232,7 @@ int run(int argc, char** argv) {
       }
     }
   }
+  threads_from_flags(flags);  // rank 0's simulator reads it: checked here, before any rank starts
   if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {  // refused before any rank starts
     if (std::string why = dist::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
   }

@@ -34,10 +34,31 @@ std::string lab_usage() {
          dist::runner_usage(false);
 }
 
+namespace {
+
+// Flags one kind of run never reads: accepted, they would silently do nothing (issue 19, cause 7).
+void refuse_what_cannot_take_effect(const Flags& flags, const std::string& backend) {
+  if (backend != "sim") {
+    if (flags.has("threads")) {
+      throw UsageError("--threads takes effect only on the simulator (--backend sim): real ranks do not read it");
+    }
+    return;
+  }
+  for (const char* f : {"fault", "fault-rank", "fault-at", "store", "run-id", "bind"}) {
+    if (flags.has(f)) {
+      throw UsageError(fmt::format("--{} takes effect only on real ranks (--backend gloo|nccl): the simulator {}", f,
+                                   f[0] == 'f' ? "injects no faults" : "meets through no store"));
+    }
+  }
+}
+
+}  // namespace
+
 int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
                  const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body) {
   const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
   LabReport page(flags, argc, argv);  // --report: checked now, written when the ranks are done
+  refuse_what_cannot_take_effect(flags, backend);
   if (backend != "sim") {
     return dist::run_ranks(
         flags, argc, argv, [&](int) { return agreement; }, [&](dist::Rank& r) { return body(*r.comm); });
@@ -67,7 +88,7 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
   // A check every rank makes fails in every rank: say it once, not once per rank.
   std::set<std::string> said;
   for (const std::string& e : errors) {
-    if (!e.empty() && said.insert(e).second) std::fprintf(stderr, "%s: %s\n", program, e.c_str());
+    if (!e.empty() && said.insert(e).second) std::fprintf(stderr, "%s: %s\n", program, escape_control(e).c_str());
   }
   return std::max(*std::max_element(status.begin(), status.end()), page.write());
 }
@@ -78,7 +99,7 @@ int write_ranks_dump(const Flags& flags, const char* program, const std::string&
   const std::string doc =
       fmt::format("{{\"world_size\": {}, \"ranks\": [{}]}}\n", ranks.size(), fmt::join(ranks, ",\n"));
   if (std::string why = write_file_atomic(path, doc); !why.empty()) {
-    std::fprintf(stderr, "%s: --dump: %s\n", program, why.c_str());
+    std::fprintf(stderr, "%s: --dump: %s\n", program, escape_control(why).c_str());
     return 1;
   }
   return 0;
@@ -95,6 +116,7 @@ int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Pr
             const std::function<int(RankView&)>& report) {
   const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
   LabReport page(flags, argc, argv);  // --report: checked now, written when every rank has reported
+  refuse_what_cannot_take_effect(flags, backend);
   if (backend == "sim") {
     if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
     cfg.world_size = flags.get_int("world-size", cfg.world_size, 1, ddp::kMaxWorldSize);

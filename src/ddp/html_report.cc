@@ -251,6 +251,14 @@ std::string render_html(const ReportData& d) {
         break;
       }
     }
+    size_t steps = 0;
+    for (const auto& s : d.losses) steps = std::max(steps, s.y.size());
+    if (steps > svg::kMaxChartPoints) {
+      out += fmt::format(
+          " The run has {} steps: each line shows the lowest and highest loss of every {} consecutive steps, so "
+          "that the page stays small.",
+          steps, (steps + svg::kMaxChartPoints / 2 - 1) / (svg::kMaxChartPoints / 2));
+    }
     out += "</p>\n" + svg::line_chart(d.losses, d.loss_x_label, "loss") + "</section>\n";
   }
   if (!d.tables.empty()) {

@@ -126,8 +126,24 @@ std::string line_chart(const std::vector<Series>& series, const std::string& x_l
     const Series& s = series[i];
     const std::string colour = s.colour.empty() ? series_colour(i) : s.colour;
     std::string pts;
-    for (size_t k = 0; k < s.y.size(); ++k) {
-      if (std::isfinite(s.y[k])) pts += fmt::format("{:.1f},{:.1f} ", X(static_cast<double>(k + 1)), Y(s.y[k]));
+    // Steps per run, the same for every line; 1 (every point) up to kMaxChartPoints.
+    const size_t per = n > kMaxChartPoints ? (n + kMaxChartPoints / 2 - 1) / (kMaxChartPoints / 2) : 1;
+    for (size_t a = 0; a<s.y.size(); a += per> 1 ? per : 1) {
+      if (per <= 1) {
+        if (std::isfinite(s.y[a])) pts += fmt::format("{:.1f},{:.1f} ", X(static_cast<double>(a + 1)), Y(s.y[a]));
+        continue;
+      }
+      size_t lo_k = a, hi_k = a;  // the run's lowest and highest finite values, drawn in step order
+      for (size_t k = a; k < std::min(a + per, s.y.size()); ++k) {
+        if (!std::isfinite(s.y[k])) continue;
+        if (!std::isfinite(s.y[lo_k]) || s.y[k] < s.y[lo_k]) lo_k = k;
+        if (!std::isfinite(s.y[hi_k]) || s.y[k] > s.y[hi_k]) hi_k = k;
+      }
+      std::vector<size_t> keep = {std::min(lo_k, hi_k)};
+      if (hi_k != lo_k) keep.push_back(std::max(lo_k, hi_k));
+      for (const size_t k : keep) {
+        if (std::isfinite(s.y[k])) pts += fmt::format("{:.1f},{:.1f} ", X(static_cast<double>(k + 1)), Y(s.y[k]));
+      }
     }
     out += fmt::format(
         "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{} points=\"{}\"><title>{}</title></polyline>\n",

@@ -20,6 +20,10 @@ struct Series {
   std::string colour;  // "" = series_colour(index)
 };
 
+// Points drawn per series at most: a longer series is drawn as the lowest and highest value of each run of
+// consecutive points (its envelope), so that a page stays small however long the run (issue 19, cause 9).
+constexpr size_t kMaxChartPoints = 1000;
+
 // One line per series, with axes, ticks, axis labels and a legend.
 std::string line_chart(const std::vector<Series>& series, const std::string& x_label, const std::string& y_label,
                        int width = 960, int height = 340);

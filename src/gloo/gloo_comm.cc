@@ -241,9 +241,11 @@ class GlooComm : public comm::Communicator {
       throw comm::CommError(fmt::format("rank {}: {} #{} refused: the connections were closed after {} failed",
                                         ctx_->rank, name, seq, broken_));
     }
+    const auto start = Clock::now();
     try {
       f(static_cast<uint32_t>(seq));
     } catch (const std::exception& e) {
+      const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
       const std::string why = gloo_message(e);
       broken_ = fmt::format("{} #{}", name, seq);
       // Close every connection first: a peer blocked on this rank fails now and reports too, instead of
@@ -253,8 +255,13 @@ class GlooComm : public comm::Communicator {
       } catch (const std::exception&) {
       }
       const std::string peers = name_silent_peers(*store_, ctx_->rank, ctx_->size, broken_, blame_window(timeout));
-      throw comm::CommError(fmt::format("rank {}: {} failed after at most {} ms: {} (gloo: {})", ctx_->rank, broken_,
-                                        timeout.count(), peers, why));
+      // A timeout is "after at most the timeout"; anything else (a peer's connection closed) came when it
+      // came, and the line says when.
+      const std::string when =
+          took >= timeout || why.rfind("Timed out", 0) == 0
+              ? fmt::format("after at most {} ms", timeout.count())
+              : fmt::format("after {} ms, before its {} ms timeout", took.count(), timeout.count());
+      throw comm::CommError(fmt::format("rank {}: {} failed {}: {} (gloo: {})", ctx_->rank, broken_, when, peers, why));
     }
   }
 

@@ -39,6 +39,12 @@ class FaultyComm : public comm::Communicator {
   void all_gather(const void* in, size_t bytes, void* out) override { inner_->all_gather(in, bytes, out); }
   void barrier() override { inner_->barrier(); }
 
+  // After the run: "" when the fault was injected (it never returns then), else why it was not.
+  std::string not_injected() const {
+    return "--fault-at " + std::to_string(at_) + " is past this run's last all-reduce (#" + std::to_string(count_) +
+           "): no fault was injected";
+  }
+
  private:
   // Host and device all-reduces count alike: --fault-at K is the K-th gradient all-reduce either way.
   void maybe_fail() {

@@ -18,6 +18,7 @@
 
 #include "src/ddp/config.h"
 #include "src/flags.h"
+#include "src/launch/rank_stderr.h"
 #include "src/store/store.h"
 
 extern char** environ;
@@ -145,6 +146,19 @@ pid_t start_watchdog(const std::string& dir, int* write_end) {
   _exit(0);
 }
 
+// Stopped by a signal (state T in /proc/PID/stat; the name in parentheses may hold anything).
+bool is_stopped(pid_t pid) {
+  char buf[512];
+  const int fd = open(fmt::format("/proc/{}/stat", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const char* close_paren = std::strrchr(buf, ')');
+  return close_paren && close_paren[1] == ' ' && close_paren[2] == 'T';
+}
+
 }  // namespace
 
 int launch_local(int nproc, const std::vector<std::string>& args, std::vector<std::string> extra_env, double grace_s,
@@ -163,6 +177,9 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
     watchdog = start_watchdog(dir, &watchdog_pipe);
   }
   const pid_t launcher = getpid();
+  // The ranks' stderr through the launcher; a progress line, drawn only on a terminal, still is.
+  RankStderr rank_stderr(nproc);
+  const bool progress_on_terminal = isatty(2) && !std::getenv("DDPLAB_PROGRESS");
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc && g_stop_signal == 0; ++r) {
     const pid_t pid = fork();
@@ -176,6 +193,8 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher) _exit(1);
       stop_signals.restore_in_child();
+      rank_stderr.in_child(r);
+      if (progress_on_terminal) setenv("DDPLAB_PROGRESS", "1", 1);
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
@@ -188,6 +207,7 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
       std::perror("exec");
       _exit(127);
     }
+    rank_stderr.in_launcher(r);
     pids.push_back(pid);
   }
   // After the first failure the others get `grace_s` to notice it themselves and name it, then SIGTERM,
@@ -198,10 +218,19 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
   using Clock = std::chrono::steady_clock;
   constexpr auto kNever = Clock::time_point::max();
   Clock::time_point term_at = kNever, kill_at = kNever;
+  // A stopped rank (SIGSTOP, a debugger) keeps SIGTERM pending until it runs again: continue it too.
   const auto signal_all = [&](int sig) {
     for (pid_t p : pids) {
       if (p > 0) kill(p, sig);
+      if (p > 0 && sig != SIGKILL) kill(p, SIGCONT);
     }
+  };
+  // The grace is for ranks that can still say what they saw; a stopped rank cannot.
+  const auto all_stopped = [&] {
+    for (pid_t p : pids) {
+      if (p > 0 && !is_stopped(p)) return false;
+    }
+    return true;
   };
   while (remaining > 0) {
     if (g_stop_signal != 0 && interrupted == 0) {
@@ -226,14 +255,17 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
       if (rank < 0) continue;
       --remaining;
       pids[static_cast<size_t>(rank)] = -1;
-      if (interrupted != 0) continue;  // stopped by the forwarded signal: not a failure of its own
       // The promise is 0/1/2/3: a rank killed by a signal, or exiting with another status, failed: 1.
       const bool exited = WIFEXITED(status);
       const int raw = exited ? WEXITSTATUS(status) : WTERMSIG(status);
       const int code = exited && raw <= 3 ? raw : 1;
+      const bool said_why = rank_stderr.ended(rank, exited ? raw : -1);
+      if (interrupted != 0) continue;  // stopped by the forwarded signal: not a failure of its own
       if (code != 0 && first_status == 0) {
         first_status = code;
-        if (remaining > 0 || !exited || raw > 3) {
+        // A rank that ended on bad input or a failed rendezvous (2, 3) has said why: that is the line.
+        const bool told = said_why && exited && (raw == 2 || raw == 3);
+        if (!told && (remaining > 0 || !exited || raw > 3)) {
           std::fprintf(stderr, "%s: rank %d %s%s\n", program_invocation_short_name, rank,
                        exited ? fmt::format("exited with status {}", raw).c_str()
                               : fmt::format("was killed by signal {} ({})", raw, strsignal(raw)).c_str(),
@@ -244,7 +276,8 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
       continue;
     }
     if (pid < 0 && errno == ECHILD) break;
-    if (Clock::now() > term_at) {
+    if (term_at != kNever && all_stopped()) term_at = Clock::now();
+    if (Clock::now() >= term_at) {
       signal_all(SIGTERM);
       term_at = kNever;
       kill_at = Clock::now() + std::chrono::seconds(5);
@@ -253,7 +286,7 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
       signal_all(SIGKILL);
       kill_at = kNever;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    rank_stderr.pump(20);
   }
   if (!dir.empty()) {
     std::error_code ignored;

@@ -207,7 +207,13 @@ int worker(const Flags& flags, const RankEnv& env, const std::function<std::vect
                                              static_cast<int>(flags.get_int("fault-at", 1, 1, 1 << 30)));
   }
   check_agreement(*rank.comm, agreement);
-  return body(rank);
+  const int status = body(rank);
+  // A fault that never fired leaves a run that proved nothing about faults: refuse it, naming why.
+  if (const auto* f = dynamic_cast<const FaultyComm*>(rank.comm.get())) {
+    std::fprintf(stderr, "%s: rank %d: %s\n", program_invocation_short_name, env.rank, f->not_injected().c_str());
+    return 2;
+  }
+  return status;
 }
 
 }  // namespace

@@ -208,11 +208,18 @@ std::string nccl_unavailable_reason(int local_rank, int local_world_size, bool s
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   const int needed = share_gpus ? 1 : local_world_size;
+  // No driver (the CUDA runtime then says "driver version is insufficient") or no device: say that plainly.
+  const std::string one = share_gpus || needed == 1 ? "" : "; --share-gpus runs every rank on one GPU";
+  if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)) {
+    return fmt::format(
+        "NCCL backend needs {} CUDA device{}, and this machine has none: no NVIDIA driver or GPU here "
+        "(cudaGetDeviceCount: {}){}",
+        needed, needed > 1 ? "s" : "", e == cudaSuccess ? "0 found" : cudaGetErrorString(e), one);
+  }
   if (e != cudaSuccess) {
     return fmt::format("NCCL backend needs {} CUDA device{}; cudaGetDeviceCount: {}", needed, needed > 1 ? "s" : "",
                        cudaGetErrorString(e));
   }
-  if (count == 0) return fmt::format("NCCL backend needs {} CUDA devices; cudaGetDeviceCount: 0 found", needed);
   if (!share_gpus && (count < local_world_size || local_rank >= count)) {
     return fmt::format(
         "NCCL backend needs {} CUDA devices; cudaGetDeviceCount: {} found (--share-gpus runs several "
