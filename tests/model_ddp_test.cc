@@ -90,6 +90,42 @@ TEST(ModelDdp, GlooRanksTrainTheCnnToTorchsBits) {
   }
 }
 
+// Lab 005 prints three lessons; each verdict is also what torch's own run (reference.py) prints.
+std::string line_with(const std::string& text, const std::string& start) {
+  const size_t at = text.find(start);
+  return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+}
+
+TEST(ModelDdp, Lab005ShowsBuffersMasksAndAccuracy) {
+  const auto r = testing::run_command({"notebooks_ported/005_cnn_digits/005_cnn_digits"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::printf("%s", r.out.c_str());
+  EXPECT_NE(r.out.find("broadcast_buffers=True (DDP's default): parameters exact: True | buffers exact: True"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("broadcast_buffers=False: parameters exact: True | buffers exact: False"), std::string::npos);
+  EXPECT_NE(line_with(r.out, "every rank manual_seed(seed)").find("| 0 of 896 mask elements differ"),
+            std::string::npos);
+  EXPECT_EQ(line_with(r.out, "--seed-per-rank").find("| 0 of"), std::string::npos);
+  EXPECT_EQ(r.out.find("parameters exact across ranks: False"), std::string::npos);
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: reference.py not run";
+  const auto torch = testing::run_command({"/usr/bin/python3", "notebooks_ported/005_cnn_digits/reference.py"});
+  ASSERT_EQ(torch.status, 0) << torch.err;
+  std::printf("reference.py (torch 1.13 DDP, 2 gloo processes):\n%s", torch.out.c_str());
+  EXPECT_NE(torch.out.find("broadcast_buffers=True: parameters exact: True | buffers exact: True"), std::string::npos);
+  EXPECT_NE(torch.out.find("broadcast_buffers=False: parameters exact: True | buffers exact: False"), std::string::npos);
+  // The same masks, element for element: torch's "X of N" differing elements are the lab's.
+  const auto of_count = [](const std::string& line) {
+    const size_t of = line.find(" of ");
+    if (of == std::string::npos) return std::string("?");
+    const size_t start = line.rfind(' ', of - 1) + 1, end = line.find(' ', of + 4);
+    return line.substr(start, end - start);
+  };
+  EXPECT_EQ(of_count(line_with(torch.out, "masks seed_per_rank=False")),
+            of_count(line_with(r.out, "every rank manual_seed(seed)")));
+  EXPECT_EQ(of_count(line_with(torch.out, "masks seed_per_rank=True")), of_count(line_with(r.out, "--seed-per-rank")));
+  EXPECT_NE(torch.out.find("syncbn: ValueError"), std::string::npos) << "SyncBatchNorm ran on CPU: lab 005 says it does not";
+}
+
 TEST(ModelDdp, BadModelSpecGetsOneLineAndExit2) {
   const auto nccl = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "2", "--dataset",
                                           "digits", "--model", "cnn"});

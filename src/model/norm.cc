@@ -64,6 +64,7 @@ std::string BatchNorm::repr() const {
 }
 
 Tensor Dropout::forward(const Tensor& x) {
+  if (!training_) return x;  // eval draws nothing (and keeps the last training mask for last_mask())
   noise_.resize(static_cast<size_t>(x.numel()));
   if (!nn::dropout_mask(noise_.data(), x.numel(), p_, training_, *gen_)) {
     noise_.clear();
