@@ -8,14 +8,14 @@
 
 #include "src/compare.h"
 #include "src/ddp/config.h"
-#include "src/ddp/explain.h"
-#include "src/ddp/html_report.h"
-#include "src/ddp/report.h"
-#include "src/ddp/timeline.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
 #include "src/io.h"
 #include "src/parallel.h"
+#include "src/report/explain.h"
+#include "src/report/html_report.h"
+#include "src/report/report.h"
+#include "src/report/timeline.h"
 
 namespace {
 

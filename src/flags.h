@@ -5,21 +5,12 @@
 #include <cstdint>
 #include <map>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "src/errors.h"
+
 namespace ddplab {
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// A run that failed (a collective that timed out, a rank that died): one line, exit status 1. Kinds of it
-// live where they arise (comm::CommError), so this core header depends on none of them.
-struct RunError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 class Flags {
  public:

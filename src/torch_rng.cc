@@ -9,7 +9,6 @@
 namespace ddplab {
 
 void Generator::manual_seed(uint64_t seed) {
-  seed_ = seed;
   // MT19937 init_genrand with the low 32 bits, as at::mt19937(seed) does.
   state_[0] = static_cast<uint32_t>(seed & 0xffffffffu);
   for (int j = 1; j < kN; ++j) {

@@ -24,7 +24,6 @@ class Generator {
 
   // Rebuilds the engine from the low 32 bits of seed and clears the cached normal sample.
   void manual_seed(uint64_t seed);
-  uint64_t initial_seed() const { return seed_; }
 
   uint32_t random();    // one 32-bit MT19937 output
   uint64_t random64();  // two outputs, the first one is the high word
@@ -54,7 +53,6 @@ class Generator {
   uint32_t state_[kN];
   int left_ = 1;
   int next_ = 0;
-  uint64_t seed_ = 0;
   std::optional<double> next_double_normal_sample_;
 };
 

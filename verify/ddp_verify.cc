@@ -3,30 +3,23 @@
 // rank's parameters, runs the simulator on the same configuration and prints both in the cmp table.
 // Exit: 0 all rows approximately equal and ranks bitwise identical; 1 otherwise or a rank failed;
 // 2 bad input or rendezvous; 3 backend unavailable.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <ctime>
-#include <filesystem>
 #include <string>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "src/ddp/config.h"
-#include "src/ddp/html_report.h"
-#include "src/ddp/report.h"
-#include "src/ddp/timeline.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
-#include "src/gloo/gloo_comm.h"
 #include "src/io.h"
 #include "src/launch/runner.h"
 #include "src/nccl/gpu_trainer.h"
-#include "src/nccl/nccl_backend.h"
 #include "src/parallel.h"
+#include "src/report/html_report.h"
+#include "src/report/report.h"
+#include "src/report/timeline.h"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include "notebooks_ported/lab/lab.h"
 #include "notebooks_ported/lab/lab_report.h"
 #include "src/compare.h"
-#include "src/ddp/report.h"
 #include "src/io.h"
 #include "src/launch/runner.h"
+#include "src/report/report.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// --report FILE.html for every lab (src/ddp/html_report.h): what the lab printed, the cmp tables it printed
+// --report FILE.html for every lab (src/report/html_report.h): what the lab printed, the cmp tables it printed
 // (handed over as rows by record_table), the loss per rank and the bucket layouts when it
 // trains DDP, and the command line. Written by the simulator (--backend sim), where every rank's lines
 // reach this process; real ranks are refused with one line.
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "src/ddp/config.h"
-#include "src/ddp/html_report.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
+#include "src/report/html_report.h"
 
 namespace ddplab::lab {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "src/flags.h"
+#include "src/errors.h"
 
 namespace ddplab::comm {
 

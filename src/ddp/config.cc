@@ -201,15 +201,11 @@ const std::vector<FlagSpec>& flag_table() {
 }  // namespace
 
 const std::string& loss_name(LossKind k) { return choice_names().loss[static_cast<size_t>(k)]; }
-const std::string& optimizer_name(OptimizerKind k) { return choice_names().optimizer[static_cast<size_t>(k)]; }
 const std::string& dataset_name(DatasetKind k) { return choice_names().dataset[static_cast<size_t>(k)]; }
 const std::string& init_name(InitKind k) { return choice_names().init[static_cast<size_t>(k)]; }
 LossKind parse_loss(const std::string& s) { return static_cast<LossKind>(index_of(choice_names().loss, s, "loss")); }
 OptimizerKind parse_optimizer(const std::string& s) {
   return static_cast<OptimizerKind>(index_of(choice_names().optimizer, s, "optimizer"));
-}
-DatasetKind parse_dataset(const std::string& s) {
-  return static_cast<DatasetKind>(index_of(choice_names().dataset, s, "dataset"));
 }
 InitKind parse_init(const std::string& s) { return static_cast<InitKind>(index_of(choice_names().init, s, "init")); }
 

@@ -22,13 +22,11 @@ enum class DatasetKind { random, toy, rand, digits };  // random | toy | rand | 
 enum class InitKind { same, per_rank, continue_ };  // same | per-rank | continue
 
 const std::string& loss_name(LossKind k);
-const std::string& optimizer_name(OptimizerKind k);
 const std::string& dataset_name(DatasetKind k);
 const std::string& init_name(InitKind k);
 // Each throws std::invalid_argument on a name not in its list.
 LossKind parse_loss(const std::string& s);
 OptimizerKind parse_optimizer(const std::string& s);
-DatasetKind parse_dataset(const std::string& s);
 InitKind parse_init(const std::string& s);
 
 struct Config {

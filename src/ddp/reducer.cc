@@ -1,18 +1,10 @@
 #include "src/ddp/reducer.h"
 
 #include <algorithm>
-#include <stdexcept>
 
 #include <fmt/format.h>
 
 namespace ddplab::ddp {
-
-Average parse_average(const std::string& s) {
-  if (s == "predivide") return Average::predivide;
-  if (s == "postdivide") return Average::postdivide;
-  if (s == "avg") return Average::avg;
-  throw std::invalid_argument("unknown averaging '" + s + "'");
-}
 
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<size_t>& order, const std::vector<size_t>& bytes,
                                                 const std::vector<size_t>& limits) {

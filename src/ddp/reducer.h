@@ -18,7 +18,6 @@ namespace ddplab::ddp {
 //  avg       : NCCL's ncclAvg; for float32 NCCL pre-multiplies by float(1/nranks) (ncclDevPreMulSum),
 //              so its arithmetic is predivide's, bit for bit.
 enum class Average { predivide, postdivide, avg };
-Average parse_average(const std::string& s);  // throws std::invalid_argument
 
 struct Bucket {
   std::vector<size_t> params;   // indices into the reducer's parameter list, in bucket order

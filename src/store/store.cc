@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "src/flags.h"
 #include "src/store/deadline.h"
 #include "src/store/redis.h"
 #include "src/store/tcpstore.h"

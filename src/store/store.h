@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "src/flags.h"
+#include "src/errors.h"
 
 namespace ddplab::dist {
 

@@ -47,7 +47,6 @@ class TcpStoreConn {
   void set(const std::string& key, const std::string& value);
   bool check(const std::string& key);
   std::optional<std::string> get(const std::string& key);  // CHECK, then GET when present
-  bool v2() const { return v2_; }
 
  private:
   std::string round(const std::string& query, size_t reply_bytes);  // sends, reads exactly reply_bytes

@@ -1,4 +1,4 @@
-#include "src/ddp/timeline.h"
+#include "src/report/timeline.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "src/ddp/svg.h"
+#include "src/report/svg.h"
 
 #include <algorithm>
 #include <cmath>

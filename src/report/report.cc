@@ -1,11 +1,11 @@
-#include "src/ddp/report.h"
+#include "src/report/report.h"
 
 #include <utility>
 
 #include <fmt/format.h>
 
-#include "src/ddp/explain.h"
 #include "src/io.h"
+#include "src/report/explain.h"
 
 namespace ddplab {
 

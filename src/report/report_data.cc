@@ -1,4 +1,4 @@
-// Filling a report::ReportData from what the programs already computed (src/ddp/html_report.h).
+// Filling a report::ReportData from what the programs already computed (src/report/html_report.h).
 #include <algorithm>
 #include <utility>
 
@@ -6,11 +6,11 @@
 
 #include "src/collective/allreduce.h"
 #include "src/collective/ring.h"
-#include "src/ddp/explain.h"
-#include "src/ddp/html_report.h"
 #include "src/ddp/reducer.h"
-#include "src/ddp/timeline.h"
 #include "src/ddp/trainer.h"
+#include "src/report/explain.h"
+#include "src/report/html_report.h"
+#include "src/report/timeline.h"
 
 namespace ddplab::report {
 
@@ -145,7 +145,7 @@ void add_simulation(ReportData& d, const ddp::Config& cfg, const ddp::SimResult&
     d.losses.back().colour = "#222222";
   }
   const Module& rank0 = res.replicas[0]->model;
-  // The tables ddp_sim prints (src/ddp/report.cc): the last rank, and any rank that differs.
+  // The tables ddp_sim prints (src/report/report.cc): the last rank, and any rank that differs.
   for (size_t k = 1; k < res.replicas.size(); ++k) {
     auto rows = cmp_model_rows(res.replicas[k]->model, rank0);
     const bool exact = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.cmp.exact; });

@@ -1,4 +1,4 @@
-#include "src/ddp/html_report.h"
+#include "src/report/html_report.h"
 
 #include <algorithm>
 

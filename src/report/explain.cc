@@ -1,4 +1,4 @@
-#include "src/ddp/explain.h"
+#include "src/report/explain.h"
 
 #include <cstring>
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "src/compare.h"
-#include "src/ddp/explain.h"
-#include "src/ddp/svg.h"
+#include "src/report/explain.h"
+#include "src/report/svg.h"
 
 namespace ddplab {
 struct Timeline;
@@ -47,7 +47,7 @@ struct BucketLayout {
   std::vector<Bucket> buckets;
 };
 
-// Gloo's ring on a few floats, as --explain prints it (trace_ring, src/ddp/explain.h), with a title.
+// Gloo's ring on a few floats, as --explain prints it (trace_ring, src/report/explain.h), with a title.
 struct RingExplain : RingTrace {
   std::string title;
 };

@@ -1,0 +1,20 @@
+// The project's two kinds of failure, apart from the flag parser so that any layer can throw them: bad input
+// (UsageError: one line, exit status 2) and a run that failed (RunError: one line, exit status 1).
+// guarded_main (flags.h) turns them into those lines and statuses.
+#pragma once
+
+#include <stdexcept>
+
+namespace ddplab {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A run that failed (a collective that timed out, a rank that died). Kinds of it live where they arise
+// (comm::CommError), so this core header depends on none of them.
+struct RunError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace ddplab
