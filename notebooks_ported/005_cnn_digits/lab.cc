@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "src/compare.h"
-#include "src/ddp/report.h"
+#include "src/report/report.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
 #include "src/model/norm.h"
