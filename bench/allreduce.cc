@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "src/gloo/gloo_comm.h"
+#include "src/store/open_store.h"
 
 namespace {
 

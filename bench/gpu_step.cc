@@ -18,6 +18,7 @@
 #include "src/flags.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
+#include "src/store/open_store.h"
 #include "src/store/store.h"
 
 namespace {

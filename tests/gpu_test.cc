@@ -13,6 +13,7 @@
 #include "src/kernels.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
+#include "src/store/open_store.h"
 #include "src/store/store.h"
 #include "src/torch_rng.h"
 #include "tests/testing.h"

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "src/store/open_store.h"
 #include "src/store/store.h"
 #include "src/store/tcpstore.h"
 #include "tests/fake_tcpstore.h"

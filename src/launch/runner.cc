@@ -16,7 +16,7 @@
 #include "src/gloo/gloo_comm.h"
 #include "src/launch/fault.h"
 #include "src/nccl/nccl_backend.h"
-#include "src/store/tcpstore.h"
+#include "src/store/open_store.h"
 
 namespace ddplab::dist {
 
@@ -139,8 +139,16 @@ int worker(const Flags& flags, const RankEnv& env, const std::function<std::vect
   const std::vector<std::string> agreement = prepare(env.world_size);
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
-  std::string store_text = flags.get_string("store", std::getenv("DDPLAB_STORE") ? std::getenv("DDPLAB_STORE") : "");
-  if (store_text.empty() && !env.master_addr.empty() && !env.master_port.empty()) {
+  const std::string store_text =
+      flags.get_string("store", std::getenv("DDPLAB_STORE") ? std::getenv("DDPLAB_STORE") : "");
+  StoreSpec spec;
+  if (!store_text.empty()) {
+    spec = parse_store(store_text);
+    // A rank our launcher started: the launcher identified the server already (DDPLAB_STORE_SERVER).
+    if (env.source == "ddp_verify" && spec.kind == StoreKind::tcpstore && std::getenv("DDPLAB_STORE_SERVER")) {
+      spec.server = parse_store_server(std::getenv("DDPLAB_STORE_SERVER")).value_or(StoreServer::unknown);
+    }
+  } else if (!env.master_addr.empty() && !env.master_port.empty()) {
     // torchrun's agent serves a TCPStore there (the ranks are its clients; rank 0 serves nothing). A Redis
     // server there is recognised by its reply to the first probe and used as before.
     const std::string host =
@@ -152,12 +160,8 @@ int worker(const Flags& flags, const RankEnv& env, const std::function<std::vect
       throw UsageError(fmt::format("MASTER_ADDR='{}' MASTER_PORT='{}' is not a HOST and a port in [1, 65535]",
                                    env.master_addr, env.master_port));
     }
-    const bool redis =
-        identify_store_server(at.host, at.port, static_cast<int>(std::min<int64_t>(timeout.count(), 5000))) ==
-        StoreServer::redis;
-    store_text = (redis ? "redis://" : "tcp://") + host + ":" + env.master_port;
-  }
-  if (store_text.empty()) {
+    spec = identify_store(at.host, at.port, timeout);  // the one probe: the spec records the server
+  } else {
     throw UsageError(
         "no rendezvous: give --store file:DIR (one host), redis://HOST:PORT or tcp://HOST:PORT, or "
         "MASTER_ADDR/MASTER_PORT");
@@ -171,7 +175,7 @@ int worker(const Flags& flags, const RankEnv& env, const std::function<std::vect
       flags.get_string("run-id", std::getenv("DDPLAB_RUN_ID")         ? std::getenv("DDPLAB_RUN_ID")
                                  : std::getenv("TORCHELASTIC_RUN_ID") ? std::getenv("TORCHELASTIC_RUN_ID")
                                                                       : "ddplab");
-  auto store = open_store(parse_store(store_text), run_id);
+  auto store = open_store(spec, run_id);
   if (rank.backend == "nccl") {
     const bool share = flags.get_bool("share-gpus", false);
     const std::string why = nccl_unavailable_reason(env.local_rank, env.local_world_size, share);
@@ -259,9 +263,15 @@ int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std
   // Checked once here rather than once per rank: the bind address, the run id, the store.
   if (backend == "gloo") resolve_bind(flags.get_string("bind", "127.0.0.1"));
   if (flags.has("run-id")) check_run_id(flags.get_string("run-id", ""));
-  if (flags.has("store")) check_store(parse_store(flags.get_string("store", "")));
   std::vector<std::string> extra;
   extra.push_back(fmt::format("DDPLAB_RUN_ID=ddplab-{}-{}", getpid(), std::time(nullptr)));
+  if (flags.has("store")) {
+    // The ranks parse --store from their own command line but take the server identified here: no probe each.
+    const StoreSpec spec = check_store(parse_store(flags.get_string("store", "")));
+    if (spec.server != StoreServer::unknown) {
+      extra.push_back(fmt::format("DDPLAB_STORE_SERVER={}", store_server_name(spec.server)));
+    }
+  }
   // The survivors of a failure get the blame window (they wait for alive peers to report) and 2 s; NCCL
   // may notice a dead peer only at the timeout.
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));

@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "src/store/deadline.h"
-#include "src/store/redis.h"
 #include "src/store/store.h"
 
 namespace ddplab::dist {

@@ -15,14 +15,6 @@ namespace ddplab::dist {
 
 using std::chrono::milliseconds;
 
-// A server's text in one line, at most 200 characters.
-std::string one_line(std::string s) {
-  for (char& c : s) {
-    if (c == '\r' || c == '\n') c = ' ';
-  }
-  return s.substr(0, 200);
-}
-
 RedisConn::~RedisConn() {
   if (fd_ >= 0) close(fd_);
 }

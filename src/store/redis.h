@@ -14,12 +14,6 @@
 
 namespace ddplab::dist {
 
-constexpr size_t kMaxValueBytes = 1 << 20;  // the largest value a store may hand us (addresses: 8.5 KiB)
-constexpr int kStoreIoMs = 5000;            // one Redis round trip, connecting, AUTH, PING
-
-// A server's text in one line, at most 200 characters.
-std::string one_line(std::string s);
-
 struct RedisIoError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,21 +28,33 @@ struct SetupError : UsageError {
   using UsageError::UsageError;
 };
 
-// Where ranks meet: "file:DIR" (an existing, writable directory) or
-// "redis://[[USER]:PASSWORD@]HOST[:PORT]" (the password may also come from DDPLAB_REDIS_PASSWORD).
+constexpr size_t kMaxValueBytes = 1 << 20;  // the largest value a store may hand us (addresses: 8.5 KiB)
+constexpr int kStoreIoMs = 5000;            // one round trip, connecting, AUTH, PING, a probe
+
+// A server's text in one line, at most 200 characters.
+std::string one_line(std::string s);
+
+enum class StoreKind { file, redis, tcpstore };
+// What answers at a HOST:PORT, once identified (tcpstore.h probes it); unknown until then.
+enum class StoreServer { unknown, tcpstore_v1, tcpstore_v2, redis };
+
+// Where ranks meet, parsed once: "file:DIR" (an existing, writable directory),
+// "redis://[[USER]:PASSWORD@]HOST[:PORT]" (the password may also come from DDPLAB_REDIS_PASSWORD) or
+// "tcp://HOST:PORT" (PyTorch's TCPStore, served by someone else).
 struct StoreSpec {
-  std::string kind;  // "file" | "redis" | "tcp"
+  StoreKind kind = StoreKind::file;
   std::string path, host;
   int port = 0;
-  std::string user, password;  // Redis AUTH; never printed
+  std::string user, password;                 // Redis AUTH; never printed
+  StoreServer server = StoreServer::unknown;  // recorded once probed, so that nobody probes it again
 };
 // Throws UsageError with one clear line when the text is malformed (the password is not echoed).
 StoreSpec parse_store(const std::string& text);
+// "tcpstore-1.x" | "tcpstore-2.x" | "redis" | "unknown", and back (nullopt for any other text).
+const char* store_server_name(StoreServer s);
+std::optional<StoreServer> parse_store_server(const std::string& name);
 // --run-id: 1-64 characters of A-Z a-z 0-9 . _ - (it names a directory); throws UsageError.
 void check_run_id(const std::string& run_id);
-// Reachability only (a file store's directory, a Redis server's AUTH and PING), creating nothing;
-// throws SetupError.
-void check_store(const StoreSpec& spec);
 
 enum class Life { alive, gone, unknown };
 
@@ -67,8 +80,7 @@ class Store {
   bool joined = false;
 };
 
-// Opens the store for run `run_id` (see above); throws UsageError (bad run id) or SetupError.
-std::shared_ptr<Store> open_store(const StoreSpec& spec, const std::string& run_id);
+// open_store.h opens one for a run: open_store(spec, run_id).
 // The run's handshake (fresh nonce from rank 0, tokens echoed back); connect_gloo and connect_nccl call it
 // (once per store). On failure throws SetupError "rank R: <failure> rank 1 never joined run ...", where
 // <failure> is e.g. "rendezvous of 4 ranks failed within 30000 ms:".

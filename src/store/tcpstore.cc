@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "src/store/deadline.h"
-#include "src/store/redis.h"
 
 namespace ddplab::dist {
 

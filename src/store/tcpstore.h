@@ -25,18 +25,12 @@
 
 namespace ddplab::dist {
 
-// What answers at HOST:PORT.
-enum class StoreServer { tcpstore_v1, tcpstore_v2, redis };
-
-// Connects and identifies the server within `timeout_ms` per step; throws SetupError (one line naming the
-// address and the cause) when nothing listens, nothing answers, or the answer is neither TCPStore nor Redis.
+// Connects and identifies the server (StoreServer, store.h) within `timeout_ms` per step; throws SetupError (one line
+// naming the address and the cause) when nothing listens, nothing answers, or the answer is neither TCPStore nor Redis.
 StoreServer identify_store_server(const std::string& host, int port, int timeout_ms);
 
 // "the TCPStore at HOST:PORT"
 std::string tcpstore_where(const std::string& host, int port);
-
-// The Store on a TCPStore (spec.kind "tcp"); throws SetupError.
-std::shared_ptr<Store> open_tcp_store(const StoreSpec& spec);
 
 // One connection, for tests and for the store: set, check, get of raw keys (the "/" prefix included).
 class TcpStoreConn {

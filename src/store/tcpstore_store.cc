@@ -1,4 +1,6 @@
 // The Store on PyTorch's TCPStore (tcpstore.h has the wire protocol), and its liveness: a heartbeat.
+#include "src/store/tcpstore_store.h"
+
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -7,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "src/store/deadline.h"
-#include "src/store/redis.h"
 #include "src/store/tcpstore.h"
 
 namespace ddplab::dist {
@@ -27,8 +28,8 @@ constexpr milliseconds kBeat{100}, kGone{700};
 
 class TcpStore : public Store {
  public:
-  TcpStore(const StoreSpec& spec, StoreServer server) : spec_(spec), server_(server) {
-    conn_ = TcpStoreConn::open(spec.host, spec.port, server, kStoreIoMs);
+  explicit TcpStore(const StoreSpec& spec) : spec_(spec) {
+    conn_ = TcpStoreConn::open(spec.host, spec.port, spec.server, kStoreIoMs);
     describe = tcpstore_where(spec.host, spec.port);
   }
   ~TcpStore() override { stop_beat(); }
@@ -41,7 +42,7 @@ class TcpStore : public Store {
     stop_beat();
     std::unique_ptr<TcpStoreConn> c;
     try {
-      c = TcpStoreConn::open(spec_.host, spec_.port, server_, kStoreIoMs);
+      c = TcpStoreConn::open(spec_.host, spec_.port, spec_.server, kStoreIoMs);
     } catch (const SetupError&) {
       return;  // liveness unknown: peers wait for this rank's report instead
     }
@@ -87,8 +88,7 @@ class TcpStore : public Store {
     if (beat_.joinable()) beat_.join();
   }
 
-  StoreSpec spec_;
-  StoreServer server_;
+  StoreSpec spec_;  // its server identified
   std::unique_ptr<TcpStoreConn> conn_;
   std::thread beat_;
   std::mutex mu_;
@@ -104,13 +104,17 @@ class TcpStore : public Store {
 
 }  // namespace
 
-std::shared_ptr<Store> open_tcp_store(const StoreSpec& spec) {
-  const StoreServer server = identify_store_server(spec.host, spec.port, kStoreIoMs);
-  if (server == StoreServer::redis) {
+StoreSpec check_tcp_store(StoreSpec spec) {
+  if (spec.server == StoreServer::unknown) spec.server = identify_store_server(spec.host, spec.port, kStoreIoMs);
+  if (spec.server == StoreServer::redis) {
     throw SetupError(fmt::format("{}:{} is a Redis server, not PyTorch's TCPStore: give --store redis://{}:{}",
                                  spec.host, spec.port, spec.host, spec.port));
   }
-  return std::make_shared<TcpStore>(spec, server);
+  return spec;
+}
+
+std::shared_ptr<Store> open_tcp_store(const StoreSpec& spec) {
+  return std::make_shared<TcpStore>(check_tcp_store(spec));
 }
 
 }  // namespace ddplab::dist
