@@ -18,7 +18,7 @@
 #include "notebooks_ported/lab/lab_report.h"
 #include "src/comm/local_group.h"
 #include "src/compare.h"
-#include "src/ddp/reducer.h"
+#include "src/ddp/bucket_sync.h"
 #include "src/io.h"
 #include "src/launch/runner.h"
 #include "src/loss.h"
@@ -116,12 +116,8 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
   opt.zero_grad();
   const LossResult l = mse_loss(model.forward(x), y);
   model.backward(l.grad);
-  std::vector<float> bucket(reducer.max_bucket_numel());
-  for (size_t b = 0; b < reducer.num_buckets(); ++b) {
-    reducer.prepare_bucket(b, bucket.data());
-    comm.all_reduce(bucket.data(), reducer.bucket(b).numel, comm::ReduceOp::sum);
-    reducer.finalize_bucket(b, bucket.data());
-  }
+  ddp::HostSyncOps ops(model.parameters(), comm);
+  ddp::sync_buckets(reducer, ops);
   opt.step();
   // Everyone loaded before this all-reduce could finish: a checkpoint we named ourselves goes with `ours`.
   const Parameter& w = model.linears[0].weight;

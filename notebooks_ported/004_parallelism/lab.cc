@@ -9,7 +9,7 @@
 #include "notebooks_ported/004_parallelism/parallel.h"
 #include "notebooks_ported/lab/lab.h"
 #include "src/comm/local_group.h"
-#include "src/ddp/reducer.h"
+#include "src/ddp/bucket_sync.h"
 #include "src/io.h"
 #include "src/launch/runner.h"
 #include "src/loss.h"
@@ -54,12 +54,8 @@ std::string ddp_basic(comm::Communicator& c) {
   SGD opt(model.parameters(), SGDOptions{0.001});
   opt.zero_grad();
   model.backward(mse_loss(model.forward(x), y).grad);
-  std::vector<float> bucket(red.max_bucket_numel());
-  for (size_t b = 0; b < red.num_buckets(); ++b) {
-    red.prepare_bucket(b, bucket.data());
-    c.all_reduce(bucket.data(), red.bucket(b).numel, comm::ReduceOp::sum);
-    red.finalize_bucket(b, bucket.data());
-  }
+  ddp::HostSyncOps ops(model.parameters(), c);
+  ddp::sync_buckets(red, ops);
   opt.step();
   std::vector<float> mine;
   for (const Parameter* p : model.parameters()) mine.insert(mine.end(), p->data(), p->data() + p->numel());

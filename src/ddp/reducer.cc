@@ -55,14 +55,18 @@ size_t Reducer::max_bucket_numel() const {
   return m;
 }
 
+bool Reducer::scales_in() const {
+  return !(average_ == Average::postdivide || (average_ == Average::avg && backend_averages_));
+}
+
 void Reducer::prepare_bucket(size_t b, float* buf) const { prepare_bucket(b, buf, {0, buckets_[b].numel}); }
 void Reducer::finalize_bucket(size_t b, float* buf) { finalize_bucket(b, buf, {0, buckets_[b].numel}); }
 
 void Reducer::prepare_bucket(size_t b, float* buf, collective::Span span) const {
   const Bucket& bucket = buckets_[b];
   // at::mul_out(bucket_view, grad, 1.0 / world_size): a float multiply by the rounded reciprocal.
-  const float scale = static_cast<float>(1.0 / static_cast<double>(world_size_));
-  const bool copy = average_ == Average::postdivide || (average_ == Average::avg && backend_averages_);
+  const float scale = prepare_scale();
+  const bool copy = !scales_in();
   for (size_t j = 0; j < bucket.params.size(); ++j) {
     const Parameter& p = *params_[bucket.params[j]];
     if (!p.has_grad) {
@@ -83,7 +87,7 @@ void Reducer::prepare_bucket(size_t b, float* buf, collective::Span span) const 
 
 void Reducer::finalize_bucket(size_t b, float* buf, collective::Span span) {
   const Bucket& bucket = buckets_[b];
-  if (average_ == Average::postdivide) {
+  if (postdivides()) {
     const auto ws = static_cast<float>(world_size_);
     for (size_t k = 0; k < span.hi - span.lo; ++k) buf[k] = buf[k] / ws;
   }

@@ -45,6 +45,16 @@ class Reducer {
   size_t max_bucket_numel() const;
   // --average avg on a backend that averages itself (NCCL's ncclAvg): prepare copies without scaling.
   void set_backend_averages(bool v) { backend_averages_ = v; }
+  bool backend_averages() const { return backend_averages_; }
+
+  // The averaging arithmetic, for whoever runs the bucket loop (bucket_sync.h, the simulator):
+  // prepare multiplies each gradient by prepare_scale() when scales_in(), else copies it; the all-reduce
+  // sums (or averages, when the backend does); finalize divides by world_size when postdivides().
+  bool scales_in() const;
+  float prepare_scale() const { return static_cast<float>(1.0 / static_cast<double>(world_size_)); }
+  bool postdivides() const { return average_ == Average::postdivide; }
+  int64_t world_size() const { return world_size_; }
+  size_t numel(size_t param) const { return static_cast<size_t>(params_[param]->numel()); }
 
   // mark_variable_ready: copy every gradient of bucket b into `flat` (bucket(b).numel floats), times
   // float(1/ws) unless postdivide. The caller all-reduces `flat`: buffers are the caller's, so a simulator

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "src/ddp/bucket_sync.h"
 #include "src/model/spec.h"
 #include "src/progress.h"
 
@@ -186,7 +187,7 @@ TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Re
   const double step_work = 6.0 * static_cast<double>(fp.parameters * cfg.batch_size);
   const double update_work = 4.0 * static_cast<double>(fp.parameters);
   const bool has_buffers = !local[0]->model.buffers().empty();  // DDP syncs none when the model has none
-  std::vector<Replica*> all(local);  // the replicas, then the single device
+  std::vector<Replica*> all(local);                             // the replicas, then the single device
   if (single) all.push_back(single);
   const int64_t per_rank = cfg.num_samples_per_rank();
   const int64_t per_epoch =
@@ -259,18 +260,9 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
     for (Parameter* p : r.model.parameters()) comm.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);
     broadcast_buffers(r);
   });
-  const bool backend_avg = cfg.average == Average::avg && comm.native_avg();
-  rep.reducer->set_backend_averages(backend_avg);
-  std::vector<float> workspace;
-  const SyncFn sync = [&](const std::vector<Reducer*>& reducers) {
-    Reducer& red = *reducers[0];
-    workspace.resize(std::max(workspace.size(), red.max_bucket_numel()));
-    for (size_t j = 0; j < red.num_buckets(); ++j) {
-      red.prepare_bucket(j, workspace.data());
-      comm.all_reduce(workspace.data(), red.bucket(j).numel, backend_avg ? comm::ReduceOp::avg : comm::ReduceOp::sum);
-      red.finalize_bucket(j, workspace.data());
-    }
-  };
+  rep.reducer->set_backend_averages(cfg.average == Average::avg && comm.native_avg());
+  HostSyncOps ops(rep.model.parameters(), comm);
+  const SyncFn sync = [&](const std::vector<Reducer*>& reducers) { sync_buckets(*reducers[0], ops); };
   const auto t0 = std::chrono::steady_clock::now();
   TrainLog trained = run_epochs(
       cfg, data, {&rep}, nullptr, sync, [&](const std::vector<Replica*>& local) { broadcast_buffers(*local[0]); },

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "src/cuda_kernels.h"
+#include "src/ddp/bucket_sync.h"
 #include "src/nccl/gpu_optimizer.h"
 #include "src/nccl/gpu_trainer_ops.h"
 
@@ -74,8 +75,7 @@ struct DeviceReplica::Impl {
   std::vector<int64_t> sizes;  // cfg.layers
   int64_t max_batch = 0, max_batches = 0, batches = 0;
   std::unique_ptr<ddp::Reducer> reducer;  // bucket layout only
-  bool backend_avg = false;
-  bool has_grad = false;  // every parameter gets a gradient in every backward, so one flag serves all
+  bool has_grad = false;                  // every parameter gets a gradient in every backward, so one flag serves all
   DeviceOptimizerState opt;
   Memory mem;  // declared before the pointers into it
   float *p = nullptr, *g = nullptr, *bucket = nullptr, *scratch = nullptr;
@@ -155,8 +155,7 @@ DeviceReplica::DeviceReplica(const ddp::Config& cfg, comm::Communicator& comm, K
     }  // a failure unwinds through ~Memory, which then frees nothing
   }
   m.reducer = std::make_unique<ddp::Reducer>(m.params, cfg.world_size, cfg.bucket_cap_mb, cfg.average);
-  m.backend_avg = cfg.average == ddp::Average::avg && comm.native_avg();
-  m.reducer->set_backend_averages(m.backend_avg);
+  m.reducer->set_backend_averages(cfg.average == ddp::Average::avg && comm.native_avg());
 }
 
 DeviceReplica::~DeviceReplica() = default;
@@ -231,33 +230,40 @@ void DeviceReplica::Impl::backward(float* grad_out, int64_t B) {
   has_grad = true;
 }
 
+namespace {
+
+// The bucket loop's tensors in device memory: .grad in the flat gradient array, one bucket buffer sized
+// for the largest bucket, every operation enqueued on the communicator's stream (gpu_trainer_ops.h).
+class DeviceSyncOps : public ddp::SyncOps {
+ public:
+  DeviceSyncOps(comm::Communicator& comm, float* grads, const std::vector<size_t>& offset, float* bucket, void* stream)
+      : comm_(comm), grads_(grads), offset_(offset), bucket_(bucket), stream_(stream) {}
+  float* grad(size_t param) override { return grads_ + offset_[param]; }
+  float* bucket(size_t) override { return bucket_; }
+  void scale_copy(float* dst, const float* src, size_t n, float scale) override {
+    gpu::scale_copy(dst, src, n, scale, stream_);
+  }
+  void copy(float* dst, const float* src, size_t n) override { gpu::copy(dst, src, n, stream_); }
+  void divide(float* a, size_t n, float d) override { gpu::divide(a, n, d, stream_); }
+  void all_reduce(float* a, size_t n, comm::ReduceOp op) override { comm_.all_reduce_device(a, n, op); }
+
+ private:
+  comm::Communicator& comm_;
+  float* grads_;
+  const std::vector<size_t>& offset_;
+  float* bucket_;
+  void* stream_;
+};
+
+}  // namespace
+
 void DeviceReplica::sync_and_step() {
   Impl& m = *impl_;
   if (!m.has_grad) throw std::logic_error("DeviceReplica::sync_and_step before any forward_backward");
-  // Reducer::prepare_bucket / finalize_bucket, on the device; the bucket layout is the host Reducer's.
-  const ddp::Average avg = m.cfg.average;
-  const bool copy_only = avg == ddp::Average::postdivide || (avg == ddp::Average::avg && m.backend_avg);
-  const float scale = static_cast<float>(1.0 / static_cast<double>(m.cfg.world_size));
+  // The host trainer's bucket loop (bucket_sync.h) over device memory; the layout is the host Reducer's.
+  DeviceSyncOps ops(m.comm, m.g, m.offset, m.bucket, m.stream);
   try {
-    for (size_t j = 0; j < m.reducer->num_buckets(); ++j) {
-      const ddp::Bucket& b = m.reducer->bucket(j);
-      for (size_t k = 0; k < b.params.size(); ++k) {
-        const size_t pi = b.params[k], n = static_cast<size_t>(m.params[pi]->numel());
-        if (copy_only) {
-          gpu::copy(m.bucket + b.offsets[k], m.g + m.offset[pi], n, m.stream);
-        } else {
-          gpu::scale_copy(m.bucket + b.offsets[k], m.g + m.offset[pi], n, scale, m.stream);
-        }
-      }
-      m.comm.all_reduce_device(m.bucket, b.numel, m.backend_avg ? comm::ReduceOp::avg : comm::ReduceOp::sum);
-      if (avg == ddp::Average::postdivide) {
-        gpu::divide(m.bucket, b.numel, static_cast<float>(m.cfg.world_size), m.stream);
-      }
-      for (size_t k = 0; k < b.params.size(); ++k) {
-        const size_t pi = b.params[k];
-        gpu::copy(m.g + m.offset[pi], m.bucket + b.offsets[k], static_cast<size_t>(m.params[pi]->numel()), m.stream);
-      }
-    }
+    ddp::sync_buckets(*m.reducer, ops);
   } catch (...) {
     m.mem.keep = true;
     throw;

@@ -4,8 +4,8 @@
 //
 // Semantics are train_rank()'s (src/ddp/trainer.cc): the host builds the data, the initial weights
 // (make_model), the DistributedSampler and DataLoader, and the bucket layout (a host Reducer, used only for
-// its buckets and the rebuild); the device mirrors Reducer::prepare_bucket/finalize_bucket, autograd's
-// gradient accumulation under no_sync, MSE, ReLU, SGD and Adam operation for operation. With
+// its buckets and the rebuild); the bucket loop is the host's (src/ddp/bucket_sync.h) over device memory; the device
+// mirrors autograd's gradient accumulation under no_sync, MSE, ReLU, SGD and Adam operation for operation. With
 // --kernels reference the result equals the host trainer's bit for bit; with --kernels fast Linear runs on
 // cuBLAS. Logged losses are close to, not bitwise equal to, the host's (a device sum, see gpu_trainer_ops.h).
 //
