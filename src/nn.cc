@@ -14,7 +14,7 @@ std::string torch_size(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
-Linear::Linear(int64_t in, int64_t out, const std::string& prefix, Generator& gen)
+Linear::Linear(int64_t in, int64_t out, const std::string& prefix, Generator& gen, bool reset_parameters)
     : in_features(in), out_features(out) {
   weight.name = prefix + ".weight";
   weight.shape = {out, in};
@@ -22,6 +22,11 @@ Linear::Linear(int64_t in, int64_t out, const std::string& prefix, Generator& ge
   bias.name = prefix + ".bias";
   bias.shape = {out};
   bias.value.resize(out, 1);
+  if (!reset_parameters) {
+    weight.value.setZero();
+    bias.value.setZero();
+    return;
+  }
   // kaiming_uniform_(a=sqrt(5)) in Python doubles: a**2 is 5.000000000000001, not 5.
   const double a = std::sqrt(5.0);
   const double gain = std::sqrt(2.0 / (1.0 + a * a));

@@ -15,8 +15,10 @@ namespace ddplab {
 class Linear : public Module {
  public:
   // Draws exactly what reset_parameters draws, in its order: kaiming_uniform_(W, a=sqrt(5)) then
-  // uniform_(b, -1/sqrt(in), 1/sqrt(in)).
-  Linear(int64_t in_features, int64_t out_features, const std::string& prefix, Generator& gen = default_generator());
+  // uniform_(b, -1/sqrt(in), 1/sqrt(in)). With reset_parameters false nothing is drawn and both are zero
+  // (a copy of another Linear fills them).
+  Linear(int64_t in_features, int64_t out_features, const std::string& prefix, Generator& gen = default_generator(),
+         bool reset_parameters = true);
 
   Matrix forward(const Matrix& x);  // remembers x for backward
   // Accumulates weight/bias grads; returns the grad wrt x when asked (the first layer's input needs none,

@@ -23,10 +23,16 @@ uint32_t Generator::random() {
   constexpr int kM = 397;
   constexpr uint32_t kMatrixA = 0x9908b0dfu, kUpper = 0x80000000u, kLower = 0x7fffffffu;
   if (--left_ == 0) {  // twist all 624 words at once, as PyTorch's engine does
-    for (int i = 0; i < kN; ++i) {
-      const uint32_t y = (state_[i] & kUpper) | (state_[(i + 1) % kN] & kLower);
-      state_[i] = state_[(i + kM) % kN] ^ (y >> 1) ^ ((y & 1u) ? kMatrixA : 0u);
-    }
+    // The loop over i < kN with indices (i + 1) % kN and (i + kM) % kN, split where they wrap (the same
+    // words, read in the same order, without a division per word).
+    const auto twist = [&](int i, int next, int m) {
+      const uint32_t y = (state_[i] & kUpper) | (state_[next] & kLower);
+      state_[i] = state_[m] ^ (y >> 1) ^ ((y & 1u) ? kMatrixA : 0u);
+    };
+    int i = 0;
+    for (; i < kN - kM; ++i) twist(i, i + 1, i + kM);
+    for (; i < kN - 1; ++i) twist(i, i + 1, i + kM - kN);
+    twist(kN - 1, 0, kM - 1);
     left_ = kN;
     next_ = 0;
   }

@@ -87,6 +87,32 @@ Replica::Replica(const Config& c, int64_t r)
 
 namespace {
 
+// The model's layers with nothing drawn (zero parameters), on `gen` (Dropout's masks) and cfg's kernels.
+Sequential undrawn_model(const Config& cfg, Generator& gen) {
+  Sequential m = build_model(plan_model(cfg.model_spec(), cfg.sample_shape()), cfg.is_mlp() ? "layers" : "", gen,
+                             /*draw=*/false);
+  m.set_kernels(cpu_kernels(cfg.kernels));
+  return m;
+}
+
+void copy_parameters(const Module& from, Module& to);
+
+}  // namespace
+
+Replica::Replica(const Config& c, int64_t r, const Replica& like)
+    : rank(r),
+      gen(like.gen),
+      model(undrawn_model(c, gen)),
+      optimizer(make_optimizer(c, model)),
+      sampler(c.dataset_size(), c.world_size, r, c.shuffle, c.sampler_seed, c.drop_last),
+      loader(sampler, c.batch_size, c.loader_drop_last, gen),
+      cfg(c) {
+  copy_parameters(like.model, model);
+  copy_buffers(like.model, model);
+}
+
+namespace {
+
 Tensor input_batch(const Config& cfg, const Dataset& data, const std::vector<int64_t>& idx) {
   std::vector<int64_t> shape = {static_cast<int64_t>(idx.size())};
   for (int64_t d : cfg.sample_shape()) shape.push_back(d);
@@ -284,7 +310,17 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   Generator data_gen;
   Dataset test;
   const Dataset data = make_dataset(cfg, data_gen, &test);
-  for (int64_t r = 0; r < cfg.world_size; ++r) res.replicas.push_back(std::make_unique<Replica>(cfg, r));
+  // Rank 0 draws its initialisation; ranks seeded alike copy it (parameters, buffers, generator state:
+  // the same bits as drawing), ranks seeded per rank draw their own, side by side. The single device
+  // is rank 0's model, copied before DDP(model) reseeds anything.
+  res.replicas.resize(static_cast<size_t>(cfg.world_size));
+  res.replicas[0] = std::make_unique<Replica>(cfg, 0);
+  if (single_device) res.single_device = std::make_unique<Replica>(cfg, 0, *res.replicas[0]);
+  parallel_for(&pool, res.replicas.size() - 1, 4.0 * static_cast<double>(footprint(cfg).parameters), [&](size_t k) {
+    const int64_t r = static_cast<int64_t>(k) + 1;
+    res.replicas[k + 1] =
+        draws_alike(cfg) ? std::make_unique<Replica>(cfg, r, *res.replicas[0]) : std::make_unique<Replica>(cfg, r);
+  });
   // DDP(model): broadcast rank 0's parameters, then build the reducer.
   for (auto& rep : res.replicas) {
     init_ddp(cfg, *rep, [&](Replica& r) {
@@ -293,12 +329,8 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
       copy_buffers(res.replicas[0]->model, r.model);
     });
   }
-  if (single_device) {
-    // The single device takes the ranks' batches concatenated; its own sampler and loader go unused.
-    res.single_device = std::make_unique<Replica>(cfg, 0);
-    copy_parameters(res.replicas[0]->model, res.single_device->model);
-    if (cfg.seed_per_rank) res.single_device->gen.manual_seed(cfg.seed);  // as rank 0
-  }
+  // The single device takes the ranks' batches concatenated; its own sampler and loader go unused.
+  if (single_device && cfg.seed_per_rank) res.single_device->gen.manual_seed(cfg.seed);  // as rank 0
   res.buckets_first = res.replicas[0]->reducer->describe();
 
   int64_t sync_count = 0;

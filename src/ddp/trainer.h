@@ -32,9 +32,16 @@ Sequential make_model(const Config& cfg, int64_t rank, Generator& gen);
 std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Module& model);
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx);
 
+// Whether every rank's model initialisation draws the same values (--init same or continue: every rank
+// seeds alike), so that the simulator draws it once and copies it.
+inline bool draws_alike(const Config& cfg) { return cfg.init != InitKind::per_rank; }
+
 // One rank: its model replica, optimizer, sampler and reducer. Not movable: they point into each other.
 struct Replica {
   Replica(const Config& cfg, int64_t rank);
+  // What Replica(cfg, rank) builds when rank seeds as like.rank did (draws_alike): like's parameters,
+  // buffers and generator state as like's construction left them, copied instead of drawn again.
+  Replica(const Config& cfg, int64_t rank, const Replica& like);
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;
 

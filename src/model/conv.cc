@@ -7,7 +7,7 @@
 namespace ddplab {
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t padding, bool has_bias,
-               const std::string& prefix, Generator& gen) {
+               const std::string& prefix, Generator& gen, bool reset_parameters) {
   shape_ = {1, in, k, k, out, k, stride, padding, has_bias};
   weight.name = prefix + ".weight";
   weight.shape = {out, in, k, k};
@@ -16,6 +16,11 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t paddi
     bias.name = prefix + ".bias";
     bias.shape = {out};
     bias.value.resize(out, 1);
+  }
+  if (!reset_parameters) {
+    weight.value.setZero();
+    bias.value.setZero();
+    return;
   }
   nn::conv2d_reset_parameters(gen, shape_, weight.data(), has_bias ? bias.data() : nullptr);
 }

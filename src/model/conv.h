@@ -12,11 +12,12 @@
 namespace ddplab {
 
 // nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias): square kernels, groups 1.
-// weight [out, in, k, k] (stored [out, in*k*k]), bias [out]; reset_parameters' draws at construction.
+// weight [out, in, k, k] (stored [out, in*k*k]), bias [out]; reset_parameters' draws at construction
+// (none with reset_parameters false: both zero, for a copy of another Conv2d to fill).
 class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride, int64_t padding, bool bias,
-         const std::string& prefix, Generator& gen);
+         const std::string& prefix, Generator& gen, bool reset_parameters = true);
 
   Tensor forward(const Tensor& x) override;  // x [N, in, H, W]
   // ConvolutionBackward0 hands autograd the weight's gradient before the bias's (measured with hooks).

@@ -42,7 +42,8 @@ struct Kind {
   std::vector<std::pair<const char*, double>> params;
   std::function<Shape(const Args&, const Shape&)> shape;  // throws std::string (the expectation)
   std::function<int64_t(const Args&)> num_params;
-  std::function<std::unique_ptr<Module>(const Args&, const std::string& name, Generator& gen)> make;
+  // draw false: no reset_parameters draws (parameters zero, for a copy to fill).
+  std::function<std::unique_ptr<Module>(const Args&, const std::string& name, Generator& gen, bool draw)> make;
   bool dropout = false, buffers = false;
 };
 
@@ -64,11 +65,11 @@ const std::vector<Kind>& kinds() {
          return Shape{I(a, "out_features")};
        },
        [](const Args& a) { return I(a, "in_features") * I(a, "out_features") + I(a, "out_features"); },
-       [](const Args& a, const std::string& name, Generator& gen) {
-         return std::make_unique<Linear>(I(a, "in_features"), I(a, "out_features"), name, gen);
+       [](const Args& a, const std::string& name, Generator& gen, bool draw) {
+         return std::make_unique<Linear>(I(a, "in_features"), I(a, "out_features"), name, gen, draw);
        }},
       {"relu", {}, [](const Args&, const Shape& in) { return in; }, [](const Args&) { return int64_t{0}; },
-       [](const Args&, const std::string&, Generator&) { return std::make_unique<ReLU>(); }},
+       [](const Args&, const std::string&, Generator&, bool) { return std::make_unique<ReLU>(); }},
       {"flatten",
        {},
        [](const Args&, const Shape& in) {
@@ -77,7 +78,7 @@ const std::vector<Kind>& kinds() {
          return Shape{n};
        },
        [](const Args&) { return int64_t{0}; },
-       [](const Args&, const std::string&, Generator&) { return std::make_unique<Flatten>(); }},
+       [](const Args&, const std::string&, Generator&, bool) { return std::make_unique<Flatten>(); }},
       {"conv2d",
        {{"in_channels", NAN}, {"out_channels", NAN}, {"kernel_size", NAN}, {"stride", 1}, {"padding", 0}, {"bias", 1}},
        [](const Args& a, const Shape& in) {
@@ -94,9 +95,9 @@ const std::vector<Kind>& kinds() {
          const int64_t out = I(a, "out_channels"), k = I(a, "kernel_size");
          return out * I(a, "in_channels") * k * k + (a.at("bias") != 0 ? out : 0);
        },
-       [](const Args& a, const std::string& name, Generator& gen) {
+       [](const Args& a, const std::string& name, Generator& gen, bool draw) {
          return std::make_unique<Conv2d>(I(a, "in_channels"), I(a, "out_channels"), I(a, "kernel_size"),
-                                         I(a, "stride"), I(a, "padding"), a.at("bias") != 0, name, gen);
+                                         I(a, "stride"), I(a, "padding"), a.at("bias") != 0, name, gen, draw);
        }},
       {"maxpool2d",
        {{"kernel_size", NAN}, {"stride", 0}, {"padding", 0}},
@@ -108,7 +109,7 @@ const std::vector<Kind>& kinds() {
          return Shape{s.c, s.out_h(), s.out_w()};
        },
        [](const Args&) { return int64_t{0}; },
-       [](const Args& a, const std::string&, Generator&) {
+       [](const Args& a, const std::string&, Generator&, bool) {
          return std::make_unique<MaxPool2d>(I(a, "kernel_size"), I(a, "stride"), I(a, "padding"));
        }},
       {"batchnorm1d",
@@ -121,7 +122,7 @@ const std::vector<Kind>& kinds() {
          return in;
        },
        [](const Args& a) { return 2 * I(a, "num_features"); },
-       [](const Args& a, const std::string& name, Generator&) {
+       [](const Args& a, const std::string& name, Generator&, bool) {
          return std::make_unique<BatchNorm>(I(a, "num_features"), a.at("eps"), a.at("momentum"), 1, name);
        },
        false, true},
@@ -134,26 +135,28 @@ const std::vector<Kind>& kinds() {
          return in;
        },
        [](const Args& a) { return 2 * I(a, "num_features"); },
-       [](const Args& a, const std::string& name, Generator&) {
+       [](const Args& a, const std::string& name, Generator&, bool) {
          return std::make_unique<BatchNorm>(I(a, "num_features"), a.at("eps"), a.at("momentum"), 2, name);
        },
        false, true},
       {"dropout", {{"p", 0.5}}, [](const Args&, const Shape& in) { return in; },
        [](const Args&) { return int64_t{0}; },
-       [](const Args& a, const std::string&, Generator& gen) { return std::make_unique<Dropout>(a.at("p"), gen); },
+       [](const Args& a, const std::string&, Generator& gen, bool) {
+         return std::make_unique<Dropout>(a.at("p"), gen);
+       },
        true},
       {"tanh", {}, [](const Args&, const Shape& in) { return in; }, [](const Args&) { return int64_t{0}; },
-       [](const Args&, const std::string&, Generator&) {
+       [](const Args&, const std::string&, Generator&, bool) {
          return std::make_unique<Activation>(Activation::Kind::tanh);
        }},
       {"sigmoid", {}, [](const Args&, const Shape& in) { return in; }, [](const Args&) { return int64_t{0}; },
-       [](const Args&, const std::string&, Generator&) {
+       [](const Args&, const std::string&, Generator&, bool) {
          return std::make_unique<Activation>(Activation::Kind::sigmoid);
        }},
       // approximate='none' | 'tanh' reads as 0 | 1 (parse_layer).
       {"gelu", {{"approximate", 0}}, [](const Args&, const Shape& in) { return in; },
        [](const Args&) { return int64_t{0}; },
-       [](const Args& a, const std::string&, Generator&) {
+       [](const Args& a, const std::string&, Generator&, bool) {
          return std::make_unique<Activation>(a.at("approximate") != 0 ? Activation::Kind::gelu_tanh
                                                                        : Activation::Kind::gelu);
        }},
@@ -292,9 +295,9 @@ ModelPlan plan_model(const std::string& spec, const std::vector<int64_t>& sample
   return plan;
 }
 
-Sequential build_model(const ModelPlan& plan, const std::string& prefix, Generator& gen) {
+Sequential build_model(const ModelPlan& plan, const std::string& prefix, Generator& gen, bool draw) {
   Sequential model(prefix);
-  for (const LayerSpec& l : plan.layers) model.push_back(kind_of(l.kind).make(l.args, model.next_name(), gen));
+  for (const LayerSpec& l : plan.layers) model.push_back(kind_of(l.kind).make(l.args, model.next_name(), gen, draw));
   return model;
 }
 

@@ -34,7 +34,8 @@ ModelPlan plan_model(const std::string& spec, const std::vector<int64_t>& sample
 
 // The layers, each initialised as its reset_parameters draws from `gen`, in order. Children are named
 // under `prefix` as nn.Sequential names them. Dropout draws its masks from `gen` at every forward.
-Sequential build_model(const ModelPlan& plan, const std::string& prefix, Generator& gen);
+// With draw false nothing is drawn at construction and every parameter is zero (for a copy to fill).
+Sequential build_model(const ModelPlan& plan, const std::string& prefix, Generator& gen, bool draw = true);
 
 // The presets: "mlp" is --layers with --activation (built as today's MLP), "cnn" a LeNet-sized net for
 // the 8x8 digits.
