@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "tests/testing.h"
 
@@ -21,6 +22,18 @@ json sim_dump(std::vector<std::string> args) {
   const testing::CommandResult r = testing::run_command(args);
   EXPECT_EQ(r.status, 0) << r.err;
   return testing::load_json(out);
+}
+
+// The line of `text` that starts at the first `start`.
+std::string line_with(const std::string& text, const std::string& start) {
+  const size_t at = text.find(start);
+  return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+}
+
+std::string fmt_pct(int64_t correct) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", 100.0 * static_cast<double>(correct) / 297.0);
+  return buf;
 }
 
 // Every float of every named tensor in `want` equal in bits to `got`'s (num_batches_tracked is an int).
@@ -48,8 +61,8 @@ TEST(ModelDdp, CnnOnDigitsIsBitwiseTorchDdp) {
       const std::string rank = name + " rank" + std::to_string(r);
       expect_bitwise(rank, sim["replicas"][r], torch["replicas"][r]);
       if (torch.contains("buffers")) expect_bitwise(rank + " buffer", sim["buffers"][r], torch["buffers"][r]);
-      const auto m = testing::match(rank + " losses", testing::floats(sim["losses"][r]),
-                                    testing::floats(torch["losses"][r]));
+      const auto m =
+          testing::match(rank + " losses", testing::floats(sim["losses"][r]), testing::floats(torch["losses"][r]));
       EXPECT_EQ(m.equal, m.total) << rank << ": losses are not bitwise torch's";
     }
     EXPECT_EQ(sim["test_correct"], torch["test_correct"]) << name << ": test predictions differ";
@@ -71,31 +84,73 @@ TEST(ModelDdp, GoldensShowWhatDdpDoesToBuffersAndDropout) {
   EXPECT_EQ(per_rank["replicas"][1], per_rank["replicas"][0]);
 }
 
-// Real ranks over Gloo (one process each) train the CNN to torch's bits too.
+// Real ranks over Gloo (one process each) train the CNN to torch's bits too: parameters, losses, BatchNorm
+// buffers and test predictions, with and without broadcast_buffers and with --seed-per-rank (Dropout's masks);
+// the dump is ddp_sim's, key for key; the cmp table says whether the ranks' buffers agree.
 TEST(ModelDdp, GlooRanksTrainTheCnnToTorchsBits) {
   const json configs = testing::load_json("tests/golden/models/configs.json");
-  const std::string name = "cnn_sgd_ws3";
-  std::vector<std::string> args = {"verify/ddp_verify", "--backend", "gloo", "--nproc", "3", "--quiet"};
-  for (const auto& a : configs[name]) args.push_back(a.get<std::string>());
-  const std::string out = testing::temp_dir() + "/verify.json";
-  args.push_back("--dump-params");
-  args.push_back(out);
-  const testing::CommandResult r = testing::run_command(args);
-  ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("verified"), std::string::npos) << r.out;
-  const json got = testing::load_json(out), torch = testing::load_json("tests/golden/models/" + name + ".json");
-  for (size_t rank = 0; rank < 3; ++rank) {
-    expect_bitwise(name + " gloo rank" + std::to_string(rank), got["replicas"][rank], torch["replicas"][rank]);
-    EXPECT_EQ(got["losses"][rank], torch["losses"][rank]) << "rank " << rank;
+  for (const auto& [name, nproc] : std::vector<std::pair<std::string, size_t>>{
+           {"cnn_sgd_ws3", 3}, {"cnn_no_broadcast_buffers_ws3", 3}, {"cnn_seed_per_rank_ws2", 2}}) {
+    const auto config = configs[name].get<std::vector<std::string>>();
+    std::vector<std::string> args = {"verify/ddp_verify", "--backend",           "gloo",
+                                     "--nproc",           std::to_string(nproc), "--quiet"};
+    args.insert(args.end(), config.begin(), config.end());
+    const std::string out = testing::temp_dir() + "/verify.json";
+    args.push_back("--dump-params");
+    args.push_back(out);
+    const testing::CommandResult r = testing::run_command(args);
+    ASSERT_EQ(r.status, 0) << name << ": " << r.err;
+    EXPECT_NE(r.out.find("verified"), std::string::npos) << r.out;
+    const json got = testing::load_json(out), torch = testing::load_json("tests/golden/models/" + name + ".json");
+    ASSERT_EQ(got["buffers"].size(), nproc) << name << ": the dump has no buffers per rank";
+    for (size_t rank = 0; rank < nproc; ++rank) {
+      const std::string label = name + " gloo rank" + std::to_string(rank);
+      expect_bitwise(label, got["replicas"][rank], torch["replicas"][rank]);
+      expect_bitwise(label + " buffer", got["buffers"][rank], torch["buffers"][rank]);
+      EXPECT_EQ(got["losses"][rank], torch["losses"][rank]) << label;
+    }
+    EXPECT_EQ(got["test_correct"], torch["test_correct"]) << name << ": test predictions differ from torch's";
+    // ddp_sim's dump of the same run: the same keys and values (ddp_verify adds "backend" only).
+    json sim = sim_dump(config), real = got;
+    EXPECT_EQ(real["backend"], "gloo");
+    real.erase("backend");
+    EXPECT_EQ(real, sim) << name << ": ddp_verify's dump is not ddp_sim's";
+    // Rank vs rank 0 in the dump: with the broadcast every buffer is rank 0's, without it the running
+    // statistics differ (and num_batches_tracked, a count of the same steps, does not).
+    const bool broadcast = name != "cnn_no_broadcast_buffers_ws3";
+    const size_t last = nproc - 1;
+    for (const auto& [buffer, v0] : got["buffers"][0].items()) {
+      const auto m = testing::match(name + " rank " + std::to_string(last) + " vs 0 " + buffer,
+                                    testing::floats(got["buffers"][last][buffer]), testing::floats(v0));
+      const bool counter = buffer.find("num_batches_tracked") != std::string::npos;
+      EXPECT_EQ(m.equal == m.total, broadcast || counter)
+          << name << " " << buffer << ": " << m.equal << " of " << m.total << " equal";
+    }
+    // The table of the last real rank against rank 0 says the same: parameters equal either way.
+    const std::string table = r.out.substr(r.out.find("# real rank " + std::to_string(last) + " vs real rank 0"));
+    for (const char* buffer : {"1.running_mean ", "1.running_var  ", "5.running_mean ", "5.running_var  "}) {
+      const std::string row = line_with(table, buffer);
+      EXPECT_NE(row.find(broadcast ? "| exact: True " : "| exact: False"), std::string::npos) << name << ": " << row;
+    }
+    EXPECT_NE(line_with(table, "12.weight").find("| exact: True "), std::string::npos) << table;
+    EXPECT_NE(r.out.find(broadcast ? "every rank's buffers equal rank 0's: broadcast_buffers=True"
+                                   : "ranks differ from rank 0 in their buffers only: with --broadcast-buffers false"),
+              std::string::npos)
+        << r.out;
+    // The accuracy table: each real rank's count, and the simulator's beside it, torch's.
+    for (size_t rank = 0; rank < nproc; ++rank) {
+      const int64_t c = torch["test_correct"][rank].get<int64_t>();
+      EXPECT_NE(line_with(r.out, "rank " + std::to_string(rank) + ": ")
+                    .find(std::to_string(c) + "/297 (" + fmt_pct(c) + "%) | simulator: " + std::to_string(c) + "/297"),
+                std::string::npos)
+          << r.out;
+    }
+    std::printf("%s: ddp_verify's parameters, buffers, losses and test predictions are torch's and ddp_sim's\n",
+                name.c_str());
   }
 }
 
 // Lab 005 prints three lessons; each verdict is also what torch's own run (reference.py) prints.
-std::string line_with(const std::string& text, const std::string& start) {
-  const size_t at = text.find(start);
-  return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
-}
-
 TEST(ModelDdp, Lab005ShowsBuffersMasksAndAccuracy) {
   const auto r = testing::run_command({"notebooks_ported/005_cnn_digits/005_cnn_digits"});
   ASSERT_EQ(r.status, 0) << r.err;
@@ -112,7 +167,8 @@ TEST(ModelDdp, Lab005ShowsBuffersMasksAndAccuracy) {
   ASSERT_EQ(torch.status, 0) << torch.err;
   std::printf("reference.py (torch 1.13 DDP, 2 gloo processes):\n%s", torch.out.c_str());
   EXPECT_NE(torch.out.find("broadcast_buffers=True: parameters exact: True | buffers exact: True"), std::string::npos);
-  EXPECT_NE(torch.out.find("broadcast_buffers=False: parameters exact: True | buffers exact: False"), std::string::npos);
+  EXPECT_NE(torch.out.find("broadcast_buffers=False: parameters exact: True | buffers exact: False"),
+            std::string::npos);
   // The same masks, element for element: torch's "X of N" differing elements are the lab's.
   const auto of_count = [](const std::string& line) {
     const size_t of = line.find(" of ");
@@ -123,16 +179,17 @@ TEST(ModelDdp, Lab005ShowsBuffersMasksAndAccuracy) {
   EXPECT_EQ(of_count(line_with(torch.out, "masks seed_per_rank=False")),
             of_count(line_with(r.out, "every rank manual_seed(seed)")));
   EXPECT_EQ(of_count(line_with(torch.out, "masks seed_per_rank=True")), of_count(line_with(r.out, "--seed-per-rank")));
-  EXPECT_NE(torch.out.find("syncbn: ValueError"), std::string::npos) << "SyncBatchNorm ran on CPU: lab 005 says it does not";
+  EXPECT_NE(torch.out.find("syncbn: ValueError"), std::string::npos)
+      << "SyncBatchNorm ran on CPU: lab 005 says it does not";
 }
 
 TEST(ModelDdp, BadModelSpecGetsOneLineAndExit2) {
-  const auto nccl = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "2", "--dataset",
-                                          "digits", "--model", "cnn"});
+  const auto nccl = testing::run_command(
+      {"verify/ddp_verify", "--backend", "nccl", "--nproc", "2", "--dataset", "digits", "--model", "cnn"});
   EXPECT_EQ(nccl.status, 2) << nccl.err;
   EXPECT_NE(nccl.err.find("--model mlp only (got cnn)"), std::string::npos) << nccl.err;
-  const auto trace = testing::run_command({"sim/ddp_sim", "--dataset", "digits", "--model", "cnn", "--trace",
-                                           testing::temp_dir() + "/t.json"});
+  const auto trace = testing::run_command(
+      {"sim/ddp_sim", "--dataset", "digits", "--model", "cnn", "--trace", testing::temp_dir() + "/t.json"});
   EXPECT_EQ(trace.status, 2) << trace.err;
   EXPECT_NE(trace.err.find("--trace models the MLP's Linear layers only"), std::string::npos) << trace.err;
   const std::vector<std::pair<std::string, std::string>> cases = {

@@ -6,6 +6,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -25,6 +27,7 @@ constexpr const char* kSim = "sim/ddp_sim";
 constexpr const char* kVerify = "verify/ddp_verify";
 constexpr const char* kLab001 = "notebooks_ported/001_toy_ddp/001_toy_ddp";
 constexpr const char* kLab004 = "notebooks_ported/004_parallelism/004_parallelism";
+constexpr const char* kLab005 = "notebooks_ported/005_cnn_digits/005_cnn_digits";
 
 CommandResult run(const char* program, std::vector<std::string> args) {
   args.insert(args.begin(), program);
@@ -187,6 +190,167 @@ TEST(Report, Labs) {
   expect_self_contained(html, "004_parallelism");
   EXPECT_NE(html.find("<tr class=\"exact\">"), std::string::npos);
   EXPECT_NE(html.find(fmt_id("output")), std::string::npos);
+}
+
+// Issue 16: "buffers per rank" and "Dropout masks per rank", for models that have buffers / Dropout only.
+const std::vector<std::string> kCnnArgs = {"--dataset", "digits", "--model",      "cnn", "--loss", "ce",
+                                           "--lr",      "0.05",   "--batch-size", "32",  "--quiet"};
+
+std::string section(const std::string& html, const char* id) {
+  const size_t at = html.find(fmt_id(id));
+  return at == std::string::npos ? "" : html.substr(at, html.find("</section>", at) - at);
+}
+
+// One cnn run's page and its dump (--dump-params: every rank's buffers).
+struct CnnRun {
+  std::string html;
+  testing::json dump;
+};
+
+CnnRun cnn_run(const char* program, std::vector<std::string> extra, const std::string& name) {
+  const std::string path = testing::temp_dir() + "/" + name;
+  auto args = kCnnArgs;
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--report", path + ".html", "--dump-params", path + ".json"});
+  const CommandResult r = run(program, args);
+  EXPECT_EQ(r.status, 0) << name << ": " << r.err;
+  CnnRun out{read(path + ".html"), testing::load_json(path + ".json")};
+  expect_self_contained(out.html, name);
+  return out;
+}
+
+// The coloured cells of the row named `name` in a per-rank table ("exact<br>max |diff| 0.0", "3 of 896 differ").
+std::vector<std::string> row_cells(const std::string& table, const std::string& name) {
+  const size_t at = table.find("<td class=\"mono\">" + name + "</td>");
+  if (at == std::string::npos) return {};
+  const size_t end = table.find("</tr>", at);
+  std::vector<std::string> cells;
+  for (size_t p = table.find("style=\"background:", at); p < end; p = table.find("style=\"background:", p + 1)) {
+    const size_t open = table.find('>', p) + 1;
+    cells.push_back(table.substr(open, table.find("</td>", open) - open));
+  }
+  return cells;
+}
+
+// The buffers table says, for every buffer of every rank k, what the dump says of it against rank 0's: exact,
+// allclose (torch.allclose's rtol 1e-5, atol 1e-8) or different, and the largest |difference| to the bit.
+// Returns how many cells say "different".
+size_t expect_buffers_as_dumped(const std::string& buffers, const testing::json& dump, const std::string& label) {
+  const testing::json& ranks = dump["buffers"];
+  EXPECT_GE(ranks.size(), 2u) << label << ": no buffers per rank in the dump";
+  EXPECT_EQ(count(buffers, "<td class=\"mono\">"), ranks[0].size()) << label << ": one row per buffer";
+  size_t different = 0;
+  for (const auto& [name, v0] : ranks[0].items()) {
+    const std::vector<std::string> cells = row_cells(buffers, name);
+    EXPECT_EQ(cells.size(), ranks.size() - 1) << label << " " << name;
+    const std::vector<float> b = testing::floats(v0);
+    for (size_t k = 1; k < ranks.size() && k <= cells.size(); ++k) {
+      const std::vector<float> a = testing::floats(ranks[k][name]);
+      bool exact = a.size() == b.size(), close = exact;
+      float maxdiff = 0.0f;
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        const float err = std::fabs(a[i] - b[i]);
+        exact = exact && a[i] == b[i];
+        close = close && (a[i] == b[i] || err <= 1e-8f + std::fabs(1e-5f * b[i]));
+        maxdiff = std::max(maxdiff, err);
+      }
+      const std::string& cell = cells[k - 1];
+      const size_t br = cell.find("<br>max |diff| ");
+      EXPECT_EQ(cell.substr(0, br), exact ? "exact" : close ? "allclose" : "different") << label << " " << name;
+      EXPECT_EQ(br == std::string::npos ? -1.0f : std::strtof(cell.c_str() + br + 15, nullptr), maxdiff)
+          << label << " " << name << " rank " << k << ": " << cell;
+      different += !close;
+    }
+  }
+  return different;
+}
+
+// The counts of differing mask elements in a masks table, in order ("same mask" is 0).
+std::vector<std::string> mask_counts(const std::string& masks) {
+  std::vector<std::string> out;
+  for (size_t p = masks.find("style=\"background:"); p != std::string::npos;
+       p = masks.find("style=\"background:", p + 1)) {
+    const size_t open = masks.find('>', p) + 1;
+    const std::string cell = masks.substr(open, masks.find("</td>", open) - open);
+    out.push_back(cell == "same mask" ? "0" : cell.substr(0, cell.find(' ')));
+  }
+  return out;
+}
+
+TEST(Report, BuffersAndMasksPerRank) {
+  // DDP's defaults: every buffer as the dump has it (all rank 0's), masks drawn alike on 3 ranks.
+  CnnRun run3 = cnn_run(kSim, {"--world-size", "3"}, "broadcast");
+  std::string buffers = section(run3.html, "buffers"), masks = section(run3.html, "masks");
+  EXPECT_EQ(expect_buffers_as_dumped(buffers, run3.dump, "broadcast"), 0u) << buffers;
+  EXPECT_NE(buffers.find("broadcast_buffers=True (DDP&#39;s default)"), std::string::npos) << buffers;
+  EXPECT_EQ(count(masks, ">same mask<"), 2u) << masks;
+  EXPECT_NE(masks.find("Every rank called manual_seed(seed) alike"), std::string::npos) << masks;
+  // No broadcast and seeds per rank: the running statistics differ, as the dump has them, and so do the masks;
+  // the real ranks (ddp_verify, one process each) show the same buffers and the same mask counts.
+  const std::vector<std::string> apart = {"--world-size",    "3",   "--broadcast-buffers", "false",
+                                          "--seed-per-rank", "true"};
+  std::vector<std::string> sim_counts;
+  for (const char* program : {kSim, kVerify}) {
+    std::vector<std::string> extra = apart;
+    if (program == kVerify) extra.insert(extra.end(), {"--nproc", "3"});
+    const std::string name = program == kSim ? "apart_sim" : "apart_verify";
+    run3 = cnn_run(program, extra, name);
+    buffers = section(run3.html, "buffers");
+    masks = section(run3.html, "masks");
+    EXPECT_GE(expect_buffers_as_dumped(buffers, run3.dump, name), 1u) << buffers;
+    EXPECT_NE(buffers.find("with --broadcast-buffers false each rank&#39;s BatchNorm running statistics"),
+              std::string::npos)
+        << buffers;
+    const std::vector<std::string> counts = mask_counts(masks);
+    ASSERT_EQ(counts.size(), 2u) << masks;
+    for (const std::string& c : counts) EXPECT_NE(c, "0") << name << ": ranks seeded apart drew the same mask";
+    EXPECT_NE(masks.find("--seed-per-rank: each rank called manual_seed(seed + rank)"), std::string::npos) << masks;
+    if (program == kSim) sim_counts = counts;
+    EXPECT_EQ(counts, sim_counts) << name << ": the real ranks' masks are not the simulator's";
+    std::printf("%s: mask elements differing from rank 0's: rank 1 %s, rank 2 %s (of 896)\n", name.c_str(),
+                counts[0].c_str(), counts[1].c_str());
+  }
+  // An MLP has neither: its page is what it was before these sections existed.
+  auto args = kSimArgs;
+  args.insert(args.end(), {"--quiet", "--report", testing::temp_dir() + "/mlp.html"});
+  ASSERT_EQ(run(kSim, args).status, 0);
+  const std::string html = read(testing::temp_dir() + "/mlp.html");
+  EXPECT_EQ(html.find(fmt_id("buffers")), std::string::npos);
+  EXPECT_EQ(html.find(fmt_id("masks")), std::string::npos);
+}
+
+// Lab 005's page: its four runs' tables say what the lab printed (and model_ddp_test checks the printed
+// verdicts and mask counts against torch's reference.py).
+TEST(Report, Lab005BuffersAndMasks) {
+  const std::string path = testing::temp_dir() + "/005.html";
+  const CommandResult r = run(kLab005, {"--report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string html = read(path);
+  expect_self_contained(html, "005_cnn_digits");
+  const std::string buffers = section(html, "buffers"), masks = section(html, "masks");
+  const size_t no_bb = buffers.find("<h3>broadcast_buffers=False</h3>");
+  ASSERT_NE(no_bb, std::string::npos) << buffers;
+  EXPECT_EQ(count(buffers.substr(0, no_bb), "\">different<br>"), 0u) << "with the broadcast: " << buffers;
+  // The lab's worst buffer without the broadcast, "(5.running_var maxdiff X)", is in its table.
+  const std::string printed = r.out.substr(r.out.find("buffers exact: False ("));
+  const size_t name_at = printed.find('(') + 1, gap = printed.find(" maxdiff ");
+  const std::string worst = printed.substr(name_at, gap - name_at);
+  const std::string diff = printed.substr(gap + 9, printed.find(')') - gap - 9);
+  const std::vector<std::string> cells = row_cells(buffers.substr(no_bb), worst);
+  ASSERT_EQ(cells.size(), 1u) << worst << ": " << buffers;
+  EXPECT_EQ(cells[0], "different<br>max |diff| " + diff);
+  // The masks: the lab's "N of 896 mask elements differ", seeded alike and per rank.
+  std::vector<std::string> want;
+  for (size_t p = r.out.find(" mask elements differ"); p != std::string::npos;
+       p = r.out.find(" mask elements differ", p + 1)) {
+    const size_t of = r.out.rfind(" of ", p), start = r.out.rfind(' ', of - 1) + 1;
+    want.push_back(r.out.substr(start, of - start));
+  }
+  ASSERT_EQ(want.size(), 2u) << r.out;
+  EXPECT_EQ(mask_counts(masks), want) << masks;
+  EXPECT_NE(html.find(fmt_id("output")), std::string::npos) << "the transcript";
+  std::printf("lab 005's page: %s %s, masks differing %s and %s of 896\n", worst.c_str(), diff.c_str(), want[0].c_str(),
+              want[1].c_str());
 }
 
 // ---- the page in a real browser -------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 // 2 bad input or rendezvous; 3 backend unavailable.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -18,6 +19,7 @@
 #include "src/nccl/gpu_trainer.h"
 #include "src/parallel.h"
 #include "src/report/html_report.h"
+#include "src/report/per_rank.h"
 #include "src/report/report.h"
 #include "src/report/timeline.h"
 
@@ -32,11 +34,29 @@ constexpr const char* kHead = R"(usage: ddp_verify --backend gloo|nccl --nproc N
 Runs the DDP step with one process per rank and compares it with ddp_sim's.
 )";
 constexpr const char* kTail = R"(output:
-  --dump-params FILE        every rank's final parameters, sampler indices, losses (ddp_sim's JSON)
+  --dump-params FILE        every rank's final parameters, sampler indices, losses, and (models with them)
+                            buffers and test predictions: ddp_sim's JSON
   --quiet                   no per-batch lines
   --report FILE.html        (rank 0) one self-contained HTML page: losses per rank, the cmp tables, buckets,
                             the simulator's ring all-reduce, the --trace timeline, the command line
 )";
+
+// Every rank's `mine` (buffers or Dropout masks), gathered as raw floats: index r holds rank r's.
+std::vector<report::NamedTensors> gather_tensors(comm::Communicator& comm, const report::NamedTensors& mine,
+                                                 int world_size) {
+  std::vector<report::NamedTensors> all(static_cast<size_t>(world_size));
+  for (auto& t : all) t.names = mine.names;
+  for (const std::vector<float>& v : mine.values) {
+    const auto got =
+        comm::all_gather_strings(comm, std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+    for (size_t r = 0; r < got.size(); ++r) {
+      std::vector<float> f(got[r].size() / sizeof(float));
+      std::memcpy(f.data(), got[r].data(), f.size() * sizeof(float));
+      all[r].values.push_back(std::move(f));
+    }
+  }
+  return all;
+}
 
 int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std::vector<std::string>& argv) {
   const dist::RankEnv& env = rank.env;
@@ -71,6 +91,15 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
     indices_json.push_back(fmt::format(
         "[{}]", fmt::join(comm::all_gather_strings(*comm, fmt::format("[{}]", fmt::join(epoch, ", "))), ", ")));
   }
+  // Buffers, the last Dropout masks and the test predictions (models and datasets that have them), likewise.
+  const Module& my_model = mine.replica->model;
+  const auto buffers = gather_tensors(*comm, report::buffer_values(my_model), env.world_size);
+  const auto masks = gather_tensors(*comm, report::dropout_masks(my_model), env.world_size);
+  std::vector<std::string> buffers_json;
+  if (!my_model.buffers().empty()) buffers_json = comm::all_gather_strings(*comm, json_buffers(my_model.buffers()));
+  std::vector<int64_t> test_correct(static_cast<size_t>(env.world_size));
+  comm->all_gather(&mine.test_correct, sizeof(int64_t), test_correct.data());
+  if (mine.test_correct < 0) test_correct.clear();  // not --dataset digits (every rank alike)
   // Every rank logs as many batches (DistributedSampler gives each the same number of samples).
   std::vector<float> my_losses;
   for (const auto& l : mine.log) my_losses.push_back(l.loss);
@@ -103,19 +132,28 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
     const ddp::SimResult sim = ddp::simulate(sim_cfg, false, hooks);
     const double sim_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sim_start).count();
-    bool ok = true;
+    bool ok = true, buffers_equal = true;
     std::string report = fmt::format("timing: real training {:.1f} ms ({}, {}), simulator {:.1f} ms (CPU)\n",
                                      mine.train_seconds * 1e3, on_gpu ? "GPU" : "CPU", backend, sim_ms);
     for (int r = 0; r < env.world_size; ++r) {
       const auto ps = sim.replicas[static_cast<size_t>(r)]->model.parameters();
       const float* real = everyone.data() + static_cast<size_t>(r) * flat.size();
       const float* real0 = everyone.data();
-      std::vector<CmpResult> sim_rows, rank_rows;
+      std::vector<CmpResult> sim_rows, rank_rows, buffer_rows;  // buffer_rows: real rank r's vs rank 0's
       for (const Parameter* p : ps) {
         sim_rows.push_back(cmp(p->name, p->data(), real, p->numel()));
         rank_rows.push_back(cmp(p->name, real, real0, p->numel()));
         real += p->numel();
         real0 += p->numel();
+      }
+      // The buffers after the rows of the parameters, as ddp_sim's tables show them.
+      const report::NamedTensors sim_buffers = report::buffer_values(sim.replicas[static_cast<size_t>(r)]->model);
+      const report::NamedTensors& real_buffers = buffers[static_cast<size_t>(r)];
+      for (size_t i = 0; i < sim_buffers.names.size(); ++i) {
+        const auto& s = sim_buffers.values[i];
+        const auto n = static_cast<int64_t>(s.size());
+        sim_rows.push_back(cmp(sim_buffers.names[i], s.data(), real_buffers.values[i].data(), n));
+        buffer_rows.push_back(cmp(sim_buffers.names[i], real_buffers.values[i].data(), buffers[0].values[i].data(), n));
       }
       if (!report_path.empty() && (r == 0 || r + 1 == env.world_size)) {
         std::vector<report::Row> rows;
@@ -123,6 +161,11 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
         for (const Parameter* p : ps) {
           rows.push_back(report::cmp_row(p->name, p->data(), rp, p->numel()));
           rp += p->numel();
+        }
+        for (size_t i = 0; i < sim_buffers.names.size(); ++i) {
+          rows.push_back(report::cmp_row(sim_buffers.names[i], sim_buffers.values[i].data(),
+                                         real_buffers.values[i].data(),
+                                         static_cast<int64_t>(sim_buffers.values[i].size())));
         }
         page.tables.push_back({fmt::format("sim vs real, rank {} (simulator all-reduce: {})", r,
                                            collective::algorithm_name(cfg.allreduce)),
@@ -137,10 +180,18 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
           rp += p->numel();
           r0 += p->numel();
         }
+        for (size_t i = 0; i < real_buffers.names.size(); ++i) {
+          rows.push_back(report::cmp_row(real_buffers.names[i], real_buffers.values[i].data(),
+                                         buffers[0].values[i].data(),
+                                         static_cast<int64_t>(real_buffers.values[i].size())));
+        }
         page.tables.push_back({fmt::format("real rank {} vs real rank 0", r), std::move(rows)});
       }
       for (const auto& row : sim_rows) ok = ok && row.approximate;
       for (const auto& row : rank_rows) ok = ok && row.exact;
+      // Buffers may differ between ranks (broadcast_buffers false, or a last training forward after the
+      // broadcast): DDP's semantics, checked against the simulator's rows above, not a failure.
+      for (const auto& row : buffer_rows) buffers_equal = buffers_equal && row.exact;
       if (r == 0 || r + 1 == env.world_size) {
         report += fmt::format("\n# sim vs real, rank {} (simulator all-reduce: {}{})\n", r,
                               collective::algorithm_name(cfg.allreduce),
@@ -153,9 +204,27 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
       if (r > 0 && r + 1 == env.world_size) {
         report += fmt::format("\n# real rank {} vs real rank 0\n", r);
         for (const auto& row : rank_rows) report += format_cmp(row) + "\n";
+        for (const auto& row : buffer_rows) report += format_cmp(row) + "\n";
       }
     }
-    report += ok ? fmt::format("\nverified: every rank bitwise identical; the simulator agrees (see exact above)\n")
+    if (!buffers[0].names.empty() && env.world_size > 1) {  // the sentence ddp_sim's tables end with
+      report += buffers_equal ? "every rank's buffers equal rank 0's: " + buffers_why(cfg, true)
+                              : "ranks differ from rank 0 in their buffers only: " + buffers_why(cfg, false);
+    }
+    if (!test_correct.empty()) {
+      report +=
+          fmt::format("\n# test accuracy on the {} held-out digits (model.eval(): running statistics, no dropout)\n",
+                      sim.test_size);
+      const auto pct = [&](int64_t c) { return 100.0 * static_cast<double>(c) / static_cast<double>(sim.test_size); };
+      for (size_t r = 0; r < test_correct.size(); ++r) {
+        const int64_t s = sim.test_correct[r];
+        report += fmt::format("rank {}: {}/{} ({:.2f}%) | simulator: {}/{} ({:.2f}%)\n", r, test_correct[r],
+                              sim.test_size, pct(test_correct[r]), s, sim.test_size, pct(s));
+      }
+    }
+    const char* params_only = buffers_equal ? "" : "'s parameters";
+    report += ok ? fmt::format("\nverified: every rank{} bitwise identical; the simulator agrees (see exact above)\n",
+                               params_only)
                  : "\nNOT verified: a row above is not approximately equal, or ranks differ\n";
     fmt::print("{}", report);
     verdict = ok ? 0.0f : 1.0f;
@@ -169,6 +238,8 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
         page.losses.push_back(report::loss_series(fmt::format("rank {}", r), losses[r]));
       }
       page.notes.push_back(report);
+      if (auto t = report::buffers_table(cfg, "", buffers)) page.buffers.push_back(std::move(*t));
+      if (auto t = report::masks_table(cfg, "", masks)) page.masks.push_back(std::move(*t));
       const Module& model0 = sim.replicas[0]->model;
       page.layouts.push_back(report::first_layout(model0));
       page.layouts.push_back(report::layout_of(
@@ -188,8 +259,8 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
     }
     const std::string dump = flags.get_string("dump-params", "");
     if (!dump.empty()) {
-      const std::string out =
-          dump_json(DumpPieces{env.world_size, backend, args, params_json, indices_json, losses_json, {}, {}});
+      const std::string out = dump_json(DumpPieces{env.world_size, backend, args, params_json, indices_json,
+                                                   losses_json, buffers_json, test_correct});
       if (std::string why = write_file_atomic(dump, out); !why.empty()) {
         std::fprintf(stderr, "ddp_verify: --dump-params: %s\n", why.c_str());
         verdict = 1.0f;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "src/io.h"
+#include "src/report/per_rank.h"
 
 namespace ddplab::lab {
 
@@ -77,6 +78,17 @@ void LabReport::add_simulation(const ddp::Config& cfg, const ddp::SimResult& sim
                                                         "bucket 1 MiB, then up to --bucket-cap-mb {})",
                                                         cfg.bucket_cap_mb),
                                             *sim.replicas[0]->reducer, model0));
+}
+
+void LabReport::add_per_rank(const std::string& title, const ddp::Config& cfg, const ddp::SimResult& sim, bool buffers,
+                             bool masks) {
+  if (!active()) return;
+  report::ReportData run;
+  std::vector<const Module*> models;
+  for (const auto& rep : sim.replicas) models.push_back(&rep->model);
+  report::add_per_rank(run, cfg, title, models);
+  if (buffers) page_.buffers.insert(page_.buffers.end(), run.buffers.begin(), run.buffers.end());
+  if (masks) page_.masks.insert(page_.masks.end(), run.masks.begin(), run.masks.end());
 }
 
 int LabReport::write() {

@@ -29,6 +29,9 @@ class LabReport {
   bool active() const { return !path_.empty(); }
   // A DDP simulation's loss per rank and bucket layouts.
   void add_simulation(const ddp::Config& cfg, const ddp::SimResult& sim);
+  // A run's "buffers per rank" and/or "Dropout masks per rank" tables (models that have them), titled.
+  void add_per_rank(const std::string& title, const ddp::Config& cfg, const ddp::SimResult& sim, bool buffers,
+                    bool masks);
   // Writes the page: 0, or 1 after one line on stderr.
   int write();
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "src/flags.h"
+#include "src/report/per_rank.h"
 
 namespace ddplab::report {
 
@@ -271,6 +272,7 @@ std::string render_html(const ReportData& d) {
     for (const std::string& n : d.notes) out += note(n);
     out += "</section>\n";
   }
+  out += per_rank_html(d);
   if (!d.layouts.empty()) {
     out +=
         "<section id=\"buckets\"><h2>Gradient buckets, before and after the rebuild</h2>\n<p class=\"hint\">DDP "

@@ -58,6 +58,17 @@ struct Timing {
   std::string summary;  // timeline_summary()
 };
 
+// One tensor of every rank against rank 0's: a BatchNorm buffer, or a Dropout layer's last training mask.
+struct PerRankRow {
+  std::string name;
+  std::vector<CmpResult> ranks;  // ranks[k - 1]: rank k vs rank 0
+};
+struct PerRankTable {
+  std::string title;  // which run ("" when the page shows one)
+  std::vector<PerRankRow> rows;
+  std::string why;  // why they agree or not: broadcast_buffers, or how the ranks were seeded
+};
+
 struct ReportData {
   std::string program;            // "ddp_sim", "ddp_verify", "001_toy_ddp", ...
   std::string title;              // a line saying what ran
@@ -71,6 +82,8 @@ struct ReportData {
   std::optional<RingExplain> ring;
   std::optional<Timing> timing;
   std::vector<std::string> transcript;  // what a lab printed, line by line
+  // Models with buffers / Dropout only (src/report/per_rank.h): "buffers per rank", "Dropout masks per rank".
+  std::vector<PerRankTable> buffers, masks;
 };
 
 std::string render_html(const ReportData& d);

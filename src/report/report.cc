@@ -44,6 +44,26 @@ bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
 }  // namespace
 
+std::string buffers_why(const ddp::Config& cfg, bool buffers_equal) {
+  if (!buffers_equal && !cfg.broadcast_buffers) {
+    return "with --broadcast-buffers false each rank's\n"
+           "BatchNorm running statistics average only the batches that rank saw. The parameters still agree (the\n"
+           "all-reduce), but model.eval() then normalises with different statistics on every rank.\n";
+  }
+  if (!buffers_equal) {
+    return "DDP broadcasts rank 0's buffers BEFORE each\n"
+           "training forward, and each rank's last forward then updated its running statistics from its own batch.\n"
+           "They agree again at the next forward through DDP (model.eval() included).\n";
+  }
+  if (cfg.broadcast_buffers) {
+    return "broadcast_buffers=True (DDP's default): DDP gives every rank rank 0's\n"
+           "buffers before each training forward, and again before the model.eval() forward: every rank holds\n"
+           "rank 0's running statistics.\n";
+  }
+  return "with --broadcast-buffers false nothing synchronises the\n"
+         "buffers, yet every rank's agree here: its batches gave the same running statistics.\n";
+}
+
 std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
   std::string out;
   const Module& rank0 = res.replicas[0]->model;
@@ -68,18 +88,9 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
         cfg.world_size,
         cfg.broadcast ? "DDP broadcast rank 0's parameters at construction"
                       : "--init same: every rank drew the same initial weights");
-  } else if (parameters_equal && !cfg.broadcast_buffers) {
-    out += fmt::format(
-        "{} of {} ranks differ from rank 0, in their buffers only: with --broadcast-buffers false each rank's\n"
-        "BatchNorm running statistics average only the batches that rank saw. The parameters still agree (the\n"
-        "all-reduce), but model.eval() then normalises with different statistics on every rank.\n",
-        differing.size(), cfg.world_size - 1);
   } else if (parameters_equal) {
-    out += fmt::format(
-        "{} of {} ranks differ from rank 0, in their buffers only: DDP broadcasts rank 0's buffers BEFORE each\n"
-        "training forward, and each rank's last forward then updated its running statistics from its own batch.\n"
-        "They agree again at the next forward through DDP (model.eval() included).\n",
-        differing.size(), cfg.world_size - 1);
+    out += fmt::format("{} of {} ranks differ from rank 0, in their buffers only: {}", differing.size(),
+                       cfg.world_size - 1, buffers_why(cfg, false));
   } else {
     out += fmt::format("{} of {} ranks differ from rank 0: {}\n", differing.size(), cfg.world_size - 1,
                        !cfg.broadcast && cfg.init == ddp::InitKind::per_rank

@@ -16,6 +16,10 @@ std::vector<CmpResult> cmp_models(const Module& a, const Module& b);
 // The cmp tables (replica k vs replica 0; DDP vs one device when simulated) and a sentence on why.
 std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res);
 
+// Why the ranks' buffers agree or not, as the cmp tables say it (DDP's broadcast_buffers), lines of at most
+// ~100 characters continuing a sentence that begins "N of M ranks differ from rank 0, in their buffers only: ".
+std::string buffers_why(const ddp::Config& cfg, bool buffers_equal);
+
 // The one dump ddp_sim and ddp_verify both write, from pieces already in JSON:
 // {"world_size", "backend" (real runs only), "args", "replicas": [{state_dict}],
 //  "sampler_indices": [epoch][rank][...], "losses": [rank][...]}, then, when there are any,

@@ -10,6 +10,7 @@
 #include "src/ddp/trainer.h"
 #include "src/report/explain.h"
 #include "src/report/html_report.h"
+#include "src/report/per_rank.h"
 #include "src/report/timeline.h"
 
 namespace ddplab::report {
@@ -91,8 +92,7 @@ RingExplain explain_data(const ddp::Config& cfg, const std::vector<float*>& bufs
   return ring_data(
       fmt::format("The last {} floats of iteration 0's bucket ({}), from the first all-reduce ({}), "
                   "run through the ring as a bucket of their own",
-                  count,
-                  count <= static_cast<size_t>(numel) ? name : "the end of " + layer + ".weight and " + name,
+                  count, count <= static_cast<size_t>(numel) ? name : "the end of " + layer + ".weight and " + name,
                   how),
       inputs);
 }
@@ -158,6 +158,9 @@ void add_simulation(ReportData& d, const ddp::Config& cfg, const ddp::SimResult&
     d.tables.push_back({"DDP replica 0 vs one device trained on the union of the shards",
                         cmp_model_rows(rank0, res.single_device->model)});
   }
+  std::vector<const Module*> models;
+  for (const auto& rep : res.replicas) models.push_back(&rep->model);
+  add_per_rank(d, cfg, "", models);
   d.layouts.push_back(first_layout(rank0));
   d.layouts.push_back(layout_of(fmt::format("from iteration 1: rebuilt in gradient-ready order (first bucket 1 MiB, "
                                             "then up to --bucket-cap-mb {})",
