@@ -15,7 +15,9 @@
 
 namespace ddplab {
 
-// torch's default seed (c10::detail::default_rng_seed_val), used before any manual_seed.
+// c10::detail::default_rng_seed_val: the seed of a new torch.Generator() object. NOT what a process starts
+// from: torch 1.13 seeds a process's default CPU generator from /dev/urandom, a different seed every run
+// (notebooks_ported/lab/fresh_seeds.py checks both).
 inline constexpr uint64_t kDefaultSeed = 67280421310721ULL;
 
 class Generator {

@@ -55,7 +55,8 @@ void refuse_what_cannot_take_effect(const Flags& flags, const std::string& backe
 }  // namespace
 
 int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
-                 const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body) {
+                 const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body,
+                 int default_world_size) {
   const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
   LabReport page(flags, argc, argv);  // --report: checked now, written when the ranks are done
   refuse_what_cannot_take_effect(flags, backend);
@@ -64,7 +65,7 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
         flags, argc, argv, [&](int) { return agreement; }, [&](dist::Rank& r) { return body(*r.comm); });
   }
   if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
-  const int ws = static_cast<int>(flags.get_int("world-size", 2, 1, ddp::kMaxWorldSize));
+  const int ws = static_cast<int>(flags.get_int("world-size", default_world_size, 1, ddp::kMaxWorldSize));
   threads_from_flags(flags);  // checked only: here every rank is a thread of its own (they meet in collectives)
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));

@@ -27,10 +27,12 @@ std::set<std::string> lab_flag_names();  // backend, nproc, world-size and the r
 std::string lab_usage();
 
 // Runs `body` on every rank of the group: threads over LocalGroup (the simulator's ring) for --backend
-// sim (--world-size ranks, default 2), one process per rank over Gloo/NCCL otherwise (src/launch/runner);
-// `agreement` lists the flags every real rank must have been started with. Returns the exit status.
+// sim (--world-size ranks, default `default_world_size`), one process per rank over Gloo/NCCL otherwise
+// (src/launch/runner); `agreement` lists the flags every real rank must have been started with. Returns
+// the exit status.
 int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
-                 const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body);
+                 const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body,
+                 int default_world_size = 2);
 
 // Runs `cfg`, prints `progress(batch)` (unless empty) for every batch of every rank (simulator: in the order the ranks
 // would interleave; real: as each rank finishes), then calls `report(view)` once per rank: in rank order in
