@@ -8,6 +8,7 @@
 
 #include "notebooks_ported/004_parallelism/parallel.h"
 #include "notebooks_ported/lab/lab.h"
+#include "notebooks_ported/lab/seeding.h"
 #include "src/comm/local_group.h"
 #include "src/ddp/bucket_sync.h"
 #include "src/io.h"
@@ -31,7 +32,8 @@ Seed notebook 004 in C++: every section, 2 ranks by default.
   --part all|dp|ddp|lightning|model|tensor|zero   one section [all]
   --notebook-bugs           tensor parallelism as the notebook wrote it: all_reduce(async_op=True), never waited
   --dp-devices N            DataParallel devices [2]
-  --dump FILE               tensors of the DataParallel and tensor-parallel sections (JSON, for the tests)
+  --dump FILE               tensors of the DataParallel and tensor-parallel sections, and under "ddp" every
+                            rank's seed, loss, initial and final parameters of DDP basic (JSON)
 )";
 
 std::map<std::string, std::vector<float>> g_dump;  // rank 0's sections' tensors
@@ -41,39 +43,81 @@ std::string keep(const lab004::Section& s) {
   return lab004::render(s);
 }
 
-// demo_basic: ToyModel (10-10-ReLU-5), SGD 0.001, one step on randn(20, 10) -> randn(20, 5).
-std::string ddp_basic(comm::Communicator& c) {
-  lab::print_line(fmt::format("Start running basic DDP example on rank {}.", c.rank()));
-  Generator g(kDefaultSeed);  // a fresh process: every rank builds the same ToyModel and draws the same batch
+// demo_basic: ToyModel (10-10-ReLU-5), SGD 0.001, one step on randn(20, 10) -> randn(20, 5). The notebook
+// seeds nothing: with `notebook_seeding` each rank draws its own seed, model and batch, as its processes do;
+// otherwise every rank seeds kDefaultSeed (said in the output). Every rank's parameters go to g_ddp_ranks.
+std::string g_ddp_ranks;  // {"world_size", "ranks": [...]} as lab 003's --dump
+
+std::vector<float> flat(const MLP& model) {
+  std::vector<float> v;
+  for (const Parameter* p : model.parameters()) v.insert(v.end(), p->data(), p->data() + p->numel());
+  return v;
+}
+
+std::string ddp_basic(comm::Communicator& c, bool notebook_seeding) {
+  const int rank = c.rank(), ws = c.world_size();
+  lab::print_line(fmt::format("Start running basic DDP example on rank {}.", rank));
+  const uint64_t seed = notebook_seeding ? lab::fresh_process_seed() : kDefaultSeed;
+  Generator g(seed);
   MLP model({10, 10, 5}, true, {"net1", "net2"}, g);
-  for (Parameter* p : model.parameters()) c.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);
+  const std::string initial = json_params(std::as_const(model).parameters());
+  const std::vector<float> before = flat(model);
+  for (Parameter* p : model.parameters()) c.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);  // DDP()
   Matrix x(20, 10), y(20, 5);
   g.normal_(x.data(), x.size());
   g.normal_(y.data(), y.size());
-  ddp::Reducer red(model.parameters(), c.world_size(), 25.0, ddp::Average::predivide);
+  ddp::Reducer red(model.parameters(), ws, 25.0, ddp::Average::predivide);
   SGD opt(model.parameters(), SGDOptions{0.001});
   opt.zero_grad();
-  model.backward(mse_loss(model.forward(x), y).grad);
+  const LossResult l = mse_loss(model.forward(x), y);
+  model.backward(l.grad);
   ddp::HostSyncOps ops(model.parameters(), c);
   ddp::sync_buckets(red, ops);
   opt.step();
-  std::vector<float> mine;
-  for (const Parameter* p : model.parameters()) mine.insert(mine.end(), p->data(), p->data() + p->numel());
-  std::vector<float> all(mine.size() * static_cast<size_t>(c.world_size()));
-  c.all_gather(mine.data(), mine.size() * sizeof(float), all.data());
-  if (c.rank() != 0) return "";
-  lab004::Section s;
-  s.title = fmt::format("DDP basic (ToyModel 10-10-ReLU-5, one step): rank {} vs rank 0", c.world_size() - 1);
-  size_t o = 0;
-  const size_t last = mine.size() * static_cast<size_t>(c.world_size() - 1);
-  for (const Parameter* p : model.parameters()) {
-    s.rows.push_back(cmp(p->name, all.data() + last + o, all.data() + o, p->numel()));
-    o += static_cast<size_t>(p->numel());
+  const std::vector<std::string> ranks = comm::all_gather_strings(
+      c, fmt::format("{{\"seed\": {}, \"loss\": {}, \"initial\": {}, \"params\": {}}}", seed, json_float(l.loss),
+                     initial, json_params(std::as_const(model).parameters())));
+  const std::vector<float> mine = flat(model), all = lab::gather_floats(c, mine);
+  const std::vector<float> all_before = lab::gather_floats(c, before);
+  const std::vector<float> xs = lab::gather_floats(c, std::vector<float>(x.data(), x.data() + x.size()));
+  const std::vector<uint64_t> seeds = lab::gather_seeds(c, seed);
+  const size_t n = mine.size();
+  if (rank != 0) return "";
+  g_ddp_ranks = fmt::format("{{\"world_size\": {}, \"ranks\": [{}]}}", ws, fmt::join(ranks, ",\n"));
+  std::string out;
+  if (notebook_seeding) {
+    for (int k = 0; k < ws; ++k) out += lab::rank_seed_line(k, seeds[static_cast<size_t>(k)]) + "\n";
+  } else {
+    out += lab::fixed_seed_note("ToyModel and batch") + "\n";
   }
-  s.note =
-      "Every rank drew the same \"random\" batch: a fresh process starts from torch's default seed, and\n"
-      "the notebook seeds nothing. DDP keeps the replicas bitwise equal either way.\n";
-  return lab004::render(s);
+  lab004::Section s;
+  s.title = fmt::format("DDP basic (ToyModel 10-10-ReLU-5, one step): rank {} vs rank 0", ws - 1);
+  if (notebook_seeding) {
+    // What differs before DDP and what DDP makes equal, rank by rank.
+    for (int k = 1; k < ws; ++k) {
+      s.rows.push_back(lab::vs_rank0(fmt::format("rank {} batch x", k), xs, k, ws));
+      s.rows.push_back(lab::vs_rank0(fmt::format("rank {} model before DDP()", k), all_before, k, ws));
+      s.rows.push_back(lab::vs_rank0(fmt::format("rank {} after the step", k), all, k, ws));
+    }
+    s.title = "DDP basic (ToyModel 10-10-ReLU-5, one step), seeded as the notebook: every rank vs rank 0";
+  } else {
+    size_t o = 0;
+    const size_t last = n * static_cast<size_t>(ws - 1);
+    for (const Parameter* p : model.parameters()) {
+      s.rows.push_back(cmp(p->name, all.data() + last + o, all.data() + o, p->numel()));
+      o += static_cast<size_t>(p->numel());
+    }
+  }
+  s.note = notebook_seeding
+               ? "The notebook seeds nothing, so every rank started from its own seed: each built its own ToyModel\n"
+                 "and drew its own batch (exact: False above). The weights still agree after the step (exact: True):\n"
+                 "DDP(model) broadcasts rank 0's parameters to every rank when it is constructed, and the step\n"
+                 "all-reduces the gradients, so every rank applies the same average update. What DDP does not make\n"
+                 "equal is the data: here each rank's batch is its own random draw, as it is in the notebook.\n"
+               : "Every rank drew the same \"random\" batch here only because the lab seeds every rank alike (above);\n"
+                 "the notebook's ranks draw different ones (--notebook-seeding). The replicas are bitwise equal\n"
+                 "either way: DDP broadcasts rank 0's parameters at construction and averages the gradients.\n";
+  return out + lab004::render(s);
 }
 
 // The Lightning example (Model = Linear(100, 10), MSE, Adam lr 0.02, 1000 random samples, batch 32,
@@ -110,7 +154,7 @@ int body(const Flags& flags, comm::Communicator& c) {
   if (want("dp") && r0)
     lab004::print(keep(lab004::data_parallel(static_cast<int>(flags.get_int("dp-devices", 2, 1, 64)))));
   if (want("ddp")) {
-    if (std::string s = ddp_basic(c); r0) lab004::print(s);
+    if (std::string s = ddp_basic(c, flags.get_bool("notebook-seeding", false)); r0) lab004::print(s);
   }
   if (want("lightning")) {
     if (std::string s = lightning(c); r0) lab004::print(s);
@@ -140,6 +184,7 @@ int body(const Flags& flags, comm::Communicator& c) {
       for (float x : v) f.push_back(json_float(x));
       items.push_back(fmt::format("\"{}\": [{}]", k, fmt::join(f, ", ")));
     }
+    if (!g_ddp_ranks.empty()) items.push_back("\"ddp\": " + g_ddp_ranks);
     if (std::string why =
             write_file_atomic(flags.get_string("dump", ""), fmt::format("{{{}}}\n", fmt::join(items, ",\n")));
         !why.empty()) {
@@ -151,20 +196,28 @@ int body(const Flags& flags, comm::Communicator& c) {
 
 int run(int argc, char** argv) {
   auto known = lab::lab_flag_names();
-  for (const char* f : {"part", "notebook-bugs", "dp-devices", "dump"}) known.insert(f);
-  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"notebook-bugs"}));
+  for (const char* f : {"part", "notebook-bugs", "notebook-seeding", "dp-devices", "dump"}) known.insert(f);
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"notebook-bugs", "notebook-seeding"}));
   if (flags.help()) {
-    std::printf("%s%s", kUsage, lab::lab_usage().c_str());
+    std::printf("%s%s%s", kUsage, lab::notebook_seeding_usage("DDP basic: its own ToyModel and batch").c_str(),
+                lab::lab_usage().c_str());
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"});
+  const std::string part =
+      flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"});
   flags.get_int("dp-devices", 2, 1, 64);
+  const bool notebook_seeding = flags.get_bool("notebook-seeding", false);
+  if (notebook_seeding && part != "all" && part != "ddp") {
+    throw UsageError("--notebook-seeding changes only the DDP basic part: use it with --part ddp or all (got --part " +
+                     part + ")");
+  }
   if (flags.has("dump")) {
     if (std::string why = check_writable(flags.get_string("dump", "")); !why.empty())
       throw UsageError("--dump: " + why);
   }
-  return lab::run_on_ranks(flags, argc, argv, "004_parallelism", {"--part", flags.get_string("part", "all")},
+  return lab::run_on_ranks(flags, argc, argv, "004_parallelism",
+                           {"--part", part, "--notebook-seeding", notebook_seeding ? "true" : "false"},
                            [&](comm::Communicator& c) { return body(flags, c); });
 }
 
