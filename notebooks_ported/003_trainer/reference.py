@@ -1,14 +1,18 @@
 #!/usr/bin/python3
 """Seed notebook 003 (a Trainer class over DDP) as a runnable script: the oracle for //notebooks_ported/003_trainer.
 
-The notebook's code on CPU with gloo (file rendezvous). Like a fresh process it starts from torch's default
-seed (67280421310721): MyTrainDataset(2048) draws rand(20), rand(1) per sample, then Linear(20, 1) draws
-its weights from the same stream. Two things in the notebook are bugs:
+The notebook's code on CPU with gloo (file rendezvous). The notebook calls no manual_seed, so each of its ranks
+starts from its own random seed (torch 1.13 seeds a fresh process from /dev/urandom: ../lab/fresh_seeds.py).
+By default this script, like the lab, seeds every rank with 67280421310721 (a new torch.Generator()'s seed)
+so that the two can be compared; --notebook-seeding seeds nothing, as the notebook; --rank-seeds S0,S1,...
+seeds rank r with Sr (what the lab's --notebook-seeding printed, to replay its run). MyTrainDataset(2048)
+draws rand(20), rand(1) per sample, then Linear(20, 1) draws its weights from the same stream. Two things
+in the notebook are bugs:
   - DataLoader(shuffle=True, sampler=DistributedSampler(...)) raises ValueError; this script passes
     shuffle=False unless --notebook-bugs, which shows the error;
   - F.cross_entropy on one output column with float targets treats them as class probabilities: the loss
     is 0 and every gradient 0, so nothing is learned. --loss ce-probs (the notebook's) or mse (the fix).
-Prints the notebook's per-epoch lines; --dump FILE writes per rank the losses and final parameters.
+Prints the notebook's per-epoch lines; --dump FILE writes per rank the seed, losses, initial and final parameters.
 """
 import argparse
 import datetime
@@ -40,9 +44,11 @@ class MyTrainDataset(Dataset):
         return self.data[index]
 
 
-def main(rank, world_size, max_epochs, batch_size, loss_name, bugs, init_file, out_dir):
+def main(rank, world_size, max_epochs, batch_size, loss_name, bugs, seeds, init_file, out_dir):
     torch.set_num_threads(1)
-    torch.manual_seed(67280421310721)  # what a fresh process starts from
+    if seeds != 'none':  # 'none': the notebook's seeding, i.e. none; the process's own seed stays
+        torch.manual_seed(seeds[rank])
+    seed = torch.initial_seed()
     dist.init_process_group('gloo', init_method='file://' + init_file, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=60))
     train_dataset = MyTrainDataset(2048)
@@ -68,7 +74,7 @@ def main(rank, world_size, max_epochs, batch_size, loss_name, bugs, init_file, o
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
-    finish_rank(rank, out_dir, {'losses': losses, 'initial': initial,
+    finish_rank(rank, out_dir, {'seed': seed, 'losses': losses, 'initial': initial,
                                 'params': {n: f32(p) for n, p in model.module.state_dict().items()}})
 
 
@@ -79,6 +85,16 @@ if __name__ == '__main__':
     ap.add_argument('--batch-size', type=int, default=32)
     ap.add_argument('--loss', choices=['mse', 'ce-probs'], default='mse')
     ap.add_argument('--notebook-bugs', action='store_true')
+    ap.add_argument('--notebook-seeding', action='store_true', help='no manual_seed: each rank its own seed')
+    ap.add_argument('--rank-seeds', help='S0,S1,...: manual_seed(Sr) on rank r')
     ap.add_argument('--dump')
     a = ap.parse_args()
-    spawn_ranks(main, a.world_size, (a.world_size, a.max_epochs, a.batch_size, a.loss, a.notebook_bugs), a.dump)
+    seeds = [67280421310721] * a.world_size
+    if a.notebook_seeding:
+        seeds = 'none'
+    elif a.rank_seeds:
+        seeds = [int(s) for s in a.rank_seeds.split(',')]
+        if len(seeds) != a.world_size:
+            ap.error(f'--rank-seeds has {len(seeds)} seeds for --world-size {a.world_size}')
+    spawn_ranks(main, a.world_size, (a.world_size, a.max_epochs, a.batch_size, a.loss, a.notebook_bugs, seeds),
+                a.dump)
