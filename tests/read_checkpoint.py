@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Reads a ddplab checkpoint with nothing but json + struct, into torch tensors, and checks it against
-PyTorch: the 002 lab saves SimpleLinearModel right after construction from torch's default seed, so the
-tensors must equal torch's own nn.Linear(10, 10) bit for bit. Prints one line per tensor; exit 1 on any
+PyTorch: the 002 lab saves SimpleLinearModel right after construction from the seed it fixes on every rank,
+67280421310721 (the notebook sets none), so the tensors must equal torch's own nn.Linear(10, 10) after
+manual_seed(67280421310721) bit for bit. Prints one line per tensor; exit 1 on any
 mismatch or format error.
 
     /usr/bin/python3 tests/read_checkpoint.py FILE

@@ -16,6 +16,7 @@
 
 #include "notebooks_ported/lab/lab.h"
 #include "notebooks_ported/lab/lab_report.h"
+#include "notebooks_ported/lab/seeding.h"
 #include "src/comm/local_group.h"
 #include "src/compare.h"
 #include "src/ddp/bucket_sync.h"
@@ -38,6 +39,20 @@ Seed notebook 002 in C++ (demo_training_with_checkpoint), 2 ranks by default.
                             a corrupt or malformed file is refused with one line and status 2
                             (with --dump OUT: the tensors as JSON, {"name": {"shape", "values"}})
 )";
+
+constexpr const char* kSeedingLesson = R"(
+What this shows: the notebook never calls torch.manual_seed, so each rank (a fresh process) started from
+its own seed: each built its own SimpleLinearModel and drew its own batch (exact: False above), and the
+losses above differ. The checkpoint still matched every rank's parameters, and the weights still agree after
+the step (exact: True): DDP(model) broadcasts rank 0's parameters to every rank when it is constructed
+(that is why saving on rank 0 alone is enough), and the step averages the gradients over the ranks, so
+every rank applies the same update. Only the data is each rank's own.)";
+
+std::vector<float> flat(const MLP& model) {
+  std::vector<float> v;
+  for (const Parameter* p : model.parameters()) v.insert(v.end(), p->data(), p->data() + p->numel());
+  return v;
+}
 
 // --load's --dump: {"name": {"shape": [...], "values": [...]}, ...}, every float exact (9 digits, -0.0 kept).
 std::string tensors_json(const safetensors::TensorMap& tensors) {
@@ -67,9 +82,18 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
   const int rank = comm.rank(), ws = comm.world_size();
   const RemoveOnExit ours{rank == 0 && !flags.has("checkpoint") ? checkpoint : ""};
   lab::print_line(fmt::format("Running training with checkpoint example on rank {}.", rank));
-  // A fresh process: torch's default seed; SimpleLinearModel draws Linear(10, 10).
-  Generator gen(kDefaultSeed);
+  // The notebook seeds nothing: each of its ranks starts from its own seed (--notebook-seeding). The lab
+  // fixes kDefaultSeed on every rank unless asked, and says so. SimpleLinearModel draws Linear(10, 10).
+  const bool notebook_seeding = flags.get_bool("notebook-seeding", false);
+  const uint64_t seed = notebook_seeding ? lab::fresh_process_seed() : kDefaultSeed;
+  if (notebook_seeding) {
+    lab::print_line(lab::rank_seed_line(rank, seed));
+  } else if (rank == 0) {
+    lab::print_line(lab::fixed_seed_note("SimpleLinearModel and batch"));
+  }
+  Generator gen(seed);
   MLP model({10, 10}, false, {"net"}, gen);
+  const std::vector<float> before = flat(model);
   for (Parameter* p : model.parameters()) comm.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);  // DDP()
 
   // ddp_model.state_dict() names every tensor "module.<name>".
@@ -107,7 +131,7 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
   lab::record_table(title, rows);
   lab::print_line(fmt::format("{}:\n{}", title, table.substr(0, table.size() - 1)));
 
-  // One DDP step on torch.randn(20, 10) inputs and labels (every rank draws the same: same default seed).
+  // One DDP step on torch.randn(20, 10) inputs and labels (the same on every rank only when seeded alike).
   Matrix x(20, 10), y(20, 10);
   gen.normal_(x.data(), 200);
   gen.normal_(y.data(), 200);
@@ -123,6 +147,24 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
   const Parameter& w = model.linears[0].weight;
   lab::print_line(fmt::format("[rank{}] loss {} | net.weight[0][:3] after the step: {} {} {}", rank,
                               python_float_repr(l.loss), w.data()[0], w.data()[1], w.data()[2]));
+  if (notebook_seeding) {  // what differs per rank and what DDP made equal, printed by rank 0
+    const std::vector<float> xs = lab::gather_floats(comm, std::vector<float>(x.data(), x.data() + x.size()));
+    const std::vector<float> all_before = lab::gather_floats(comm, before),
+                             all_after = lab::gather_floats(comm, flat(model));
+    if (rank == 0) {
+      std::vector<CmpResult> seeded;
+      for (int k = 1; k < ws; ++k) {
+        seeded.push_back(lab::vs_rank0(fmt::format("rank {} model before DDP()", k), all_before, k, ws));
+        seeded.push_back(lab::vs_rank0(fmt::format("rank {} batch x", k), xs, k, ws));
+        seeded.push_back(lab::vs_rank0(fmt::format("rank {} after the step", k), all_after, k, ws));
+      }
+      const std::string t = "every rank vs rank 0, seeded as the notebook (not at all)";
+      lab::record_table(t, seeded);
+      std::string text = "\n# " + t + "\n";
+      for (const CmpResult& r : seeded) text += format_cmp(r) + "\n";
+      lab::print_line(text + kSeedingLesson);
+    }
+  }
   if (flags.has("dump") && rank == 0) {
     const std::string doc = fmt::format("{{\"loss\": {}, \"params\": {}}}\n", json_float(l.loss),
                                         json_params(std::as_const(model).parameters()));
@@ -134,15 +176,18 @@ int rank_body(const Flags& flags, comm::Communicator& comm, const std::string& c
 
 int run(int argc, char** argv) {
   auto known = lab::lab_flag_names();
-  for (const char* f : {"checkpoint", "skew-rank", "skew-seconds", "load", "dump"}) known.insert(f);
-  const Flags flags(argc, argv, known, dist::with_runner_bare_flags());
+  for (const char* f : {"checkpoint", "skew-rank", "skew-seconds", "load", "dump", "notebook-seeding"}) known.insert(f);
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"notebook-seeding"}));
   if (flags.help()) {
-    std::printf("%s%s", kUsage, lab::lab_usage().c_str());
+    std::printf("%s%s%s", kUsage, lab::notebook_seeding_usage("SimpleLinearModel and batch").c_str(),
+                lab::lab_usage().c_str());
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   if (flags.has("load")) {
     if (flags.has("report")) throw UsageError("--report: --load only reads a checkpoint; there is no run to report");
+    if (flags.has("notebook-seeding"))
+      throw UsageError("--notebook-seeding: --load only reads a checkpoint; it draws nothing");
     const std::string path = flags.get_string("load", "");
     const std::string dump = flags.has("dump") ? flags.get_string("dump", "") : "";
     if (!dump.empty()) {
@@ -191,8 +236,10 @@ int run(int argc, char** argv) {
   if (const int64_t skew_rank = flags.get_int("skew-rank", -1, -1, ddp::kMaxWorldSize - 1); skew_rank >= world_size) {
     throw UsageError(fmt::format("--skew-rank {} is not a rank of this run (world size {})", skew_rank, world_size));
   }
-  return lab::run_on_ranks(flags, argc, argv, "002_checkpoint", {"--checkpoint", checkpoint},
-                           [&](comm::Communicator& c) { return rank_body(flags, c, checkpoint); });
+  return lab::run_on_ranks(
+      flags, argc, argv, "002_checkpoint",
+      {"--checkpoint", checkpoint, "--notebook-seeding", flags.get_bool("notebook-seeding", false) ? "true" : "false"},
+      [&](comm::Communicator& c) { return rank_body(flags, c, checkpoint); });
 }
 
 }  // namespace

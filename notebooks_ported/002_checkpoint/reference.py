@@ -3,8 +3,10 @@
 //notebooks_ported/002_checkpoint.
 
 The notebook's code on CPU with gloo (file rendezvous instead of MASTER_ADDR/PORT, no map_location: CPU).
-Each rank starts from torch's default seed, as a fresh process does: SimpleLinearModel draws Linear(10, 10),
-then the step draws randn(20, 10) inputs and labels. Rank 0 saves ddp_model.state_dict(), barrier, every
+The notebook seeds nothing, so each of its ranks starts from its own random seed (torch 1.13 seeds a fresh
+process from /dev/urandom: ../lab/fresh_seeds.py); this script, like the lab, seeds every rank with
+67280421310721 so that the two can be compared. SimpleLinearModel draws Linear(10, 10), then the step draws
+randn(20, 10) inputs and labels. Rank 0 saves ddp_model.state_dict(), barrier, every
 rank loads it, one SGD(lr=0.001) step. --dump FILE writes rank 0's loss and final parameters.
 
     /usr/bin/python3 notebooks_ported/002_checkpoint/reference.py --world-size 2 --dump out.json
@@ -39,7 +41,7 @@ def f32(t):
 
 def demo(rank, world_size, init_file, out_dir):
     torch.set_num_threads(1)
-    torch.manual_seed(67280421310721)  # a fresh process's default seed
+    torch.manual_seed(67280421310721)  # the lab's fixed seed; the notebook sets none
     dist.init_process_group('gloo', init_method='file://' + init_file, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=60))
     model = SimpleLinearModel()
