@@ -35,7 +35,8 @@ Matrix randn(Generator& g, int64_t rows, int64_t cols) {
 }  // namespace
 
 Section data_parallel(int devices) {
-  // net = Model() (fc1 = Linear(100, 10)), then toy_x = randn(1000, 100), toy_y = randn(1000, 10).
+  // net = Model() (fc1 = Linear(100, 10)), then toy_x = randn(1000, 100), toy_y = randn(1000, 10). The seed is
+  // the lab's (reference.py sets the same); the notebook sets none, so its draws differ on every run.
   Generator g(kDefaultSeed);
   MLP net({100, 10}, false, {"fc1"}, g);
   const Matrix x = randn(g, 1000, 100), y = randn(g, 1000, 10);

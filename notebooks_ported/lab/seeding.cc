@@ -36,9 +36,9 @@ std::string fixed_seed_note(const std::string& what) {
   return fmt::format(
       "About seeds: the notebook calls no torch.manual_seed. In PyTorch each rank is a fresh process whose\n"
       "generator starts from its own random seed (8 bytes of /dev/urandom), so each rank draws its own\n"
-      "{}. This lab fixes a seed the notebook does not: {} (a new torch.Generator()'s)\n"
-      "on every rank, so that its numbers can be checked against PyTorch's. --notebook-seeding runs it as the\n"
-      "notebook does.",
+      "{}.\n"
+      "This lab fixes a seed the notebook does not: {} (a new torch.Generator()'s) on every\n"
+      "rank, so that its numbers can be checked against PyTorch's. --notebook-seeding runs it as the notebook does.",
       what, kDefaultSeed);
 }
 
