@@ -91,7 +91,7 @@ int run(int argc, char** argv) {
   cfg.samples = cfg.batch_size * kDistinctBatches;
   cfg.shuffle = false;
   cfg.lr = flags.get_double("lr", 0.01, 0, 1e6);
-  cfg.kernels = parse_kernels(flags.get_choice("kernels", "fast", {"fast", "reference"}));
+  cfg.kernels = parse_kernels(flags.get_choice("kernels", "fast", kernels_names()));
   const int64_t warmup = flags.get_int("warmup", 10, 0, 1 << 20), steps = flags.get_int("steps", 50, 1, 1 << 20);
   ddp::validate(cfg);
   if (std::string why = dist::nccl_unavailable_reason(0, 1); !why.empty()) {

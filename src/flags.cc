@@ -113,10 +113,12 @@ int64_t Flags::get_int(const std::string& name, int64_t def, int64_t min, int64_
   auto it = values_.find(name);
   if (it == values_.end()) return def;
   const int64_t v = parse_int("--" + name, it->second);
-  if (v < min || v > max) {
-    throw UsageError(fmt::format("--{} must be in [{}, {}] (got {})", name, min, max, v));
-  }
+  check_range(name, v, min, max);
   return v;
+}
+
+void check_range(const std::string& name, int64_t v, int64_t min, int64_t max) {
+  if (v < min || v > max) throw UsageError(fmt::format("--{} must be in [{}, {}] (got {})", name, min, max, v));
 }
 
 double Flags::get_double(const std::string& name, double def, double min, double max) const {

@@ -53,5 +53,8 @@ std::string hide_passwords(const std::string& text);
 
 // Parses a whole decimal integer or throws UsageError("<what> must be an integer (got 'x')").
 int64_t parse_int(const std::string& what, const std::string& text);
+// Throws UsageError("--<name> must be in [min, max] (got v)") when v is outside: Flags::get_int's limit, for a
+// flag whose limit is known only later (--fault-rank: the run's world size).
+void check_range(const std::string& name, int64_t v, int64_t min, int64_t max);
 
 }  // namespace ddplab

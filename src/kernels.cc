@@ -7,13 +7,19 @@
 
 namespace ddplab {
 
+const std::vector<std::string>& kernels_names() {
+  static const std::vector<std::string> names = {"fast", "reference"};
+  return names;
+}
+
 Kernels parse_kernels(const std::string& s) {
-  if (s == "fast") return Kernels::fast;
-  if (s == "reference") return Kernels::reference;
+  for (size_t i = 0; i < kernels_names().size(); ++i) {
+    if (kernels_names()[i] == s) return static_cast<Kernels>(i);
+  }
   throw std::invalid_argument("unknown kernels '" + s + "'");
 }
 
-const char* kernels_name(Kernels k) { return k == Kernels::fast ? "fast" : "reference"; }
+const char* kernels_name(Kernels k) { return kernels_names()[static_cast<size_t>(k)].c_str(); }
 
 namespace {
 

@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ddplab {
 
 enum class Kernels { fast, reference };
-Kernels parse_kernels(const std::string& s);  // throws std::invalid_argument
+const std::vector<std::string>& kernels_names();  // "fast", "reference": in the order of Kernels
+Kernels parse_kernels(const std::string& s);      // throws std::invalid_argument
 const char* kernels_name(Kernels k);
 
 struct LinearKernels {

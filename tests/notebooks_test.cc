@@ -284,6 +284,8 @@ TEST(Notebooks, BadFlags) {
       {"001_toy_ddp", {"--epochs", "0"}, "--epochs must be in [1, 1000] (got 0)"},
       {"001_toy_ddp", {"--nproc", "2"}, "--nproc starts real ranks: use it with --backend gloo|nccl"},
       {"001_toy_ddp", {"--world-size", "6"}, "--world-size 6 exceeds the dataset size 5"},
+      // The simulator of 001 and 003 never waits on a peer, yet a bad --timeout is refused as elsewhere.
+      {"001_toy_ddp", {"--timeout", "0"}, "--timeout must be in [0.1, 86400] (got 0)"},
       {"003_trainer", {"--loss", "hinge"}, "--loss must be one of mse|ce-probs"},
       {"003_trainer", {"--batch-size", "600", "--world-size", "4"}, "--batch-size 600 is larger than a rank's shard"},
       {"002_checkpoint", {"--checkpoint", "/nonexistent/x"}, "--checkpoint: directory '/nonexistent' does not exist"},

@@ -15,6 +15,7 @@
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
 #include "src/io.h"
+#include "src/launch/run_flags.h"
 #include "src/launch/runner.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/parallel.h"
@@ -27,12 +28,15 @@ namespace {
 
 using namespace ddplab;
 
-constexpr const char* kHead = R"(usage: ddp_verify --backend gloo|nccl --nproc N [flags]     (spawns N local ranks)
+std::string head() {
+  return "usage: ddp_verify --backend " + dist::backend_choices(dist::Backends::real) +
+         R"( --nproc N [flags]     (spawns N local ranks)
        torchrun --no-python --nproc-per-node N ddp_verify [flags]   (ranks meet through torchrun's TCPStore)
        RANK=r WORLD_SIZE=N ... ddp_verify --store redis://HOST:PORT|tcp://HOST:PORT [flags]   (any host)
        mpirun -np N ddp_verify --store file:/shared/dir [flags]
 Runs the DDP step with one process per rank and compares it with ddp_sim's.
 )";
+}
 constexpr const char* kTail = R"(output:
   --dump-params FILE        every rank's final parameters, sampler indices, losses, and (models with them)
                             buffers and test predictions: ddp_sim's JSON
@@ -277,18 +281,12 @@ int run(int argc, char** argv) {
   for (const char* f : {"dump-params", "quiet", "threads", "report"}) known.insert(f);
   const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"quiet"}));
   if (flags.help()) {
-    std::printf("%s%s%s%s%s", kHead, ddp::config_usage(), dist::runner_usage().c_str(), threads_usage(), kTail);
+    std::printf("%s%s%s%s%s", head().c_str(), ddp::config_usage(), dist::runner_usage().c_str(), threads_usage(),
+                kTail);
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   ddp::Config cfg = ddp::config_from_flags(flags);
-  if (flags.get_bool("nccl-exact", false)) {  // NCCL pinned to one ring: the simulator adds in that order
-    if (flags.has("allreduce") && cfg.allreduce != collective::Algorithm::nccl_ring) {
-      throw UsageError(fmt::format("--nccl-exact compares with the simulator's --allreduce nccl-ring (got {})",
-                                   collective::algorithm_name(cfg.allreduce)));
-    }
-    cfg.allreduce = collective::Algorithm::nccl_ring;
-  }
   for (const char* f : {"dump-params", "report"}) {
     if (flags.has(f)) {
       if (std::string why = check_writable(flags.get_string(f, "")); !why.empty()) {
@@ -297,10 +295,18 @@ int run(int argc, char** argv) {
     }
   }
   threads_from_flags(flags);  // rank 0's simulator reads it: checked here, before any rank starts
-  if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {  // refused before any rank starts
+  const dist::RunFlags run = dist::read_run_flags(flags, dist::Backends::real);
+  if (run.nccl_exact) {  // NCCL pinned to one ring: the simulator adds in that order
+    if (flags.has("allreduce") && cfg.allreduce != collective::Algorithm::nccl_ring) {
+      throw UsageError(fmt::format("--nccl-exact compares with the simulator's --allreduce nccl-ring (got {})",
+                                   collective::algorithm_name(cfg.allreduce)));
+    }
+    cfg.allreduce = collective::Algorithm::nccl_ring;
+  }
+  if (run.backend == dist::Backend::nccl) {  // refused before any rank starts
     if (std::string why = dist::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
   }
-  return dist::run_ddp_ranks(flags, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
+  return dist::run_ddp_ranks(flags, run, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
     return body(flags, ranks_cfg, rank, std::vector<std::string>(argv, argv + argc));
   });
 }

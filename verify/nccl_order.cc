@@ -21,6 +21,7 @@
 
 #include "src/flags.h"
 #include "src/io.h"
+#include "src/launch/run_flags.h"
 #include "src/launch/runner.h"
 #include "src/nccl/nccl_backend.h"
 #include "src/torch_rng.h"
@@ -85,11 +86,12 @@ int run(int argc, char** argv) {
   if (std::string why = check_writable(out); !why.empty()) throw UsageError(why);
   const auto sizes = flags.get_int_list("sizes", {1, 5, 1000, 12345, 1048579, 5000003}, 1, 1 << 26);
   const int64_t seed = flags.get_int("seed", 0, 0, 1 << 30);
-  if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) != "nccl") throw UsageError("--backend nccl is required");
+  const dist::RunFlags run = dist::read_run_flags(flags, dist::Backends::real);
+  if (run.backend != dist::Backend::nccl) throw UsageError("--backend nccl is required");
   const auto prepare = [&](int) {
     return std::vector<std::string>{"sizes", flags.get_string("sizes", ""), "seed", std::to_string(seed)};
   };
-  return dist::run_ranks(flags, argc, argv, prepare, [&](dist::Rank& rank) {
+  return dist::run_ranks(flags, run, argc, argv, prepare, [&](dist::Rank& rank) {
     std::vector<std::string> cases;
     for (int64_t n : sizes) {
       cases.push_back(record_case(*rank.comm, n, seed));

@@ -79,8 +79,9 @@ int run(int argc, char** argv) {
   test.labels = {0, 1};
   std::vector<std::string> rank_json;
   std::vector<float> rank0_params;
+  const dist::RunFlags run = lab::lab_run_flags(flags);
   const int status = lab::run_lab(
-      flags, argc, argv, cfg,
+      flags, run, argc, argv, cfg,
       [&](const ddp::BatchLog& l) {
         return fmt::format("[rank{}] Epoch: {:03d}/{:03d} | Batch size {:03d} | Train/Val Loss: {:.2f}", l.rank,
                            l.epoch + 1, cfg.epochs, l.batch_size, l.loss);
@@ -136,7 +137,7 @@ int run(int argc, char** argv) {
                         json_params(std::as_const(rep.model).parameters())));
         return 0;
       });
-  return std::max(status, lab::write_ranks_dump(flags, "001_toy_ddp", dump, rank_json));
+  return std::max(status, lab::write_ranks_dump(run, "001_toy_ddp", dump, rank_json));
 }
 
 }  // namespace

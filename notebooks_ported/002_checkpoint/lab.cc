@@ -228,16 +228,16 @@ int run(int argc, char** argv) {
       flags.get_string("checkpoint", fmt::format("{}/model.checkpoint.{}.safetensors", tmp && *tmp ? tmp : "/tmp",
                                                  run_id ? std::string(run_id) : std::to_string(getpid())));
   // The skewed rank must exist: refused here, once, before any rank starts.
-  const int64_t world_size = flags.get_string("backend", "sim") == "sim"
-                                 ? flags.get_int("world-size", 2, 1, ddp::kMaxWorldSize)
-                             : flags.has("nproc")        ? flags.get_int("nproc", 2, 1, ddp::kMaxWorldSize)
+  const dist::RunFlags run = lab::lab_run_flags(flags);
+  const int64_t world_size = !run.real()                 ? (run.world_size != 0 ? run.world_size : 2)
+                             : run.nproc != 0            ? run.nproc
                              : std::getenv("WORLD_SIZE") ? std::atoi(std::getenv("WORLD_SIZE"))
                                                          : ddp::kMaxWorldSize;
   if (const int64_t skew_rank = flags.get_int("skew-rank", -1, -1, ddp::kMaxWorldSize - 1); skew_rank >= world_size) {
     throw UsageError(fmt::format("--skew-rank {} is not a rank of this run (world size {})", skew_rank, world_size));
   }
   return lab::run_on_ranks(
-      flags, argc, argv, "002_checkpoint",
+      flags, run, argc, argv, "002_checkpoint",
       {"--checkpoint", checkpoint, "--notebook-seeding", flags.get_bool("notebook-seeding", false) ? "true" : "false"},
       [&](comm::Communicator& c) { return rank_body(flags, c, checkpoint); });
 }

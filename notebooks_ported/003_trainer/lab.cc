@@ -132,15 +132,17 @@ int run(int argc, char** argv) {
   if (!dump.empty()) {
     if (std::string why = check_writable(dump); !why.empty()) throw UsageError("--dump: " + why);
   }
-  const std::string device = flags.get_string("backend", "sim") == "nccl" ? "GPU" : "CPU";
+  const dist::RunFlags run = lab::lab_run_flags(flags);
+  const std::string device = run.backend == dist::Backend::nccl ? "GPU" : "CPU";
+  // The world size the ranks will run (and _run_epoch's step count is for): the default is the notebook's 4 ranks.
+  const int64_t ws = run.real() ? (run.nproc != 0 ? run.nproc : 4) : (run.world_size != 0 ? run.world_size : 4);
   if (flags.get_bool("notebook-seeding", false)) {
     // Checked here, once, before any rank starts: the configuration every rank will run.
     ddp::Config c = cfg;
-    c.world_size = flags.get_string("backend", "sim") == "sim" ? flags.get_int("world-size", 4, 1, ddp::kMaxWorldSize)
-                                                               : flags.get_int("nproc", 4, 1, ddp::kMaxWorldSize);
+    c.world_size = ws;
     ddp::validate(c);
     return lab::run_on_ranks(
-        flags, argc, argv, "003_trainer",
+        flags, run, argc, argv, "003_trainer",
         {"--max-epochs", std::to_string(cfg.epochs), "--batch-size", std::to_string(cfg.batch_size), "--loss",
          ddp::loss_name(cfg.loss), "--notebook-seeding", "true"},
         [&](comm::Communicator& comm) { return rank_notebook_seeding(cfg, device, dump, comm); }, 4);
@@ -148,14 +150,12 @@ int run(int argc, char** argv) {
   std::map<int64_t, int64_t> printed;  // rank -> last epoch announced
   std::vector<std::string> rank_json;
   const int status = lab::run_lab(
-      flags, argc, argv, cfg,
+      flags, run, argc, argv, cfg,
       [&](const ddp::BatchLog& l) -> std::string {
         // _run_epoch prints once per epoch, before its first batch.
         auto it = printed.find(l.rank);
         if (it != printed.end() && it->second == l.epoch) return "";
         printed[l.rank] = l.epoch;
-        const int64_t ws = flags.get_string("backend", "sim") == "sim" ? flags.get_int("world-size", 4, 1, 64)
-                                                                       : flags.get_int("nproc", 4, 1, 64);
         ddp::Config c = cfg;
         c.world_size = ws;
         const int64_t steps = (c.num_samples_per_rank() + cfg.batch_size - 1) / cfg.batch_size;
@@ -194,7 +194,7 @@ int run(int argc, char** argv) {
                                         json_params(std::as_const(v.replica->model).parameters())));
         return 0;
       });
-  return std::max(status, lab::write_ranks_dump(flags, "003_trainer", dump, rank_json));
+  return std::max(status, lab::write_ranks_dump(run, "003_trainer", dump, rank_json));
 }
 
 }  // namespace

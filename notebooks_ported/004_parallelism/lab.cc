@@ -146,15 +146,20 @@ std::string lightning(comm::Communicator& c) {
       res.optimizer_steps, fmt::join(losses, " "), c.world_size());
 }
 
-int body(const Flags& flags, comm::Communicator& c) {
-  const std::string part =
-      flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"});
+// --part, --dp-devices and --notebook-seeding, read once in run() before any rank starts.
+struct Parts {
+  std::string part;
+  int dp_devices;
+  bool notebook_seeding;
+};
+
+int body(const Flags& flags, const Parts& parts, comm::Communicator& c) {
+  const std::string& part = parts.part;
   const auto want = [&](const char* p) { return part == "all" || part == p; };
   const bool r0 = c.rank() == 0;
-  if (want("dp") && r0)
-    lab004::print(keep(lab004::data_parallel(static_cast<int>(flags.get_int("dp-devices", 2, 1, 64)))));
+  if (want("dp") && r0) lab004::print(keep(lab004::data_parallel(parts.dp_devices)));
   if (want("ddp")) {
-    if (std::string s = ddp_basic(c, flags.get_bool("notebook-seeding", false)); r0) lab004::print(s);
+    if (std::string s = ddp_basic(c, parts.notebook_seeding); r0) lab004::print(s);
   }
   if (want("lightning")) {
     if (std::string s = lightning(c); r0) lab004::print(s);
@@ -204,21 +209,20 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  const std::string part =
-      flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"});
-  flags.get_int("dp-devices", 2, 1, 64);
-  const bool notebook_seeding = flags.get_bool("notebook-seeding", false);
-  if (notebook_seeding && part != "all" && part != "ddp") {
+  const Parts parts = {flags.get_choice("part", "all", {"all", "dp", "ddp", "lightning", "model", "tensor", "zero"}),
+                       static_cast<int>(flags.get_int("dp-devices", 2, 1, 64)),
+                       flags.get_bool("notebook-seeding", false)};
+  if (parts.notebook_seeding && parts.part != "all" && parts.part != "ddp") {
     throw UsageError("--notebook-seeding changes only the DDP basic part: use it with --part ddp or all (got --part " +
-                     part + ")");
+                     parts.part + ")");
   }
   if (flags.has("dump")) {
     if (std::string why = check_writable(flags.get_string("dump", "")); !why.empty())
       throw UsageError("--dump: " + why);
   }
-  return lab::run_on_ranks(flags, argc, argv, "004_parallelism",
-                           {"--part", part, "--notebook-seeding", notebook_seeding ? "true" : "false"},
-                           [&](comm::Communicator& c) { return body(flags, c); });
+  return lab::run_on_ranks(flags, lab::lab_run_flags(flags), argc, argv, "004_parallelism",
+                           {"--part", parts.part, "--notebook-seeding", parts.notebook_seeding ? "true" : "false"},
+                           [&](comm::Communicator& c) { return body(flags, parts, c); });
 }
 
 }  // namespace

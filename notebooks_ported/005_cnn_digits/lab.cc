@@ -11,6 +11,7 @@
 #include "src/compare.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
+#include "src/launch/run_flags.h"
 #include "src/model/norm.h"
 #include "src/report/report.h"
 
@@ -95,7 +96,10 @@ int run(int argc, char** argv) {
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   const ddp::Config cfg = base_config(flags);
-  lab::LabReport page(flags, argc, argv);  // --report: its path checked now, before the runs
+  dist::RunFlags sim;  // this lab runs on the simulator only, at its own --world-size
+  sim.backend = dist::Backend::sim;
+  sim.world_size = static_cast<int>(cfg.world_size);
+  lab::LabReport page(flags, sim, argc, argv);  // --report: its path checked now, before the runs
   say(fmt::format("Lab 005: the digits CNN under DDP, {} simulated ranks\n{}\n", cfg.world_size, ddp::describe(cfg)));
 
   const ddp::SimResult bb = ddp::simulate(cfg, /*single_device=*/true);

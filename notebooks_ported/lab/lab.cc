@@ -25,50 +25,29 @@ std::set<std::string> lab_flag_names() {
 }
 
 std::string lab_usage() {
-  return std::string(R"(where it runs:
-  --backend sim|gloo|nccl   the simulator in one process [sim], or one process per rank
-  --world-size N            simulated ranks (sim)       --nproc N  real ranks (gloo, nccl)
+  return fmt::format("where it runs:\n  {:<26}the simulator in one process [{}], or one process per rank\n",
+                     "--backend " + dist::backend_choices(dist::Backends::with_sim),
+                     dist::backend_name(dist::Backend::sim)) +
+         std::string(R"(  --world-size N            simulated ranks (sim)       --nproc N  real ranks (gloo, nccl)
   --report FILE.html        (sim) one self-contained HTML page: what the lab printed, its cmp tables coloured,
                             the loss per rank and the buckets when it trains DDP, the command line
 )") + threads_usage() +
          dist::runner_usage(false);
 }
 
-namespace {
+dist::RunFlags lab_run_flags(const Flags& flags) { return dist::read_run_flags(flags, dist::Backends::with_sim); }
 
-// Flags one kind of run never reads: accepted, they would silently do nothing (issue 19, cause 7).
-void refuse_what_cannot_take_effect(const Flags& flags, const std::string& backend) {
-  if (backend != "sim") {
-    if (flags.has("threads")) {
-      throw UsageError("--threads takes effect only on the simulator (--backend sim): real ranks do not read it");
-    }
-    return;
-  }
-  for (const char* f : {"fault", "fault-rank", "fault-at", "store", "run-id", "bind"}) {
-    if (flags.has(f)) {
-      throw UsageError(fmt::format("--{} takes effect only on real ranks (--backend gloo|nccl): the simulator {}", f,
-                                   f[0] == 'f' ? "injects no faults" : "meets through no store"));
-    }
-  }
-}
-
-}  // namespace
-
-int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
+int run_on_ranks(const Flags& flags, const dist::RunFlags& run, int argc, char** argv, const char* program,
                  const std::vector<std::string>& agreement, const std::function<int(comm::Communicator&)>& body,
                  int default_world_size) {
-  const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
-  LabReport page(flags, argc, argv);  // --report: checked now, written when the ranks are done
-  refuse_what_cannot_take_effect(flags, backend);
-  if (backend != "sim") {
+  LabReport page(flags, run, argc, argv);  // --report: checked now, written when the ranks are done
+  if (run.real()) {
     return dist::run_ranks(
-        flags, argc, argv, [&](int) { return agreement; }, [&](dist::Rank& r) { return body(*r.comm); });
+        flags, run, argc, argv, [&](int) { return agreement; }, [&](dist::Rank& r) { return body(*r.comm); });
   }
-  if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
-  const int ws = static_cast<int>(flags.get_int("world-size", default_world_size, 1, ddp::kMaxWorldSize));
+  const int ws = run.world_size != 0 ? run.world_size : default_world_size;
   threads_from_flags(flags);  // checked only: here every rank is a thread of its own (they meet in collectives)
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
+  const auto timeout = run.timeout();
   comm::LocalGroup group(ws, collective::Algorithm::ring);
   std::vector<int> status(static_cast<size_t>(ws), 0);
   std::vector<std::string> errors(static_cast<size_t>(ws));
@@ -94,9 +73,9 @@ int run_on_ranks(const Flags& flags, int argc, char** argv, const char* program,
   return std::max(*std::max_element(status.begin(), status.end()), page.write());
 }
 
-int write_ranks_dump(const Flags& flags, const char* program, const std::string& path,
+int write_ranks_dump(const dist::RunFlags& run, const char* program, const std::string& path,
                      const std::vector<std::string>& ranks) {
-  if (path.empty() || flags.get_string("backend", "sim") != "sim") return 0;
+  if (path.empty() || run.real()) return 0;
   const std::string doc =
       fmt::format("{{\"world_size\": {}, \"ranks\": [{}]}}\n", ranks.size(), fmt::join(ranks, ",\n"));
   if (std::string why = write_file_atomic(path, doc); !why.empty()) {
@@ -113,14 +92,11 @@ void print_line(const std::string& line) {
   std::fflush(stdout);
 }
 
-int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Progress& progress,
-            const std::function<int(RankView&)>& report) {
-  const std::string backend = flags.get_choice("backend", "sim", {"sim", "gloo", "nccl"});
-  LabReport page(flags, argc, argv);  // --report: checked now, written when every rank has reported
-  refuse_what_cannot_take_effect(flags, backend);
-  if (backend == "sim") {
-    if (flags.has("nproc")) throw UsageError("--nproc starts real ranks: use it with --backend gloo|nccl");
-    cfg.world_size = flags.get_int("world-size", cfg.world_size, 1, ddp::kMaxWorldSize);
+int run_lab(const Flags& flags, const dist::RunFlags& run, int argc, char** argv, ddp::Config cfg,
+            const Progress& progress, const std::function<int(RankView&)>& report) {
+  LabReport page(flags, run, argc, argv);  // --report: checked now, written when every rank has reported
+  if (!run.real()) {
+    if (run.world_size != 0) cfg.world_size = run.world_size;
     cfg.threads = threads_from_flags(flags);
     ddp::validate(cfg);
     ddp::SimResult sim = ddp::simulate(cfg, false);
@@ -144,7 +120,7 @@ int run_lab(const Flags& flags, int argc, char** argv, ddp::Config cfg, const Pr
     }
     return std::max(status, page.write());
   }
-  return dist::run_ddp_ranks(flags, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
+  return dist::run_ddp_ranks(flags, run, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
     ddp::RankResult res = ddp::train_rank(ranks_cfg, *rank.comm, rank.kernels(ranks_cfg.kernels));
     if (progress) {
       for (const auto& l : res.log) {

@@ -35,13 +35,14 @@ void record_table(const std::string& title, const std::vector<CmpResult>& rows) 
   g_page->tables.push_back(std::move(t));
 }
 
-LabReport::LabReport(const Flags& flags, int argc, char** argv) {
+LabReport::LabReport(const Flags& flags, const dist::RunFlags& run, int argc, char** argv) {
   if (!flags.has("report")) return;
   const std::string path = flags.get_string("report", "");
-  if (flags.get_string("backend", "sim") != "sim") {
+  if (run.real()) {
     throw UsageError(
-        "--report is written by the simulator, where every rank's output reaches one process: use it "
-        "with --backend sim");
+        fmt::format("--report is written by the simulator, where every rank's output reaches one process: use it "
+                    "with --backend {}",
+                    dist::backend_name(dist::Backend::sim)));
   }
   if (std::string why = check_writable(path); !why.empty()) throw UsageError("--report: " + why);
   path_ = path;
@@ -49,7 +50,7 @@ LabReport::LabReport(const Flags& flags, int argc, char** argv) {
   program_ = arg0.substr(arg0.find_last_of('/') == std::string::npos ? 0 : arg0.find_last_of('/') + 1);
   page_.program = program_;
   page_.title = fmt::format("notebook lab {} on the simulator ({} ranks as threads of one process)", program_,
-                            flags.get_string("world-size", "2"));
+                            run.world_size != 0 ? run.world_size : 2);
   page_.argv.assign(argv, argv + argc);
   const std::lock_guard<std::mutex> lock(g_mutex);
   g_page = &page_;

@@ -12,6 +12,7 @@
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
+#include "src/launch/run_flags.h"
 #include "src/report/html_report.h"
 
 namespace ddplab::lab {
@@ -21,7 +22,7 @@ class LabReport {
   // Without --report: inactive, every call does nothing. With it: refuses real ranks and a path that cannot
   // be written (UsageError, exit 2, before any work), then records every print_line and record_table until
   // destroyed.
-  LabReport(const Flags& flags, int argc, char** argv);
+  LabReport(const Flags& flags, const dist::RunFlags& run, int argc, char** argv);
   ~LabReport();
   LabReport(const LabReport&) = delete;
   LabReport& operator=(const LabReport&) = delete;

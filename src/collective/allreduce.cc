@@ -13,11 +13,10 @@ const std::vector<std::string>& algorithm_names() {
 }
 
 Algorithm parse_algorithm(const std::string& name) {
-  if (name == "naive") return Algorithm::naive;
-  if (name == "ring") return Algorithm::ring;
-  if (name == "halving-doubling") return Algorithm::halving_doubling;
-  if (name == "tree") return Algorithm::tree;
-  if (name == "nccl-ring") return Algorithm::nccl_ring;
+  const auto& names = algorithm_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<Algorithm>(i);
+  }
   throw std::invalid_argument("unknown all-reduce algorithm '" + name + "'");
 }
 

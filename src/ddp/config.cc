@@ -47,19 +47,24 @@ size_t index_of(const std::vector<std::string>& names, const std::string& s, con
   throw std::invalid_argument(fmt::format("unknown {} '{}'", what, s));
 }
 
-// The names of every choice flag, each list in the order of its enum (the value is the name's index).
+// The names of every choice flag, each list in the order of its enum (the value is the name's index); the
+// all-reduce algorithms' and the kernels' live beside their enums.
 struct ChoiceNames {
-  std::vector<std::string> loss, optimizer, dataset, init, average, kernels;
+  std::vector<std::string> activation, loss, optimizer, dataset, init, average;
 };
 const ChoiceNames& choice_names() {
-  static const ChoiceNames n = {{"mse", "ce", "ce-probs"},          {"sgd", "adam"},
-                                {"random", "toy", "rand", "digits"}, {"same", "per-rank", "continue"},
-                                {"predivide", "postdivide", "avg"}, {"fast", "reference"}};
+  static const ChoiceNames n = {{"none", "relu"},
+                                {"mse", "ce", "ce-probs"},
+                                {"sgd", "adam"},
+                                {"random", "toy", "rand", "digits"},
+                                {"same", "per-rank", "continue"},
+                                {"predivide", "postdivide", "avg"}};
   return n;
 }
 
 // One row of the flag table: its name, its part of the usage text ("{def}" stands for the default, the
-// value of a default Config), and how it reads (with its limits or choices) and writes its Config member.
+// value of a default Config; "{choices}" for a choice flag's list), and how it reads (with its limits or
+// choices) and writes its Config member.
 struct FlagSpec {
   const char* name;
   const char* usage;
@@ -68,6 +73,7 @@ struct FlagSpec {
   // Flags added after the first goldens: to_args leaves them out while they hold their default, so the
   // dumps (and hashes) of every run that does not use them stay as they were.
   bool omit_default = false;
+  const std::vector<std::string>* choices = nullptr;  // a choice flag's names, for the usage text
 };
 
 template <class T>
@@ -92,12 +98,15 @@ FlagSpec bool_flag(const char* name, bool Config::*m, const char* usage) {
 template <class E>
 FlagSpec choice_flag(const char* name, E Config::*m, const std::vector<std::string>& names, const char* usage) {
   const std::vector<std::string>* n = &names;
-  return {name, usage,
+  return {name,
+          usage,
           [=](const Flags& f, Config& c) {
             const std::string v = f.get_choice(name, (*n)[static_cast<size_t>(c.*m)], *n);
             c.*m = static_cast<E>(index_of(*n, v, name));
           },
-          [=](const Config& c) { return (*n)[static_cast<size_t>(c.*m)]; }};
+          [=](const Config& c) { return (*n)[static_cast<size_t>(c.*m)]; },
+          false,
+          n};
 }
 
 // The flags, in the order of the usage text, of parsing and of to_args.
@@ -114,8 +123,8 @@ const std::vector<FlagSpec>& flag_table() {
        [](const Flags& f, Config& c) {
          c.model = f.get_string("model", c.model);
          if (c.model.empty() || c.model.size() > 4096) {
-           throw UsageError(fmt::format("--model takes mlp, cnn or a spec of at most 4096 characters (got {})",
-                                        c.model.size()));
+           throw UsageError(
+               fmt::format("--model takes mlp, cnn or a spec of at most 4096 characters (got {})", c.model.size()));
          }
        },
        [](const Config& c) { return c.model; }, true},
@@ -128,28 +137,30 @@ const std::vector<FlagSpec>& flag_table() {
          }
        },
        [](const Config& c) { return fmt::format("{}", fmt::join(c.layers, ",")); }},
-      {"activation", "  --activation none|relu    between layers [{def}]\n",
+      {"activation", "  --activation {choices}    between layers [{def}]\n",
        [](const Flags& f, Config& c) {
-         c.relu = f.get_choice("activation", c.relu ? "relu" : "none", {"none", "relu"}) == "relu";
+         const auto& names = choice_names().activation;  // none, relu: relu is the bool
+         c.relu = index_of(names, f.get_choice("activation", names[c.relu], names), "activation") == 1;
        },
-       [](const Config& c) { return std::string(c.relu ? "relu" : "none"); }},
+       [](const Config& c) { return choice_names().activation[c.relu]; }, false, &choice_names().activation},
       choice_flag("loss", &Config::loss, choice_names().loss,
-                  "  --loss mse|ce|ce-probs    MSELoss, CrossEntropyLoss (labels = argmax of y), or cross_entropy "
+                  "  --loss {choices}    MSELoss, CrossEntropyLoss (labels = argmax of y), or cross_entropy "
                   "with y as\n"
                   "                            class probabilities (notebook 003's F.cross_entropy on float targets) "
                   "[{def}]\n"),
-      choice_flag("optimizer", &Config::optimizer, choice_names().optimizer, "  --optimizer sgd|adam      [{def}]    "),
+      choice_flag("optimizer", &Config::optimizer, choice_names().optimizer,
+                  "  --optimizer {choices}      [{def}]    "),
       double_flag("lr", &Config::lr, 0.0, 1e6, "--lr LR [{def}]    "),
       double_flag("momentum", &Config::momentum, 0.0, 1.0, "--momentum M (sgd) [{def}]\n"),
       choice_flag("dataset", &Config::dataset, choice_names().dataset,
-                  "  --dataset random|toy|rand|digits random: notebook 000's RandomTensorDataset (randn); toy: "
+                  "  --dataset {choices} random: notebook 000's RandomTensorDataset (randn); toy: "
                   "notebook 001's 5 points;\n"
                   "                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample);\n"
                   "                            digits: scikit-learn's 1797 8x8 digits, 1500 to train, 297 to test "
                   "[{def}]\n"),
       {"data", "  --data FILE               --dataset digits: a copy of scikit-learn's digits.csv.gz [its own]\n",
-       [](const Flags& f, Config& c) { c.data = f.get_string("data", c.data); },
-       [](const Config& c) { return c.data; }, true},
+       [](const Flags& f, Config& c) { c.data = f.get_string("data", c.data); }, [](const Config& c) { return c.data; },
+       true},
       int_flag("samples", &Config::samples, 1, 1 << 22,
                "  --samples N               random dataset size [{def}]       "),
       int_flag("seed", &Config::seed, 0, INT64_MAX, "--seed S   manual_seed for data and model [{def}]\n"),
@@ -164,7 +175,7 @@ const std::vector<FlagSpec>& flag_table() {
       int_flag("epochs", &Config::epochs, 1, 100000, "--epochs E [{def}]\n"),
       choice_flag("init", &Config::init, choice_names().init,
                   "DDP:\n"
-                  "  --init same|per-rank|continue  seed the model with --seed, with seed + rank, or not at all: "
+                  "  --init {choices}  seed the model with --seed, with seed + rank, or not at all: "
                   "continue\n"
                   "                            the data's random stream, as notebook 003 does [{def}]\n"),
       bool_flag("broadcast", &Config::broadcast,
@@ -180,18 +191,18 @@ const std::vector<FlagSpec>& flag_table() {
        [](const Flags& f, Config& c) { c.seed_per_rank = f.get_bool("seed-per-rank", c.seed_per_rank); },
        [](const Config& c) { return std::string(c.seed_per_rank ? "true" : "false"); }, true},
       choice_flag("average", &Config::average, choice_names().average,
-                  "  --average predivide|postdivide|avg   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | "
+                  "  --average {choices}   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | "
                   "ncclAvg [{def}]\n"),
       double_flag("bucket-cap-mb", &Config::bucket_cap_mb, 1e-6, 1e6,
                   "  --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [{def}]\n"),
       int_flag("no-sync", &Config::no_sync, 1, 1 << 20,
                "  --no-sync K               all-reduce every K micro-batches (no_sync in between) [{def}]\n"),
       choice_flag("allreduce", &Config::allreduce, collective::algorithm_names(),
-                  "  --allreduce naive|ring|halving-doubling|tree|nccl-ring   the simulator's algorithm; ring "
+                  "  --allreduce {choices}   the simulator's algorithm; ring "
                   "matches Gloo,\n"
                   "                            nccl-ring matches NCCL pinned by ddp_verify --nccl-exact [{def}]\n"),
-      choice_flag("kernels", &Config::kernels, choice_names().kernels,
-                  "  --kernels fast|reference  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that "
+      choice_flag("kernels", &Config::kernels, kernels_names(),
+                  "  --kernels {choices}  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that "
                   "a GPU\n"
                   "                            (ddp_verify --backend nccl) reproduces bit for bit [{def}]\n"),
   };
@@ -221,8 +232,10 @@ const char* config_usage() {
     std::string u;
     for (const FlagSpec& f : flag_table()) {
       std::string line = f.usage;
-      const size_t at = line.find("{def}");
-      if (at != std::string::npos) line.replace(at, 5, f.write(def));
+      if (const size_t at = line.find("{choices}"); at != std::string::npos) {
+        line.replace(at, 9, fmt::format("{}", fmt::join(*f.choices, "|")));
+      }
+      if (const size_t at = line.find("{def}"); at != std::string::npos) line.replace(at, 5, f.write(def));
       u += line;
     }
     return u;
@@ -252,9 +265,10 @@ void validate(const Config& c) {
   if (c.dataset == DatasetKind::digits) {
     if (c.loss != LossKind::ce) throw UsageError("--dataset digits has labels 0..9: it trains with --loss ce");
     if (c.is_mlp() && (c.layers.front() != 64 || c.layers.back() != 10)) {
-      throw UsageError(fmt::format("--dataset digits has 64 pixels and 10 classes: --layers must start with 64 and "
-                                   "end with 10 (got {})",
-                                   fmt::join(c.layers, ",")));
+      throw UsageError(
+          fmt::format("--dataset digits has 64 pixels and 10 classes: --layers must start with 64 and "
+                      "end with 10 (got {})",
+                      fmt::join(c.layers, ",")));
     }
   }
   const ModelPlan plan = plan_model(c.model_spec(), c.sample_shape());
@@ -325,10 +339,9 @@ std::string describe(const Config& c) {
   return fmt::format(
       "world_size={} | {} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
       "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}{}",
-      c.world_size, model, loss_name(c.loss), opt, dataset_name(c.dataset),
-      c.dataset_size(), c.batch_size, c.shuffle, c.drop_last, init_name(c.init), c.broadcast,
-      choice_names().average[static_cast<size_t>(c.average)], c.bucket_cap_mb, c.no_sync,
-      collective::algorithm_name(c.allreduce), kernels_name(c.kernels), extra);
+      c.world_size, model, loss_name(c.loss), opt, dataset_name(c.dataset), c.dataset_size(), c.batch_size, c.shuffle,
+      c.drop_last, init_name(c.init), c.broadcast, choice_names().average[static_cast<size_t>(c.average)],
+      c.bucket_cap_mb, c.no_sync, collective::algorithm_name(c.allreduce), kernels_name(c.kernels), extra);
 }
 
 }  // namespace ddplab::ddp

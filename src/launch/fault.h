@@ -11,13 +11,14 @@
 #include <thread>
 
 #include "src/comm/communicator.h"
+#include "src/launch/run_flags.h"
 
 namespace ddplab::dist {
 
 class FaultyComm : public comm::Communicator {
  public:
-  FaultyComm(std::unique_ptr<comm::Communicator> inner, std::string fault, int at)
-      : inner_(std::move(inner)), fault_(std::move(fault)), at_(at) {
+  FaultyComm(std::unique_ptr<comm::Communicator> inner, Fault fault, int at)
+      : inner_(std::move(inner)), fault_(fault), at_(at) {
     timeout = inner_->timeout;
   }
   int rank() const override { return inner_->rank(); }
@@ -49,14 +50,14 @@ class FaultyComm : public comm::Communicator {
   // Host and device all-reduces count alike: --fault-at K is the K-th gradient all-reduce either way.
   void maybe_fail() {
     if (++count_ != at_) return;
-    std::fprintf(stderr, "rank %d: injected fault: %s at all_reduce %d\n", rank(), fault_.c_str(), at_);
+    std::fprintf(stderr, "rank %d: injected fault: %s at all_reduce %d\n", rank(), fault_name(fault_).c_str(), at_);
     std::fflush(stderr);
-    if (fault_ == "exit") _exit(1);
+    if (fault_ == Fault::exit) _exit(1);
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hang: only a kill ends this
   }
 
   std::unique_ptr<comm::Communicator> inner_;
-  std::string fault_;
+  Fault fault_;
   int at_, count_ = 0;
 };
 

@@ -33,7 +33,8 @@ std::set<std::string> with_runner_bare_flags(std::set<std::string> program_bare)
 std::string runner_usage(bool backend_line) {
   // The labs say --backend (with sim) and --nproc in their own words; ddp_verify takes this line.
   return std::string("ranks:\n") +
-         (backend_line ? "  --backend gloo|nccl       [gloo]          --nproc N  local ranks to spawn (= world size)\n"
+         (backend_line ? fmt::format("  {:<26}[{}]          --nproc N  local ranks to spawn (= world size)\n",
+                                     "--backend " + backend_choices(Backends::real), backend_name(Backend::gloo))
                        : "") +
          R"(  --store file:DIR|redis://[[USER]:PASSWORD@]HOST:PORT|tcp://HOST:PORT  rendezvous (a trusted
                             store; tcp: PyTorch's TCPStore, 1.x or 2.x); default: a fresh directory (local), or
@@ -48,8 +49,10 @@ std::string runner_usage(bool backend_line) {
                             own host (NCCL_HOSTID), connected over sockets on loopback
   --nccl-exact              (nccl) pin NCCL to one ring, one channel, the Simple protocol, so that its
                             additions follow the order the simulator's --allreduce nccl-ring reproduces
-  --fault exit|hang --fault-rank R --fault-at K   (tests) rank R exits or hangs at its K-th all-reduce
-)";
+)" +
+         fmt::format(
+             "  --fault {} --fault-rank R --fault-at K   (tests) rank R exits or hangs at its K-th all-reduce\n",
+             fault_choices());
 }
 
 namespace {
@@ -95,19 +98,6 @@ void pin_nccl_order() {
   for (const auto& [name, value] : collective::nccl_exact_environment()) setenv(name.c_str(), value.c_str(), 1);
 }
 
-// A fault aimed at a rank the run does not have would silently inject nothing.
-void check_fault_flags(const Flags& flags, int world_size) {
-  if (!flags.has("fault")) {
-    for (const char* f : {"fault-rank", "fault-at"}) {
-      if (flags.has(f)) throw UsageError(fmt::format("--{} needs --fault exit|hang", f));
-    }
-    return;
-  }
-  flags.get_choice("fault", "exit", {"exit", "hang"});
-  flags.get_int("fault-rank", 0, 0, world_size - 1);
-  flags.get_int("fault-at", 1, 1, 1 << 30);
-}
-
 // An exception that escapes a library's own thread (Gloo's network loop enforces what a hostile peer can
 // break) would end the rank in std::terminate's abort: one line and status 1 instead.
 int g_terminating_rank = -1;
@@ -128,17 +118,16 @@ int g_terminating_rank = -1;
   _exit(1);
 }
 
-int worker(const Flags& flags, const RankEnv& env, const std::function<std::vector<std::string>(int)>& prepare,
-           const std::function<int(Rank&)>& body) {
-  const int nproc = static_cast<int>(flags.get_int("nproc", env.world_size, 1, ddp::kMaxWorldSize));
-  const int64_t ws_flag = flags.get_int("world-size", env.world_size, 1, ddp::kMaxWorldSize);
-  if (nproc != env.world_size || ws_flag != env.world_size) {
-    throw UsageError(fmt::format("{} says WORLD_SIZE={}, but --nproc/--world-size say {}", env.source, env.world_size,
-                                 nproc != env.world_size ? nproc : ws_flag));
+int worker(const Flags& flags, const RunFlags& run, const RankEnv& env,
+           const std::function<std::vector<std::string>(int)>& prepare, const std::function<int(Rank&)>& body) {
+  for (const int given : {run.nproc, run.world_size}) {
+    if (given != 0 && given != env.world_size) {
+      throw UsageError(
+          fmt::format("{} says WORLD_SIZE={}, but --nproc/--world-size say {}", env.source, env.world_size, given));
+    }
   }
   const std::vector<std::string> agreement = prepare(env.world_size);
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(flags.get_double("timeout", 30, 0.1, 86400) * 1000));
+  const auto timeout = run.timeout();
   const std::string store_text =
       flags.get_string("store", std::getenv("DDPLAB_STORE") ? std::getenv("DDPLAB_STORE") : "");
   StoreSpec spec;
@@ -170,20 +159,20 @@ int worker(const Flags& flags, const RankEnv& env, const std::function<std::vect
   std::set_terminate(on_terminate);
   Rank rank;
   rank.env = env;
-  rank.backend = flags.get_choice("backend", "gloo", {"gloo", "nccl"});
+  rank.backend = backend_name(run.backend);
   const std::string run_id =
       flags.get_string("run-id", std::getenv("DDPLAB_RUN_ID")         ? std::getenv("DDPLAB_RUN_ID")
                                  : std::getenv("TORCHELASTIC_RUN_ID") ? std::getenv("TORCHELASTIC_RUN_ID")
                                                                       : "ddplab");
   auto store = open_store(spec, run_id);
-  if (rank.backend == "nccl") {
-    const bool share = flags.get_bool("share-gpus", false);
+  if (run.backend == Backend::nccl) {
+    const bool share = run.share_gpus;
     const std::string why = nccl_unavailable_reason(env.local_rank, env.local_world_size, share);
     if (!why.empty()) {
       std::fprintf(stderr, "rank %d: %s\n", env.rank, why.c_str());
       return 3;
     }
-    if (flags.get_bool("nccl-exact", false)) pin_nccl_order();
+    if (run.nccl_exact) pin_nccl_order();
     int device = env.local_rank;
     if (share) {
       const int gpus = cuda_device_count();
@@ -205,10 +194,9 @@ int worker(const Flags& flags, const RankEnv& env, const std::function<std::vect
   } else {
     rank.comm = connect_gloo(store, env.rank, env.world_size, flags.get_string("bind", "127.0.0.1"), timeout);
   }
-  check_fault_flags(flags, env.world_size);
-  if (flags.has("fault") && flags.get_int("fault-rank", 0, 0, ddp::kMaxWorldSize - 1) == env.rank) {
-    rank.comm = std::make_unique<FaultyComm>(std::move(rank.comm), flags.get_choice("fault", "exit", {"exit", "hang"}),
-                                             static_cast<int>(flags.get_int("fault-at", 1, 1, 1 << 30)));
+  check_fault_rank(run, env.world_size);
+  if (run.fault != Fault::none && run.fault_rank == env.rank) {
+    rank.comm = std::make_unique<FaultyComm>(std::move(rank.comm), run.fault, run.fault_at);
   }
   check_agreement(*rank.comm, agreement);
   const int status = body(rank);
@@ -228,40 +216,34 @@ ddp::Config ddp_config_for(ddp::Config cfg, int world_size) {
   return cfg;
 }
 
-int run_ddp_ranks(const Flags& flags, int argc, char** argv, const ddp::Config& cfg,
+int run_ddp_ranks(const Flags& flags, const RunFlags& run, int argc, char** argv, const ddp::Config& cfg,
                   const std::function<int(Rank&, const ddp::Config&)>& body) {
   return run_ranks(
-      flags, argc, argv, [&cfg](int world_size) { return ddp::to_args(ddp_config_for(cfg, world_size)); },
+      flags, run, argc, argv, [&cfg](int world_size) { return ddp::to_args(ddp_config_for(cfg, world_size)); },
       [&](Rank& rank) { return body(rank, ddp_config_for(cfg, rank.env.world_size)); });
 }
 
-int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std::vector<std::string>(int)>& prepare,
-              const std::function<int(Rank&)>& body) {
-  const std::string backend = flags.get_choice("backend", "gloo", {"gloo", "nccl"});
-  const double timeout_s = flags.get_double("timeout", 30, 0.1, 86400);
-  for (const char* f : {"share-gpus", "nccl-exact"}) {
-    if (flags.get_bool(f, false) && backend != "nccl") throw UsageError(fmt::format("--{} needs --backend nccl", f));
-  }
-  if (const auto env = rank_from_env()) return worker(flags, *env, prepare, body);
-  if (!flags.has("nproc")) {
+int run_ranks(const Flags& flags, const RunFlags& run, int argc, char** argv,
+              const std::function<std::vector<std::string>(int)>& prepare, const std::function<int(Rank&)>& body) {
+  if (const auto env = rank_from_env()) return worker(flags, run, *env, prepare, body);
+  if (run.nproc == 0) {
     throw UsageError("no ranks: give --nproc N, or start under torchrun/mpirun (RANK and WORLD_SIZE are not set)");
   }
-  const int nproc = static_cast<int>(flags.get_int("nproc", 2, 1, ddp::kMaxWorldSize));
-  if (flags.has("world-size") && flags.get_int("world-size", nproc, 1, ddp::kMaxWorldSize) != nproc) {
-    throw UsageError(
-        fmt::format("--world-size {} disagrees with --nproc {}", flags.get_string("world-size", ""), nproc));
+  const int nproc = run.nproc;
+  if (run.world_size != 0 && run.world_size != nproc) {
+    throw UsageError(fmt::format("--world-size {} disagrees with --nproc {}", run.world_size, nproc));
   }
   prepare(nproc);  // bad configurations fail here, once, not once per rank
-  check_fault_flags(flags, nproc);
-  if (flags.get_choice("backend", "gloo", {"gloo", "nccl"}) == "nccl") {
-    const std::string why = nccl_unavailable_reason(0, nproc, flags.get_bool("share-gpus", false));
+  check_fault_rank(run, nproc);
+  if (run.backend == Backend::nccl) {
+    const std::string why = nccl_unavailable_reason(0, nproc, run.share_gpus);
     if (!why.empty()) {
       std::fprintf(stderr, "%s: %s\n", argv[0], why.c_str());
       return 3;
     }
   }
   // Checked once here rather than once per rank: the bind address, the run id, the store.
-  if (backend == "gloo") resolve_bind(flags.get_string("bind", "127.0.0.1"));
+  if (run.backend == Backend::gloo) resolve_bind(flags.get_string("bind", "127.0.0.1"));
   if (flags.has("run-id")) check_run_id(flags.get_string("run-id", ""));
   std::vector<std::string> extra;
   extra.push_back(fmt::format("DDPLAB_RUN_ID=ddplab-{}-{}", getpid(), std::time(nullptr)));
@@ -274,9 +256,9 @@ int run_ranks(const Flags& flags, int argc, char** argv, const std::function<std
   }
   // The survivors of a failure get the blame window (they wait for alive peers to report) and 2 s; NCCL
   // may notice a dead peer only at the timeout.
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  const double window_s = static_cast<double>(blame_window(timeout).count()) / 1000;
-  const double grace_s = (backend == "nccl" ? std::max(std::min(timeout_s, 60.0), window_s) : window_s) + 2.0;
+  const double window_s = static_cast<double>(blame_window(run.timeout()).count()) / 1000;
+  const double grace_s =
+      (run.backend == Backend::nccl ? std::max(std::min(run.timeout_s, 60.0), window_s) : window_s) + 2.0;
   // Without --store, a fresh rendezvous directory, removed afterwards (also when the launcher is killed).
   return launch_local(nproc, std::vector<std::string>(argv, argv + argc), extra, grace_s, !flags.has("store"));
 }

@@ -15,6 +15,7 @@
 #include "src/flags.h"
 #include "src/kernels.h"
 #include "src/launch/launcher.h"
+#include "src/launch/run_flags.h"
 
 namespace ddplab::dist {
 
@@ -33,10 +34,11 @@ struct Rank {
   const LinearKernels& (*kernels)(Kernels) = cpu_kernels;
 };
 
-// `prepare(world_size)` validates the program's configuration for that world size (throwing UsageError)
-// and returns the flags every rank must agree on. `body` runs in each rank; its return value is the
-// rank's exit status. Returns this process's exit status: 2 bad input, 3 backend unavailable.
-int run_ranks(const Flags& flags, int argc, char** argv,
+// `run` is read_run_flags(flags) with a real backend. `prepare(world_size)` validates the program's
+// configuration for that world size (throwing UsageError) and returns the flags every rank must agree on.
+// `body` runs in each rank; its return value is the rank's exit status. Returns this process's exit status:
+// 2 bad input, 3 backend unavailable.
+int run_ranks(const Flags& flags, const RunFlags& run, int argc, char** argv,
               const std::function<std::vector<std::string>(int world_size)>& prepare,
               const std::function<int(Rank&)>& body);
 
@@ -45,7 +47,7 @@ ddp::Config ddp_config_for(ddp::Config cfg, int world_size);
 
 // run_ranks for a DDP configuration: `prepare` is ddp_config_for (ranks agree on all of its flags), and
 // `body` gets the configuration it produced for the group's world size. `cfg` itself is left as it is.
-int run_ddp_ranks(const Flags& flags, int argc, char** argv, const ddp::Config& cfg,
+int run_ddp_ranks(const Flags& flags, const RunFlags& run, int argc, char** argv, const ddp::Config& cfg,
                   const std::function<int(Rank&, const ddp::Config&)>& body);
 
 }  // namespace ddplab::dist
