@@ -41,7 +41,7 @@ void operator delete[](void* p, size_t) noexcept { std::free(p); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
-// ---- The mutations of safetensors files (fuzz_safetensors_test). ----
+// ---- The mutations of safetensors files (safetensors_fuzz_test). ----
 namespace ddplab::fuzz {
 
 std::string le64(uint64_t n) {

@@ -1,8 +1,8 @@
-// What the two fuzz suites share (fuzz_safetensors_test, fuzz_flags_test): seeded, deterministic
+// What the two fuzz suites share (safetensors_fuzz_test, flags_fuzz_test): seeded, deterministic
 // randomness, and the largest single allocation through operator new (tests/fuzz.cc replaces it), to
 // catch a size taken from the input. Each case must end in the project's error or success: any other
 // exception, a crash (the sanitizer builds run these too) or an allocation over kMaxAlloc fails.
-// Then the mutations of safetensors files that fuzz_safetensors_test applies (in tests/fuzz.cc too).
+// Then the mutations of safetensors files that safetensors_fuzz_test applies (in tests/fuzz.cc too).
 #pragma once
 
 #include <atomic>
@@ -28,7 +28,7 @@ const T& pick(Rng& rng, const std::vector<T>& v) {
   return v[pick(rng, v.size())];
 }
 
-// ---- safetensors files (fuzz_safetensors_test): 8-byte little-endian header length, header, data. ----
+// ---- safetensors files (safetensors_fuzz_test): 8-byte little-endian header length, header, data. ----
 std::string le64(uint64_t n);
 
 // A seed file split into header text and data, so that JSON-level mutations can keep the length field right.

@@ -64,7 +64,7 @@ TEST(Gpu, NoGpuMeansExit3WithTheReason) {
 
 // A 1-rank NCCL communicator on GPU 0, meeting itself through a fresh file store.
 std::unique_ptr<comm::Communicator> nccl_one_rank() {
-  auto store = dist::open_store(dist::parse_store("file:" + testing::temp_dir()), "gpu_test");
+  auto store = dist::open_store(dist::parse_store("file:" + testing::temp_dir()), "gpu_trainer_test");
   return dist::connect_nccl(store, 0, 1, 0, std::chrono::seconds(30));
 }
 

@@ -1,4 +1,4 @@
-// What the hardening suites share (hardening_store_test, hardening_launch_test): running //verify:ddp_verify
+// What the hardening suites share (store_hardening_test, launch_hardening_test): running //verify:ddp_verify
 // and the labs in the foreground or in the background, waiting with a limit, reading files.
 #pragma once
 

@@ -133,7 +133,7 @@ TEST(Torchrun, KeysInterchangeWithTorchsOwnClient) {
   EXPECT_TRUE(ours->check("from/torch"));
 }
 
-// The agent's store is torch's; a Redis server at MASTER_ADDR:MASTER_PORT is still used (verify_test).
+// The agent's store is torch's; a Redis server at MASTER_ADDR:MASTER_PORT is still used (ddp_verify_test).
 // Anything else: one line, exit status 2, within the timeout.
 TEST(Torchrun, NoStoreOrANonTcpStoreServerGivesOneLine) {
   const int nothing = testing::free_port();

@@ -2,11 +2,11 @@
 # Every GPU claim of the NCCL path, in one run on a GPU machine (see ../shared/gpu/README.md for carrying
 # binaries there). Here:      tools/gpu_checks.sh bundle
 # There (repo root):          tools/gpu_checks.sh run OUTDIR [steps...]
-# Steps: tests (gpu_test, nccl_test), order (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar holding
+# Steps: tests (gpu_trainer_test, nccl_test), order (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar holding
 # nccl/wsN.json, the goldens of tests/golden/nccl/), faults (timed fault runs), bench (//bench:gpu_step, both kernel tables). Default: all.
 # Each step's log goes to OUTDIR/<step>.log; a step that runs past its limit is stopped and says so.
 set -uo pipefail
-targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_test //tests:nccl_test //bench:gpu_step
+targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_trainer_test //tests:nccl_test //bench:gpu_step
          //notebooks_ported/001_toy_ddp:001_toy_ddp //notebooks_ported/002_checkpoint:002_checkpoint
          //notebooks_ported/003_trainer:003_trainer
          //notebooks_ported/004_parallelism:004_parallelism)
@@ -40,7 +40,7 @@ step() {  # name, limit in seconds, command...
 for s in "${steps[@]}"; do
   case "$s" in
     tests)
-      step tests 200 ./tests/gpu_test
+      step tests 200 ./tests/gpu_trainer_test
       step tests 400 ./tests/nccl_test ;;
     order)
       mkdir -p "$out/nccl"
