@@ -2,7 +2,9 @@
 // predivide ring all-reduce, SGD step), timed with 1 thread and with every core (--threads), next to
 // PyTorch doing the same simulation by hand as notebook 000 does (bench/sim_step_reference.py, run in the
 // same invocation with the same thread count). It also measures the machine's FMA peak as ddplab can use
-// it: a single-threaded OpenBLAS sgemm, times the cores; and prints the step's GFLOP/s and share of it.
+// it: a single-threaded OpenBLAS sgemm, times the cores; and prints the step's GFLOP/s and share of it
+// (MLP cases). The cnn cases are the digits CNN (--model cnn --dataset digits) in training mode.
+// `bazel run //bench:sim_step -- --model cnn` (or mlp) runs one model's cases only.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -33,8 +35,9 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 struct Case {
   std::string name;
-  std::vector<int64_t> layers;
+  std::vector<int64_t> layers;  // the MLP's sizes; empty for the cnn
   int64_t replicas, batch, steps;
+  bool cnn() const { return layers.empty(); }
 };
 
 // Forward 2·B·in·out per Linear, backward the same for grad_weight and (all but the first layer) grad_input.
@@ -91,10 +94,17 @@ struct Measured {
 Measured measure(const Case& c, int threads) {
   ddp::Config cfg;
   cfg.world_size = c.replicas;
-  cfg.layers = c.layers;
-  cfg.samples = c.replicas * c.batch;
   cfg.batch_size = c.batch;
   cfg.shuffle = false;
+  if (c.cnn()) {  // as the reference: cross-entropy, SGD with momentum 0.9
+    cfg.model = "cnn";
+    cfg.dataset = ddp::DatasetKind::digits;
+    cfg.loss = ddp::LossKind::ce;
+    cfg.momentum = 0.9;
+  } else {
+    cfg.layers = c.layers;
+    cfg.samples = c.replicas * c.batch;
+  }
   Generator gen;
   const Dataset data = ddp::make_dataset(cfg, gen);
   std::vector<std::unique_ptr<ddp::Replica>> reps;
@@ -107,7 +117,8 @@ Measured measure(const Case& c, int threads) {
     for (int64_t i = 0; i < c.batch; ++i) batch[static_cast<size_t>(r)].push_back(r * c.batch + i);
   }
   ThreadPool pool(threads);
-  const double work = step_flops(c) / static_cast<double>(c.replicas);
+  // parallel_for's work per replica: the MLP's flops; the cnn's are not counted, and its replica is worth a thread.
+  const double work = c.cnn() ? 1e9 : step_flops(c) / static_cast<double>(c.replicas);
   std::vector<double> times;
   Measured m{};
   ddp::InProcessAllreduce allreduce;
@@ -115,10 +126,12 @@ Measured measure(const Case& c, int threads) {
   for (auto& rep : reps) reducers.push_back(rep->reducer.get());
   for (int64_t s = 0; s < c.steps + 1; ++s) {  // step 0 warms up (and rebuilds the buckets)
     const auto t0 = Clock::now();
+    // DDP's broadcast_buffers before each training forward (the cnn's BatchNorm buffers).
+    for (size_t r = 1; r < reps.size(); ++r) ddp::copy_buffers(reps[0]->model, reps[r]->model);
     parallel_for(&pool, reps.size(), work, [&](size_t r) { reps[r]->forward_backward(data, batch[r]); });
     allreduce.run(reducers, collective::Algorithm::ring, nullptr, &pool);
     parallel_for(&pool, reps.size(), work, [&](size_t r) {
-      reps[r]->reducer->finish_sync();
+      reps[r]->reducer->finish_sync(reps[r]->ready);
       reps[r]->optimizer->step();
       reps[r]->optimizer->zero_grad(true);
     });
@@ -134,9 +147,9 @@ Measured measure(const Case& c, int threads) {
 double torch_ms(const std::string& reference, const Case& c, int threads) {
   // OPENBLAS_NUM_THREADS as well: torch.set_num_threads alone leaves OpenBLAS free to use every core.
   const std::string cmd = fmt::format(
-      "OPENBLAS_NUM_THREADS={0} /usr/bin/python3 {1} --layers {2} --replicas {3} --batch {4} --steps {5} "
-      "--threads {0} 2>&1",
-      threads, reference, fmt::join(c.layers, ","), c.replicas, c.batch, c.steps);
+      "OPENBLAS_NUM_THREADS={0} /usr/bin/python3 {1} {2} --replicas {3} --batch {4} --steps {5} --threads {0} 2>&1",
+      threads, reference, c.cnn() ? "--model cnn" : fmt::format("--layers {}", fmt::join(c.layers, ",")), c.replicas,
+      c.batch, c.steps);
   double ms = -1;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     char line[256];
@@ -149,7 +162,19 @@ double torch_ms(const std::string& reference, const Case& c, int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string reference = argc > 1 ? argv[1] : "bench/sim_step_reference.py";
+  // sim_step [REFERENCE.py] [--model mlp|cnn]: --model runs only that model's cases.
+  std::string reference = "bench/sim_step_reference.py", model;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--model" && i + 1 < argc && (std::string(argv[i + 1]) == "mlp" || std::string(argv[i + 1]) == "cnn")) {
+      model = argv[++i];
+    } else if (a.rfind("--", 0) == 0) {
+      fmt::print(stderr, "sim_step: unknown argument '{}' (usage: sim_step [REFERENCE.py] [--model mlp|cnn])\n", a);
+      return 2;
+    } else {
+      reference = a;
+    }
+  }
   const int cores = available_cores();
   const double core_gflops = sgemm_gflops_one_core();
   const double peak = core_gflops * cores;
@@ -158,13 +183,18 @@ int main(int argc, char** argv) {
       core_gflops, cores, peak);
   const std::vector<Case> cases = {
       {"notebook 6-4-2, 2 replicas, batch 32", {6, 4, 2}, 2, 32, 2000},
-      {"MLP 1024-4096-4096-1024, 8 replicas, batch 64", {1024, 4096, 4096, 1024}, 8, 64, 5}};
+      {"MLP 1024-4096-4096-1024, 8 replicas, batch 64", {1024, 4096, 4096, 1024}, 8, 64, 5},
+      {"cnn on digits, 2 replicas, batch 32", {}, 2, 32, 1000},
+      {"cnn on digits, 8 replicas, batch 64", {}, 8, 64, 200}};
   fmt::print("{:<46} {:>3} {:>11} {:>8} {:>7} {:>6} {:>11} {:>8}   peak RSS step 1 / last\n", "one simulated DDP step",
              "thr", "ddplab ms", "GFLOP/s", "% peak", "vs 1t", "PyTorch ms", "speedup");
   for (const Case& c : cases) {
-    const double shapes = step_shapes_gflops_one_core(c);
-    fmt::print("{:<46} sgemm at this step's own shapes, one core: {:.1f} GFLOP/s ({:.0f}% of the 2048^3 figure)\n",
-               c.name, shapes, 100.0 * shapes / core_gflops);
+    if (!model.empty() && (model == "cnn") != c.cnn()) continue;
+    if (!c.cnn()) {
+      const double shapes = step_shapes_gflops_one_core(c);
+      fmt::print("{:<46} sgemm at this step's own shapes, one core: {:.1f} GFLOP/s ({:.0f}% of the 2048^3 figure)\n",
+                 c.name, shapes, 100.0 * shapes / core_gflops);
+    }
     double one_thread_ms = 0;
     for (int threads : {1, cores}) {
       if (threads == 1 && cores == 1 && one_thread_ms > 0) continue;
@@ -172,10 +202,11 @@ int main(int argc, char** argv) {
       if (threads == 1) one_thread_ms = m.median_ms;
       const double gflops = step_flops(c) / (m.median_ms * 1e6);
       const double t = torch_ms(reference, c, threads);
-      fmt::print("{:<46} {:>3} {:>11.4f} {:>8.1f} {:>6.0f}% {:>5.2f}x {:>11} {:>8}   {} MB / {} MB\n", c.name, threads,
-                 m.median_ms, gflops, 100.0 * gflops / (core_gflops * threads), one_thread_ms / m.median_ms,
-                 t > 0 ? fmt::format("{:.4f}", t) : "n/a", t > 0 ? fmt::format("{:.2f}x", t / m.median_ms) : "n/a",
-                 m.rss_after_first_mb, m.rss_after_last_mb);
+      fmt::print("{:<46} {:>3} {:>11.4f} {:>8} {:>7} {:>5.2f}x {:>11} {:>8}   {} MB / {} MB\n", c.name, threads,
+                 m.median_ms, c.cnn() ? "-" : fmt::format("{:.1f}", gflops),
+                 c.cnn() ? "-" : fmt::format("{:.0f}%", 100.0 * gflops / (core_gflops * threads)),
+                 one_thread_ms / m.median_ms, t > 0 ? fmt::format("{:.4f}", t) : "n/a",
+                 t > 0 ? fmt::format("{:.2f}x", t / m.median_ms) : "n/a", m.rss_after_first_mb, m.rss_after_last_mb);
       if (cores == 1) break;
     }
   }

@@ -1,11 +1,17 @@
 #!/usr/bin/python3
 """PyTorch reference for //bench:sim_step: notebook 000's DDP-by-hand step for R replicas, --threads threads.
 
-Each replica: forward, MSE loss, zero_grad, backward on its own batch; gradients summed in rank order and
-divided by R (in place, into every replica's .grad); SGD step. Prints `median_ms X` over --steps steps
-(after one warm-up step).
+--model mlp (--layers): each replica: forward, MSE loss, zero_grad, backward on its own batch; gradients
+summed in rank order and divided by R (in place, into every replica's .grad); SGD step.
+--model cnn: the digits CNN (src/model/spec.cc's preset) on batches of scikit-learn's digits, in training
+mode (BatchNorm's batch statistics, Dropout's masks): before each forward every replica takes replica 0's
+buffers (DDP's broadcast_buffers), then forward, cross-entropy, backward; gradients averaged as above;
+SGD with momentum 0.9.
+Prints `median_ms X` over --steps steps (after one warm-up step). Kernels as torch runs them by default
+(oneDNN for these convolutions); only the thread count is set.
 """
 import argparse
+import gzip
 import statistics
 import time
 
@@ -14,31 +20,61 @@ os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # the bench sets it to --thr
 import torch
 import torch.nn as nn
 
+DIGITS = '/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz'
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Dropout(0.25), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+def digits(n):
+    """The first n digits as [n, 1, 8, 8] pixels / 16 and their labels."""
+    with gzip.open(DIGITS, 'rt') as f:
+        rows = [[int(float(v)) for v in line.split(',')] for line in f if line.strip()][:n]
+    x = (torch.tensor([r[:64] for r in rows], dtype=torch.float64) / 16).float().view(n, 1, 8, 8)
+    return x, torch.tensor([r[64] for r in rows], dtype=torch.int64)
+
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument('--model', choices=['mlp', 'cnn'], default='mlp')
     ap.add_argument('--layers', default='6,4,2')
     ap.add_argument('--replicas', type=int, default=2)
     ap.add_argument('--batch', type=int, default=32)
     ap.add_argument('--steps', type=int, default=100)
     ap.add_argument('--threads', type=int, default=1)
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)  # intra-op threads: PyTorch splits each GEMM, not the replicas
+    torch.set_num_threads(a.threads)  # intra-op threads: PyTorch splits each op, not the replicas
     sizes = [int(v) for v in a.layers.split(',')]
 
     def make():
         torch.manual_seed(12345)
+        if a.model == 'cnn':
+            return cnn()
         return nn.Sequential(*[nn.Linear(sizes[i], sizes[i + 1]) for i in range(len(sizes) - 1)])
 
     models = [make() for _ in range(a.replicas)]
-    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in models]
     torch.manual_seed(0)
-    xs = [torch.randn(a.batch, sizes[0]) for _ in range(a.replicas)]
-    ys = [torch.randn(a.batch, sizes[-1]) for _ in range(a.replicas)]
-    loss_fn = nn.MSELoss()
+    if a.model == 'cnn':
+        opts = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m in models]
+        x, labels = digits(a.replicas * a.batch)
+        xs, ys = list(x.split(a.batch)), list(labels.split(a.batch))
+        loss_fn = nn.CrossEntropyLoss()
+    else:
+        opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in models]
+        xs = [torch.randn(a.batch, sizes[0]) for _ in range(a.replicas)]
+        ys = [torch.randn(a.batch, sizes[-1]) for _ in range(a.replicas)]
+        loss_fn = nn.MSELoss()
     times = []
     for step in range(a.steps + 1):
         t0 = time.perf_counter()
+        if a.model == 'cnn':
+            with torch.no_grad():  # DDP's broadcast_buffers: every replica takes replica 0's buffers
+                for m in models[1:]:
+                    for b0, b in zip(models[0].buffers(), m.buffers()):
+                        b.copy_(b0)
         for m, o, x, y in zip(models, opts, xs, ys):
             loss = loss_fn(m(x), y)
             o.zero_grad(set_to_none=True)
