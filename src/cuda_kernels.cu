@@ -2,6 +2,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <stdexcept>
 #include <string>
@@ -84,23 +85,63 @@ __global__ void fill_bias_rows(const float* bias, float* y, int64_t batch, int64
 void launched(const char* name) { check(cudaGetLastError(), name); }
 
 // --- fast: cuBLAS, with the column-major mapping of src/gemm.cc -------------------------------------
+// cuBLAS is opened on first use, not linked: loading libcublasLt runs about 0.7 s of static initialisers
+// (measured with perf on this project's CUDA 13), which every process paid at start, GPU or not.
+struct Cublas {
+  decltype(&cublasCreate) create = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSetStream) set_stream = nullptr;
+  decltype(&cublasSgemm) sgemm = nullptr;
+};
+void* open_cublas() {
+  const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+  if (void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+  const char* err = dlerror();
+  const std::string why = err != nullptr ? err : soname;
+  // Beside the CUDA runtime this binary was linked with (the toolkit's lib directory).
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cudaGetErrorString), &info) != 0 && info.dli_fname != nullptr) {
+    std::string dir = info.dli_fname;
+    dir = dir.substr(0, dir.find_last_of('/') + 1);
+    if (void* h = dlopen((dir + soname).c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+  }
+  throw std::runtime_error("cannot load cuBLAS for --kernels fast: " + why);
+}
+template <typename F>
+void resolve(void* lib, const char* name, F& f) {
+  f = reinterpret_cast<F>(dlsym(lib, name));
+  if (f == nullptr) throw std::runtime_error(std::string("cuBLAS has no ") + name);
+}
+const Cublas& cublas() {
+  static const Cublas api = [] {
+    void* lib = open_cublas();  // kept open for the process
+    Cublas a;
+    resolve(lib, "cublasCreate_v2", a.create);
+    resolve(lib, "cublasSetMathMode", a.set_math_mode);
+    resolve(lib, "cublasSetStream_v2", a.set_stream);
+    resolve(lib, "cublasSgemm_v2", a.sgemm);
+    return a;
+  }();
+  return api;
+}
+
 cublasHandle_t handle(cudaStream_t stream) {
   static const cublasHandle_t h = [] {
     cublasHandle_t created = nullptr;
-    CHECK(cublasCreate(&created));
+    CHECK(cublas().create(&created));
     // No TF32 or other reduced-precision paths: float32 in, float32 math.
-    CHECK(cublasSetMathMode(created, CUBLAS_DEFAULT_MATH));
+    CHECK(cublas().set_math_mode(created, CUBLAS_DEFAULT_MATH));
     return created;
   }();
-  CHECK(cublasSetStream(h, stream));
+  CHECK(cublas().set_stream(h, stream));
   return h;
 }
 void sgemm(cudaStream_t s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const float one = 1.0f;
-  CHECK(cublasSgemm(handle(s), ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(m),
-                    static_cast<int>(n), static_cast<int>(k), &one, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-                    &beta, c, static_cast<int>(ldc)));
+  CHECK(cublas().sgemm(handle(s), ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(m),
+                       static_cast<int>(n), static_cast<int>(k), &one, a, static_cast<int>(lda), b,
+                       static_cast<int>(ldb), &beta, c, static_cast<int>(ldc)));
 }
 
 // --- the host table: stage, run the device entry point on the default stream, copy back ------------

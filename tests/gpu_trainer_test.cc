@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <iostream>
 #include <utility>
 
 #include "src/comm/local_group.h"
@@ -163,8 +164,9 @@ TEST(GpuTrainer, SupportsMseWithSgdAndAdamOnly) {
   cfg.loss = ddp::LossKind::ce_probs;
   EXPECT_NE(dist::gpu_trainer_unsupported(cfg).find("(got ce-probs)"), std::string::npos);
   cfg.model = "cnn";
-  EXPECT_EQ(dist::gpu_trainer_unsupported(cfg),
-            "--backend nccl keeps the model on the GPU for --model mlp only (got cnn); --backend gloo runs every model");
+  EXPECT_EQ(
+      dist::gpu_trainer_unsupported(cfg),
+      "--backend nccl keeps the model on the GPU for --model mlp only (got cnn); --backend gloo runs every model");
 }
 
 TEST(GpuTrainer, DdpVerifyRefusesCrossEntropyOnNcclBeforeStartingRanks) {
@@ -180,6 +182,16 @@ TEST(GpuTrainer, GlooVerifierPrintsTheCpuTimingLine) {
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("timing: real training "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" ms (CPU, gloo), simulator "), std::string::npos) << r.out;
+}
+
+// cuBLAS is opened only when --kernels fast runs on a GPU: linked, its libcublasLt ran ~0.7 s of static
+// initialisers at every start of ddp_verify and of each of its ranks, GPU or not (measured with perf).
+TEST(GpuTrainer, DdpVerifyStartsWithoutLoadingCublas) {
+  const auto r = testing::run_command({"/usr/bin/env", "LD_DEBUG=files", "verify/ddp_verify", "--help"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  const bool cuda_linked = r.err.find("libcudart.so") != std::string::npos;  // absent in the build without CUDA
+  std::cout << "ddp_verify --help: libcudart " << (cuda_linked ? "loaded" : "not linked (no CUDA)") << "\n";
+  EXPECT_EQ(r.err.find("libcublas"), std::string::npos) << "cuBLAS loaded at start-up";
 }
 
 }  // namespace
