@@ -163,10 +163,17 @@ TEST(GpuTrainer, SupportsMseWithSgdAndAdamOnly) {
             "--backend nccl keeps the model on the GPU for --loss mse only (got ce)");
   cfg.loss = ddp::LossKind::ce_probs;
   EXPECT_NE(dist::gpu_trainer_unsupported(cfg).find("(got ce-probs)"), std::string::npos);
+  // The refusal comes from the device graph (src/device/graph.h): the first layer it has no node for.
   cfg.model = "cnn";
-  EXPECT_EQ(
-      dist::gpu_trainer_unsupported(cfg),
-      "--backend nccl keeps the model on the GPU for --model mlp only (got cnn); --backend gloo runs every model");
+  cfg.dataset = ddp::DatasetKind::digits;
+  EXPECT_EQ(dist::gpu_trainer_unsupported(cfg),
+            "--backend nccl keeps the model on the GPU for Linear and ReLU layers only (got layer \"0\": Conv2d(1, 8, "
+            "kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))); --backend gloo runs every model");
+  cfg.dataset = ddp::DatasetKind::random;
+  cfg.layers = {6, 2};
+  cfg.model = "linear(6,32),relu,linear(32,2)";  // a spec of Linear and ReLU runs on the device
+  cfg.loss = ddp::LossKind::mse;
+  EXPECT_EQ(dist::gpu_trainer_unsupported(cfg), "");
 }
 
 TEST(GpuTrainer, DdpVerifyRefusesCrossEntropyOnNcclBeforeStartingRanks) {

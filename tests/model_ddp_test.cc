@@ -187,7 +187,9 @@ TEST(ModelDdp, BadModelSpecGetsOneLineAndExit2) {
   const auto nccl = testing::run_command(
       {"verify/ddp_verify", "--backend", "nccl", "--nproc", "2", "--dataset", "digits", "--model", "cnn"});
   EXPECT_EQ(nccl.status, 2) << nccl.err;
-  EXPECT_NE(nccl.err.find("--model mlp only (got cnn)"), std::string::npos) << nccl.err;
+  EXPECT_NE(nccl.err.find("for Linear and ReLU layers only (got layer \"0\": Conv2d(1, 8, kernel_size=(3, 3)"),
+            std::string::npos)
+      << nccl.err;
   const auto trace = testing::run_command(
       {"sim/ddp_sim", "--dataset", "digits", "--model", "cnn", "--trace", testing::temp_dir() + "/t.json"});
   EXPECT_EQ(trace.status, 2) << trace.err;

@@ -1,8 +1,9 @@
 // The synchronised backward's bucket loop, written once (reducer.cpp's mark_variable_ready ->
 // all-reduce -> finalize_bucket_dense, bucket by bucket in order), over an interface that says where the
-// tensors live: host memory and a Communicator (the Gloo verifier, the labs) or a device stream and NCCL
-// (src/nccl/gpu_trainer.cc). The simulator reduces every rank's bucket at once and keeps its own schedule
-// (trainer.cc's InProcessAllreduce), with the same arithmetic from Reducer::prepare_bucket/finalize_bucket.
+// tensors live: host memory and a Communicator (the Gloo verifier, the labs) or the graph trainer's Ops
+// (src/device/replica.cc: host memory, or a device stream and NCCL). The simulator reduces every rank's
+// bucket at once and keeps its own schedule (trainer.cc's InProcessAllreduce), with the same arithmetic
+// from Reducer::prepare_bucket/finalize_bucket.
 #pragma once
 
 #include <cstddef>

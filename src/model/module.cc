@@ -12,8 +12,10 @@ std::vector<const Buffer*> Module::buffers() const {
   return {bs.begin(), bs.end()};
 }
 
-std::string Sequential::next_name() const {
-  const std::string index = std::to_string(children_.size());
+std::string Sequential::next_name() const { return child_name(children_.size()); }
+
+std::string Sequential::child_name(size_t i) const {
+  const std::string index = std::to_string(i);
   return prefix_.empty() ? index : prefix_ + "." + index;
 }
 

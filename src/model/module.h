@@ -52,6 +52,8 @@ class Sequential : public Module {
 
   // The name the next child gets: "<prefix>.<index>" (or "<index>" without a prefix).
   std::string next_name() const;
+  // Child i's state_dict prefix: "<prefix>.<i>" (or "<i>").
+  std::string child_name(size_t i) const;
   void push_back(std::unique_ptr<Module> m) { children_.push_back(std::move(m)); }
   size_t size() const { return children_.size(); }
   Module& operator[](size_t i) { return *children_[i]; }

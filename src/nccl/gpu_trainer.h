@@ -1,13 +1,12 @@
-// The NCCL backend's DDP training with the model on the GPU: parameters, gradients, bucket buffers and
-// optimizer state stay in device memory for the whole run; only batches go host -> device (through pinned
-// memory) and the parameters come back once, at the end. Everything runs on the communicator's stream.
+// The NCCL backend's DDP training with the model on the GPU: the graph trainer (src/device/replica.h: the
+// host model's Linear and ReLU layers as a graph over an ops interface) over the CUDA-stream ops
+// (src/nccl/cuda_ops.h). Parameters, gradients, bucket buffers and optimizer state stay in device memory
+// for the whole run; only batches go host -> device (through pinned memory) and the parameters come back
+// once, at the end. Everything runs on the communicator's stream.
 //
-// Semantics are train_rank()'s (src/ddp/trainer.cc): the host builds the data, the initial weights
-// (make_model), the DistributedSampler and DataLoader, and the bucket layout (a host Reducer, used only for
-// its buckets and the rebuild); the bucket loop is the host's (src/ddp/bucket_sync.h) over device memory; the device
-// mirrors autograd's gradient accumulation under no_sync, MSE, ReLU, SGD and Adam operation for operation. With
-// --kernels reference the result equals the host trainer's bit for bit; with --kernels fast Linear runs on
-// cuBLAS. Logged losses are close to, not bitwise equal to, the host's (a device sum, see gpu_trainer_ops.h).
+// Semantics are train_rank()'s (src/ddp/trainer.cc), see src/device/replica.h. With --kernels reference the
+// result equals the host trainer's bit for bit; with --kernels fast Linear runs on cuBLAS. Logged losses are
+// close to, not bitwise equal to, the host's (a device sum, see gpu_trainer_ops.h).
 //
 // No host wait can hang on a dead peer: the host only waits on the stream (events, final copy) when every
 // collective enqueued so far has finished, which all_reduce_device guarantees when it returns.
@@ -22,14 +21,17 @@
 #include "src/data.h"
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
+#include "src/device/replica.h"
 #include "src/kernels.h"
 
 namespace ddplab::dist {
 
-// "" when train_rank_on_device supports `cfg`, else one line saying why (for a UsageError).
+// "" when train_rank_on_device supports `cfg`, else one line saying why (for a UsageError): a layer the
+// device graph has no node for (named with its state_dict prefix), or a loss other than MSE. Throws
+// UsageError for a model that does not fit cfg's data (see device::unsupported_layer).
 inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
-  if (!cfg.is_mlp()) {  // its kernels are Linear's and ReLU's (src/cuda_kernels.cu)
-    return "--backend nccl keeps the model on the GPU for --model mlp only (got " + cfg.model +
+  if (std::string layer = device::unsupported_layer(cfg); !layer.empty()) {
+    return "--backend nccl keeps the model on the GPU for Linear and ReLU layers only (got " + layer +
            "); --backend gloo runs every model";
   }
   if (cfg.loss != ddp::LossKind::mse) {
