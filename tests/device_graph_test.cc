@@ -5,7 +5,7 @@
 // --model spec of Linear and ReLU. Logged losses are the CUDA MSE kernel's fixed-order sum (CpuOps twins
 // it): close, and the test prints by how many ulps. A model with a layer the graph has no node for is
 // refused with one line naming it and its state_dict prefix. The same graph runs on a GPU through the
-// CUDA-stream ops (src/nccl/cuda_ops.h); tests/gpu_test.cc checks that where a GPU exists.
+// CUDA-stream ops (src/nccl/cuda_ops.h); tests/gpu_trainer_test.cc checks that where a GPU exists.
 #include <gtest/gtest.h>
 
 #include <cmath>
