@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <thread>
 
@@ -339,6 +340,22 @@ TEST_F(Hardening, AnImmediateFailureSaysWhenItCame) {
   EXPECT_NE(line.find(" ms, before its 30000 ms timeout: rank 1 exited or hangs: its process is gone"),
             std::string::npos)
       << line;
+}
+
+// A survivor sometimes said nothing: its next write to the peer that had exited raised SIGPIPE (Gloo
+// sends with writev), which killed it before it could name the peer. A rank ignores SIGPIPE; seen here
+// in /proc while a lone rank waits at the rendezvous.
+TEST_F(Hardening, ARankIgnoresSigpipe) {
+  const std::string dir = testing::temp_dir();
+  const std::string script = "RANK=0 WORLD_SIZE=2 " + std::string(kVerify) + " --store file:" + dir +
+                             " --timeout 20 --quiet 2>/dev/null & pid=$!; sleep 1; "
+                             "grep '^SigIgn:' /proc/$pid/status; kill $pid; wait $pid";
+  const CommandResult r = testing::run_command({"/bin/sh", "-c", script});
+  const size_t at = r.out.find("SigIgn:");
+  ASSERT_NE(at, std::string::npos) << r.out << r.err;
+  const uint64_t ignored = std::stoull(r.out.substr(at + 7), nullptr, 16);
+  std::cout << "rank 0 " << r.out;
+  EXPECT_TRUE(ignored & (uint64_t{1} << (SIGPIPE - 1))) << r.out;
 }
 
 }  // namespace

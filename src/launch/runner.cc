@@ -1,5 +1,6 @@
 #include "src/launch/runner.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -126,6 +127,9 @@ int worker(const Flags& flags, const RunFlags& run, const RankEnv& env,
           fmt::format("{} says WORLD_SIZE={}, but --nproc/--world-size say {}", env.source, env.world_size, given));
     }
   }
+  // Gloo sends with writev: a write to a peer that has just exited raised SIGPIPE and killed this rank
+  // silently, before it could say whom it blames. Ignored, the write fails with EPIPE and Gloo throws.
+  signal(SIGPIPE, SIG_IGN);
   const std::vector<std::string> agreement = prepare(env.world_size);
   const auto timeout = run.timeout();
   const std::string store_text =
