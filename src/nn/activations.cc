@@ -147,7 +147,6 @@ void gelu_backward(const float* grad_y, const float* x, float* grad_x, int64_t n
           return mul(dy, _mm256_fmadd_ps(v, pdf, cdf));
         },
         [](float dy, float v) {
-          const float cdf = 0.5f * (1.0f + std::erf(v * kAlpha));
           const float pdf = kErfBeta * std::exp(v * v * -0.5f);
           return dy * std::fma(0.5f, 1.0f + std::erf(v * kAlpha), v * pdf);
         });
