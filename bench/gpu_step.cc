@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
+#include "src/device/replica.h"
 #include "src/flags.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
@@ -58,7 +60,8 @@ double measure(const ddp::Config& cfg, int64_t warmup, int64_t steps) {
   Generator data_gen;
   const Dataset data = ddp::make_dataset(cfg, data_gen);
   ddp::Replica host(cfg, 0);
-  dist::DeviceReplica dev(cfg, *comm, cfg.kernels, host, warmup + steps);
+  const std::unique_ptr<device::Ops> ops = dist::device_ops(cfg, *comm);
+  device::GraphReplica dev(cfg, *comm, cfg.kernels, host, *ops, warmup + steps);
   const auto batches = host.loader.iter();
   const auto step = [&](int64_t s) {
     dev.forward_backward(data, batches[static_cast<size_t>(s) % batches.size()]);

@@ -2,6 +2,7 @@
 // (src/nccl/cuda_ops.h) on the communicator's stream.
 #include "src/nccl/gpu_trainer.h"
 
+#include <memory>
 #include <stdexcept>
 
 #include "src/device/replica.h"
@@ -22,28 +23,13 @@ void* checked_stream(const ddp::Config& cfg, comm::Communicator& comm) {
 
 }  // namespace
 
-struct DeviceReplica::Impl {
-  CudaStreamOps ops;  // declared first: destroyed after the replica that uses its memory
-  device::GraphReplica replica;
-  Impl(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels, ddp::Replica& host, int64_t max_batches)
-      : ops(checked_stream(cfg, comm)), replica(cfg, comm, kernels, host, ops, max_batches) {}
-};
-
-DeviceReplica::DeviceReplica(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels, ddp::Replica& host,
-                             int64_t max_batches)
-    : impl_(std::make_unique<Impl>(cfg, comm, kernels, host, max_batches)) {}
-DeviceReplica::~DeviceReplica() = default;
-void DeviceReplica::forward_backward(const Dataset& data, const std::vector<int64_t>& idx) {
-  impl_->replica.forward_backward(data, idx);
+std::unique_ptr<device::Ops> device_ops(const ddp::Config& cfg, comm::Communicator& comm) {
+  return std::make_unique<CudaStreamOps>(checked_stream(cfg, comm));
 }
-void DeviceReplica::sync_and_step() { impl_->replica.sync_and_step(); }
-void DeviceReplica::wait() { impl_->replica.wait(); }
-std::vector<float> DeviceReplica::download_losses() { return impl_->replica.download_losses(); }
-void DeviceReplica::download_parameters() { impl_->replica.download_parameters(); }
 
 ddp::RankResult train_rank_on_device(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels) {
-  CudaStreamOps ops(checked_stream(cfg, comm));
-  return device::train_rank_on_ops(cfg, comm, kernels, ops);
+  const std::unique_ptr<device::Ops> ops = device_ops(cfg, comm);
+  return device::train_rank_on_ops(cfg, comm, kernels, *ops);
 }
 
 }  // namespace ddplab::dist

@@ -40,34 +40,11 @@ inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
   return "";
 }
 
-// One rank's replica in device memory, mirroring `host` (a freshly constructed ddp::Replica: its model
-// is uploaded as make_model made it, and later receives the final parameters; its sampler and loader
-// draw the batches; its optimizer and reducer stay unused). Construction also runs DDP's broadcast of
-// rank 0's parameters (broadcast_device, one tensor at a time) when cfg.broadcast, and builds the bucket
-// layout. `max_batches`: micro-batches (losses) to make room for; -1: cfg.epochs * host.loader.len().
-class DeviceReplica {
- public:
-  DeviceReplica(const ddp::Config& cfg, comm::Communicator& comm, Kernels kernels, ddp::Replica& host,
-                int64_t max_batches = -1);
-  ~DeviceReplica();
-  DeviceReplica(const DeviceReplica&) = delete;
-  DeviceReplica& operator=(const DeviceReplica&) = delete;
-
-  // Forward, MSE loss and backward on the samples `idx`; gradients accumulate until sync_and_step.
-  void forward_backward(const Dataset& data, const std::vector<int64_t>& idx);
-  // The synchronised backward: every bucket prepared, all-reduced (all_reduce_device) and finalized, the
-  // bucket rebuild after the first one, one optimizer step, zero_grad(set_to_none=True).
-  void sync_and_step();
-  // Waits until the stream is idle. Only when no collective can be pending (e.g. after sync_and_step).
-  void wait();
-  // The losses of every forward_backward so far; the parameters into host.model. Both wait().
-  std::vector<float> download_losses();
-  void download_parameters();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
+// The ops that keep a replica in device memory: the CUDA-stream ops on the communicator's stream, for a
+// device::GraphReplica (src/device/replica.h; declare the ops first: the replica uses their memory).
+// Throws UsageError for configurations gpu_trainer_unsupported() names, std::runtime_error when `comm` is
+// not device-resident or the binary was built without CUDA.
+std::unique_ptr<device::Ops> device_ops(const ddp::Config& cfg, comm::Communicator& comm);
 
 // train_rank() on the device: the same epochs, batches, syncs and steps; returns the same RankResult
 // (final parameters in replica->model, sampler indices, per-batch losses, optimizer steps, and

@@ -15,15 +15,10 @@ namespace {
 
 }  // namespace
 
-struct DeviceReplica::Impl {};
-
-DeviceReplica::DeviceReplica(const ddp::Config&, comm::Communicator&, Kernels, ddp::Replica&, int64_t) { no_cuda(); }
-DeviceReplica::~DeviceReplica() = default;
-void DeviceReplica::forward_backward(const Dataset&, const std::vector<int64_t>&) { no_cuda(); }
-void DeviceReplica::sync_and_step() { no_cuda(); }
-void DeviceReplica::wait() { no_cuda(); }
-std::vector<float> DeviceReplica::download_losses() { no_cuda(); }
-void DeviceReplica::download_parameters() { no_cuda(); }
+std::unique_ptr<device::Ops> device_ops(const ddp::Config& cfg, comm::Communicator&) {
+  if (std::string why = gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
+  no_cuda();
+}
 
 ddp::RankResult train_rank_on_device(const ddp::Config& cfg, comm::Communicator&, Kernels) {
   if (std::string why = gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
