@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "src/cephes_f32.h"
@@ -137,6 +139,15 @@ std::vector<int64_t> Generator::randperm(int64_t n) {
     std::swap(r[i], r[i + z]);
   }
   return r;
+}
+
+std::vector<int64_t> Generator::randint(int64_t high, int64_t n) {
+  if (high < 1) throw std::invalid_argument("randint: high must be at least 1, got " + std::to_string(high));
+  const auto range = static_cast<uint64_t>(high);
+  const bool wide = range >= (uint64_t{1} << 32);
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (auto& v : out) v = static_cast<int64_t>((wide ? random64() : uint64_t{random()}) % range);
+  return out;
 }
 
 Generator& default_generator() {

@@ -48,6 +48,11 @@ class Generator {
   // torch.randperm(n, generator=g): Fisher-Yates variant with random() % (n - i).
   std::vector<int64_t> randperm(int64_t n);
 
+  // torch.randint(high, (n,), generator=g), int64: ATen's random_from_to with range = high, one draw per
+  // element: random() (32 bits) while range < 2^32, random64() from 2^32 on (torch 1.13; later versions
+  // switch at 2^28), then draw % range. Needs high >= 1 (torch refuses from=0 >= to).
+  std::vector<int64_t> randint(int64_t high, int64_t n);
+
  private:
   double normal_double(double mean, double std);  // at::normal_distribution<double>
 

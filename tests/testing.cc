@@ -2,14 +2,18 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -124,6 +128,23 @@ Match match(const std::string& label, const std::vector<float>& got, const std::
               static_cast<long long>(m.equal), static_cast<long long>(m.total), m.allclose ? "yes" : "NO",
               python_float_repr(m.maxdiff).c_str());
   return m;
+}
+
+int64_t max_ulps(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return INT64_MAX;
+  // Map the sign-magnitude bits onto a line where adjacent floats are adjacent integers.
+  const auto ordered = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, sizeof i);
+    return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : static_cast<int64_t>(i);
+  };
+  int64_t worst = 0;
+  for (size_t k = 0; k < got.size(); ++k) {
+    if (std::isnan(got[k]) != std::isnan(want[k])) return INT64_MAX;
+    if (std::isnan(got[k])) continue;
+    worst = std::max(worst, std::abs(ordered(got[k]) - ordered(want[k])));
+  }
+  return worst;
 }
 
 }  // namespace ddplab::testing

@@ -45,4 +45,8 @@ struct Match {
 Match match(const std::string& label, const std::vector<float>& got, const std::vector<float>& want, double rtol = 1e-5,
             double atol = 1e-8);
 
+// The largest distance in units in the last place between got[i] and want[i] (float32 bit patterns ordered
+// as integers; +0 and -0 are 0 apart; a size mismatch or a NaN against a number counts as INT64_MAX).
+int64_t max_ulps(const std::vector<float>& got, const std::vector<float>& want);
+
 }  // namespace ddplab::testing
