@@ -3,8 +3,8 @@
 //   forward: weight.index_select(0, idx): row idx[i] of weight copied to out row i.
 //   backward (embedding_dense_backward_cpu): grad_weight = zeros, then for i in flattened index order
 //     grad_weight[idx[i]] += dout[i] (one add per element; its `* scale` is by 1.0). Repeated tokens thus add
-//     their rows in order of appearance. Above 1000 indices torch splits the vocabulary among threads, and
-//     each thread still walks the indices in order, so the sums are the same at any thread count.
+//     their rows in order of appearance. Above 1000 indices torch splits the vocabulary among threads, each
+//     walking all indices in order, so the sums do not depend on the thread count (checked: 1, 2, 4 threads).
 #pragma once
 
 #include <cstdint>
