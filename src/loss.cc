@@ -56,7 +56,7 @@ void log_softmax_backward_lastdim(const float* grad, const float* output, float*
 
 }  // namespace
 
-LossResult cross_entropy(const Matrix& input, const std::vector<int64_t>& target) {
+LossResult cross_entropy(const Matrix& input, const std::vector<int64_t>& target, float grad_output) {
   const int64_t batch = input.rows(), classes = input.cols();
   if (static_cast<int64_t>(target.size()) != batch) {
     throw std::invalid_argument("cross_entropy: one target per row is needed");
@@ -89,9 +89,9 @@ LossResult cross_entropy(const Matrix& input, const std::vector<int64_t>& target
   LossResult r;
   r.loss = loss / total_weight;
 
-  // nll_loss_backward puts -(1 / total_weight) at each target, then the log_softmax backward.
+  // nll_loss_backward puts -(grad_output / total_weight) at each target, then the log_softmax backward.
   Matrix grad_logp = Matrix::Zero(batch, classes);
-  const float g = -(1.0f / total_weight);
+  const float g = -(grad_output / total_weight);
   for (int64_t b = 0; b < batch; ++b) grad_logp(b, target[static_cast<size_t>(b)]) = g;
   r.grad.resize(batch, classes);
   log_softmax_backward_lastdim(grad_logp.data(), logp.data(), r.grad.data(), batch, classes);

@@ -17,8 +17,9 @@ struct LossResult {
 // mse_loss_backward computes it.
 LossResult mse_loss(const Matrix& input, const Matrix& target);
 
-// -mean_i log_softmax(input)[i, target[i]]; grad = (softmax - one_hot(target)) / batch.
-LossResult cross_entropy(const Matrix& input, const std::vector<int64_t>& target);
+// -mean_i log_softmax(input)[i, target[i]]; grad = (softmax - one_hot(target)) / batch, for d loss =
+// grad_output (nll_loss_backward's -(grad_output / total_weight): 1/K when the loss was divided by K).
+LossResult cross_entropy(const Matrix& input, const std::vector<int64_t>& target, float grad_output = 1.0f);
 
 // F.cross_entropy(input, target) with float targets of input's shape (class probabilities):
 // -mean_i sum_c target[i,c] * log_softmax(input)[i,c]; grad = (softmax * sum_c target - target) / batch.

@@ -29,7 +29,10 @@ Reducer::Reducer(std::vector<Parameter*> params, int64_t world_size, double buck
     : params_(std::move(params)),
       world_size_(world_size),
       cap_bytes_(static_cast<size_t>(bucket_cap_mb * 1024 * 1024)),
-      average_(average) {
+      average_(average),
+      aliased_(params_.size(), false),
+      local_unused_(params_.size(), false),
+      global_unused_(params_.size(), false) {
   // Iteration 0: bucket_size_limits = [sys.maxsize], i.e. one bucket, parameters in model order.
   std::vector<size_t> all(params_.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
@@ -59,6 +62,13 @@ bool Reducer::scales_in() const {
   return !(average_ == Average::postdivide || (average_ == Average::avg && backend_averages_));
 }
 
+void Reducer::set_unused(std::vector<bool> local_unused, std::vector<bool> global_unused) {
+  local_unused_ = std::move(local_unused);
+  global_unused_ = std::move(global_unused);
+  local_unused_.resize(params_.size(), false);
+  global_unused_.resize(params_.size(), false);
+}
+
 void Reducer::prepare_bucket(size_t b, float* buf) const { prepare_bucket(b, buf, {0, buckets_[b].numel}); }
 void Reducer::finalize_bucket(size_t b, float* buf) { finalize_bucket(b, buf, {0, buckets_[b].numel}); }
 
@@ -67,18 +77,26 @@ void Reducer::prepare_bucket(size_t b, float* buf, collective::Span span) const 
   // at::mul_out(bucket_view, grad, 1.0 / world_size): a float multiply by the rounded reciprocal.
   const float scale = prepare_scale();
   const bool copy = !scales_in();
+  const auto ws = static_cast<float>(world_size_);
   for (size_t j = 0; j < bucket.params.size(); ++j) {
-    const Parameter& p = *params_[bucket.params[j]];
-    if (!p.has_grad) {
-      throw std::logic_error("parameter " + p.name + " has no gradient: DDP needs every parameter used");
-    }
+    const size_t i = bucket.params[j];
+    const Parameter& p = *params_[i];
     const size_t off = bucket.offsets[j];
     const size_t lo = std::max(off, span.lo), hi = std::min(off + static_cast<size_t>(p.numel()), span.hi);
+    if (!p.has_grad) {
+      if (!local_unused_[i]) {
+        throw std::logic_error("parameter " + p.name + " has no gradient: DDP needs every parameter used");
+      }
+      if (lo < hi) std::fill(buf + (lo - span.lo), buf + (hi - span.lo), 0.0f);
+      continue;
+    }
     if (lo >= hi) continue;
     const float* g = p.grad.data() + (lo - off);
     float* dst = buf + (lo - span.lo);
     if (copy) {
       std::copy(g, g + (hi - lo), dst);
+    } else if (aliased_[i]) {
+      for (size_t k = 0; k < hi - lo; ++k) dst[k] = g[k] / ws;
     } else {
       for (size_t k = 0; k < hi - lo; ++k) dst[k] = g[k] * scale;
     }
@@ -92,7 +110,14 @@ void Reducer::finalize_bucket(size_t b, float* buf, collective::Span span) {
     for (size_t k = 0; k < span.hi - span.lo; ++k) buf[k] = buf[k] / ws;
   }
   for (size_t j = 0; j < bucket.params.size(); ++j) {
-    Parameter& p = *params_[bucket.params[j]];
+    const size_t i = bucket.params[j];
+    Parameter& p = *params_[i];
+    if (global_unused_[i]) continue;  // no rank used it: its .grad stays as it was (None stays None)
+    if (!p.has_grad) {  // locally unused, used elsewhere: the grad is created from the bucket
+      p.grad = Matrix::Zero(p.value.rows(), p.value.cols());
+      p.has_grad = true;
+    }
+    if (gradient_as_bucket_view_) aliased_[i] = true;
     const size_t off = bucket.offsets[j];
     const size_t lo = std::max(off, span.lo), hi = std::min(off + static_cast<size_t>(p.numel()), span.hi);
     if (lo < hi) std::copy(buf + (lo - span.lo), buf + (hi - span.lo), p.grad.data() + (lo - off));

@@ -67,6 +67,19 @@ class Reducer {
   // block in a small buffer that stays in cache.
   void prepare_bucket(size_t b, float* flat, collective::Span span) const;
   void finalize_bucket(size_t b, float* flat, collective::Span span);
+  // DDP(find_unused_parameters=True), per synchronised backward, before its buckets are prepared: which
+  // parameters this rank's backward did not reach (a slot without a grad is zeros, bucket_view.zero_())
+  // and which no rank used (the all-reduced local_used_map: their .grad is left as it was).
+  void set_unused(std::vector<bool> local_unused, std::vector<bool> global_unused);
+  // DDP(gradient_as_bucket_view=True): once a grad has been written back it IS its bucket slot, and the
+  // next synchronised backward averages it in place, bucket_view.div_(world_size), instead of
+  // mul_out(bucket_view, grad, 1/world_size): a division, not a multiply by the rounded reciprocal.
+  void set_gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; }
+  bool gradient_as_bucket_view() const { return gradient_as_bucket_view_; }
+  // optimizer.zero_grad(set_to_none=True): autograd makes new grads, none aliases its slot any more.
+  void grads_set_to_none() { aliased_.assign(params_.size(), false); }
+  bool aliased(size_t param) const { return aliased_[param]; }
+
   // After the first synchronised backward: rebuild buckets in gradient-ready order (`ready`, as the
   // model's backward recorded it; parameters it misses follow in reverse model order) with limits
   // [1 MiB, bucket_cap_mb]. Iteration 0 used one bucket holding every parameter in model order.
@@ -84,6 +97,9 @@ class Reducer {
   Average average_;
   bool rebuilt_ = false;
   bool backend_averages_ = false;
+  bool gradient_as_bucket_view_ = false;
+  std::vector<bool> aliased_;                        // grad is its bucket slot (gradient_as_bucket_view)
+  std::vector<bool> local_unused_, global_unused_;  // find_unused_parameters: this backward's
   std::vector<Bucket> buckets_;
 };
 

@@ -1,5 +1,6 @@
 #include "src/ddp/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "src/ddp/bucket_sync.h"
@@ -160,7 +161,7 @@ int64_t test_correct(const Config& cfg, Module& model, const Dataset& test) {
 }
 
 void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm, const Hook& before,
-                             ThreadPool* pool) {
+                             ThreadPool* pool, size_t num_buckets) {
   const Reducer& layout = *reducers[0];
   std::vector<float*> bufs;
   if (before) {  // the hook sees whole prepared buckets: N buffers of the largest
@@ -168,7 +169,7 @@ void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::
     for (auto& w : workspace_) w.resize(std::max(w.size(), layout.max_bucket_numel()));
     for (auto& w : workspace_) bufs.push_back(w.data());
   }
-  for (size_t j = 0; j < layout.num_buckets(); ++j) {
+  for (size_t j = 0; j < std::min(layout.num_buckets(), num_buckets); ++j) {
     const size_t n = layout.bucket(j).numel;
     if (before) {
       for (size_t r = 0; r < reducers.size(); ++r) reducers[r]->prepare_bucket(j, bufs[r]);

@@ -2,6 +2,7 @@
 // simulate() runs all ranks in one process; the verifier runs one Replica per process with the same code.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -73,8 +74,10 @@ class InProcessAllreduce {
   using Hook = std::function<void(size_t bucket, const std::vector<float*>& bufs, size_t n)>;
   // With a pool, the ranks' buckets are prepared and finalized side by side and the all-reduce is split
   // into spans of elements (collective::Span: the same bits).
+  // Only the first `num_buckets` buckets when fewer: DDP reduces buckets in order as they fill, and stops
+  // at one that waits for a grad that never comes (find_unused_parameters=False with an unused parameter).
   void run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm, const Hook& before = nullptr,
-           ThreadPool* pool = nullptr);
+           ThreadPool* pool = nullptr, size_t num_buckets = SIZE_MAX);
 
  private:
   std::vector<std::vector<float>> workspace_;
