@@ -131,5 +131,67 @@ TEST(Reducer, AveragingModes) {
   EXPECT_NE(result[Average::postdivide], result[Average::predivide]);
 }
 
+TEST(Reducer, GradientAsBucketViewDividesOnceGradsAliasTheirSlot) {
+  // reducer.cpp mark_variable_ready_dense: a grad that is not its bucket view is copied in times
+  // float(1/ws); once finalize made it the view (gradient_as_bucket_view), the view is divided by ws.
+  // At ws 3 the two differ in bits on ordinary values; zero_grad(set_to_none=True) breaks the alias.
+  Parameter p;
+  p.name = "w";
+  p.value = Matrix::Zero(4, 1);
+  const std::vector<float> g = {0.1f, -0.7f, 1.3f, 2.9f};
+  Reducer red({&p}, 3, 25.0, Average::predivide);
+  red.set_gradient_as_bucket_view(true);
+  std::vector<float> buf(4);
+  auto prepared = [&] {
+    set_grad(p, g);
+    red.prepare_bucket(0, buf.data());
+    return buf;
+  };
+  std::vector<float> mul(4), div(4);
+  for (size_t i = 0; i < 4; ++i) {
+    mul[i] = g[i] * static_cast<float>(1.0 / 3.0);
+    div[i] = g[i] / 3.0f;
+  }
+  ASSERT_NE(mul, div);  // the test needs values where the two roundings differ
+  EXPECT_EQ(prepared(), mul);
+  EXPECT_FALSE(red.aliased(0));
+  red.finalize_bucket(0, buf.data());
+  EXPECT_TRUE(red.aliased(0));
+  EXPECT_EQ(prepared(), div);
+  red.grads_set_to_none();
+  EXPECT_EQ(prepared(), mul);
+  Reducer plain({&p}, 3, 25.0, Average::predivide);  // gradient_as_bucket_view=False never divides
+  set_grad(p, g);
+  plain.prepare_bucket(0, buf.data());
+  plain.finalize_bucket(0, buf.data());
+  set_grad(p, g);
+  plain.prepare_bucket(0, buf.data());
+  EXPECT_EQ(buf, mul);
+}
+
+TEST(Reducer, UnusedParametersWithFindUnused) {
+  // find_unused_parameters: a locally unused parameter's slot is zeros; a globally unused one keeps its
+  // .grad (None stays None); without the marking, a missing grad is a logic error.
+  Parameter used, unused;
+  used.name = "used";
+  used.value = Matrix::Zero(2, 1);
+  unused.name = "unused";
+  unused.value = Matrix::Zero(3, 1);
+  set_grad(used, {1.0f, 2.0f});
+  Reducer red({&used, &unused}, 2, 25.0, Average::predivide);
+  std::vector<float> buf(5, 7.0f);
+  EXPECT_THROW(red.prepare_bucket(0, buf.data()), std::logic_error);
+  red.set_unused({false, true}, {false, true});
+  red.prepare_bucket(0, buf.data());
+  EXPECT_EQ(buf, (std::vector<float>{0.5f, 1.0f, 0.0f, 0.0f, 0.0f}));
+  red.finalize_bucket(0, buf.data());
+  EXPECT_FALSE(unused.has_grad);
+  red.set_unused({false, true}, {false, false});  // used on another rank: the grad comes from the bucket
+  buf = {0.5f, 1.0f, 4.0f, 5.0f, 6.0f};
+  red.finalize_bucket(0, buf.data());
+  ASSERT_TRUE(unused.has_grad);
+  EXPECT_EQ(unused.grad(2, 0), 6.0f);
+}
+
 }  // namespace
 }  // namespace ddplab::ddp
