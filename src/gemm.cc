@@ -21,6 +21,8 @@ void once() {
   std::call_once(flag, [] { openblas_set_num_threads(1); });
 }
 
+}  // namespace
+
 // PyTorch's cpublas::gemm is column-major; a row-major [r, c] tensor is a column-major [c, r] one.
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
            float beta, float* c, int64_t ldc) {
@@ -29,8 +31,6 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, in
               static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
               c, static_cast<int>(ldc));
 }
-
-}  // namespace
 
 void linear_forward(const float* x, const float* w, float* y, int64_t batch, int64_t in, int64_t out) {
   // addmm(bias, x, W.t()): C^T[out, B] = W (as col-major [in, out], transposed) . x^T (col-major [in, B]) + C^T

@@ -7,6 +7,11 @@
 
 namespace ddplab::gemm {
 
+// C = A B (+ C when beta is 1), column-major as PyTorch's cpublas::gemm passes it to sgemm: alpha 1, one
+// OpenBLAS thread. A row-major [r, c] tensor is a column-major [c, r] one.
+void sgemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float beta, float* c, int64_t ldc);
+
 // y[B, out] = bias + x[B, in] W[out, in]^T   (y must already hold the bias in every row; beta = 1)
 void linear_forward(const float* x, const float* w, float* y, int64_t batch, int64_t in, int64_t out);
 // grad_x[B, in] = grad_y[B, out] W[out, in]
