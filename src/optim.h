@@ -1,4 +1,4 @@
-// torch.optim.SGD with PyTorch's formulas (the single-tensor path torch 1.13 takes by default).
+// torch.optim.SGD, Adam and AdamW with PyTorch's formulas (the single-tensor path torch 1.13 takes by default).
 #pragma once
 
 #include <cstdint>
@@ -53,19 +53,48 @@ struct AdamOptions {
   double weight_decay = 0.0;
 };
 
-// torch.optim.Adam (amsgrad=False), torch 1.13's single-tensor path:
+// One of torch's param_groups: parameters and the hyperparameters they are stepped with.
+struct AdamParamGroup {
+  std::vector<Parameter*> params;
+  AdamOptions options;
+};
+
+// torch.optim.Adam (amsgrad=False, maximize=False), torch 1.13's single-tensor path:
+//   g = g + weight_decay * p  (Adam), or p = p * (1 - lr * weight_decay) first (AdamW: decoupled)
 //   m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g * g
 //   p = p + (-lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// Scalars are Python doubles rounded to float where they meet a tensor, as in PyTorch.
+// Scalars are Python doubles rounded to float where they meet a tensor, as in PyTorch. A parameter without
+// a grad is skipped: no decay, and its step count t does not advance. Groups are stepped in order.
 class Adam : public Optimizer {
  public:
-  Adam(std::vector<Parameter*> params, AdamOptions options);
+  Adam(std::vector<Parameter*> params, AdamOptions options) : Adam({{std::move(params), options}}) {}
+  // Throws UsageError when a parameter appears twice (torch: "some parameters appear in more than one
+  // parameter group").
+  explicit Adam(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), false) {}
   void step() override;
 
+ protected:
+  Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay);
+
  private:
-  AdamOptions options_;
+  std::vector<AdamParamGroup> groups_;
+  bool decoupled_weight_decay_;
+  // State per parameter, in params_ order (the groups' parameters one after the other).
   std::vector<Matrix> exp_avg_, exp_avg_sq_;
   std::vector<int64_t> steps_;
 };
+
+// torch.optim.AdamW (amsgrad=False, maximize=False, foreach=False: 1.13's default on CPU): Adam with the
+// weight decay applied to the parameter, param.mul_(1 - lr * weight_decay), before the moments.
+// options.weight_decay is used as given (torch's AdamW defaults to 0.01, AdamOptions to 0).
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Parameter*> params, AdamOptions options) : AdamW({{std::move(params), options}}) {}
+  explicit AdamW(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), true) {}
+};
+
+// nanoGPT's configure_optimizers groups: [{parameters of 2 or more dimensions, options.weight_decay},
+// {the others (biases, LayerNorm), weight decay 0}], each in the order given.
+std::vector<AdamParamGroup> weight_decay_groups(const std::vector<Parameter*>& params, AdamOptions options);
 
 }  // namespace ddplab

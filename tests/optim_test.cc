@@ -1,9 +1,13 @@
-// SGD and Adam updates against torch.optim on fixed parameters and gradients: bitwise
-// (tests/golden/sgd.json, adam.json).
+// SGD, Adam and AdamW updates against torch.optim on fixed parameters and gradients: bitwise
+// (tests/golden/sgd.json, adam.json, gpt_train/adamw.json).
 #include "src/optim.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+
+#include "src/errors.h"
 #include "tests/testing.h"
 
 namespace ddplab {
@@ -65,6 +69,82 @@ TEST(Adam, UpdatesAreBitExactWithPyTorch) {
       opts.weight_decay = o.value("weight_decay", 0.0);
       return Adam({p}, opts);
     });
+  }
+}
+
+// nanoGPT's AdamW: two groups made by weight_decay_groups, several steps, 'aux.weight' without a grad on
+// some steps (skipped: no decay, no step count), one case with a per-group lr. Every parameter after every
+// step must have torch's bits.
+TEST(AdamW, GroupsAndMissingGradsAreBitExactWithPyTorch) {
+  const auto golden = testing::load_json("tests/golden/gpt_train/adamw.json");
+  int64_t equal = 0, total = 0, worst_ulps = 0;
+  for (const auto& c : golden["cases"]) {
+    const auto& o = c["options"];
+    std::vector<Parameter> storage(c["shapes"].size());
+    std::vector<Parameter*> params;
+    for (size_t i = 0; i < storage.size(); ++i) {
+      Parameter& p = storage[i];
+      p.name = c["shapes"][i][0];
+      p.shape = c["shapes"][i][1].get<std::vector<int64_t>>();
+      const auto init = floats(c["init"][p.name]);
+      p.value.resize(p.shape[0], static_cast<Eigen::Index>(init.size()) / p.shape[0]);
+      std::copy(init.begin(), init.end(), p.data());
+      params.push_back(&p);
+    }
+    AdamOptions opts;
+    opts.lr = o["lr"];
+    opts.beta1 = o["betas"][0];
+    opts.beta2 = o["betas"][1];
+    opts.eps = o["eps"];
+    opts.weight_decay = o["weight_decay"];
+    std::vector<AdamParamGroup> groups = weight_decay_groups(params, opts);
+    ASSERT_EQ(groups.size(), 2u);
+    std::vector<std::string> decay, no_decay;
+    for (const Parameter* p : groups[0].params) decay.push_back(p->name);
+    for (const Parameter* p : groups[1].params) no_decay.push_back(p->name);
+    EXPECT_EQ(decay, c["decay"].get<std::vector<std::string>>());
+    EXPECT_EQ(no_decay, c["no_decay"].get<std::vector<std::string>>());
+    EXPECT_EQ(groups[1].options.weight_decay, 0.0);
+    if (o.contains("no_decay_lr")) groups[1].options.lr = o["no_decay_lr"];
+    AdamW opt(groups);
+    for (size_t s = 0; s < c["steps"].size(); ++s) {
+      const auto& step = c["steps"][s];
+      opt.zero_grad(/*set_to_none=*/true);
+      for (Parameter& p : storage) {
+        if (step["grads"][p.name].is_null()) continue;  // p.grad = None
+        const auto g = floats(step["grads"][p.name]);
+        Matrix gm(p.value.rows(), p.value.cols());
+        std::copy(g.begin(), g.end(), gm.data());
+        p.accumulate_grad(gm);
+      }
+      opt.step();
+      for (Parameter& p : storage) {
+        const std::vector<float> got(p.data(), p.data() + p.numel());
+        const auto want = floats(step["after"][p.name]);
+        const auto m =
+            testing::match("AdamW lr " + o["lr"].dump() + " step " + std::to_string(s + 1) + " " + p.name, got, want);
+        EXPECT_EQ(m.equal, m.total);
+        equal += m.equal;
+        total += m.total;
+        worst_ulps = std::max(worst_ulps, testing::max_ulps(got, want));
+      }
+    }
+  }
+  std::printf("AdamW: %lld/%lld parameter values bitwise equal to torch 1.13 after every step, max %lld ulps\n",
+              static_cast<long long>(equal), static_cast<long long>(total), static_cast<long long>(worst_ulps));
+  EXPECT_GT(total, 0);
+}
+
+TEST(AdamW, RefusesAParameterInTwoGroups) {
+  Parameter a, b;
+  a.name = "a";
+  b.name = "b";
+  try {
+    AdamW opt({{{&a, &b}, AdamOptions{}}, {{&a}, AdamOptions{}}});
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    std::printf("UsageError: %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("parameter 'a' appears in more than one parameter group"), std::string::npos);
   }
 }
 

@@ -48,6 +48,7 @@ def write(name, doc):
     with os.fdopen(fd, 'w') as f:
         json.dump(doc, f, separators=(',', ':'))
         f.write('\n')
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     print('wrote', os.path.relpath(path, ROOT))
 
@@ -115,6 +116,9 @@ def adamw():
                dict(lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8, steps=6, no_grad=[1, 2, 5]),
                # other scalars, so each rounding (1 - lr*wd, lr/bias_correction1, ...) is exercised
                dict(lr=0.0123, weight_decay=0.37, betas=(0.8, 0.999), eps=1e-6, steps=4, no_grad=[]),
+               # float(1 - lr*wd) = 0.91f, not 1 - float(lr)*float(wd) = 0.90999997f: the decay factor is one
+               # double rounded to float
+               dict(lr=0.3, weight_decay=0.3, betas=(0.9, 0.95), eps=1e-8, steps=3, no_grad=[1]),
                # a per-group lr (the no-decay group's own)
                dict(lr=3e-3, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8, steps=3, no_grad=[0],
                     no_decay_lr=7e-4)]
@@ -142,12 +146,10 @@ def adamw():
                     grads[n] = f32(p.grad)
             opt.step()
             steps.append({'grads': grads, 'after': {n: f32(p) for n, p in params.items()}})
-        state = {n: {'step': float(opt.state[p]['step']), 'exp_avg': f32(opt.state[p]['exp_avg']),
-                     'exp_avg_sq': f32(opt.state[p]['exp_avg_sq'])} for n, p in params.items() if p in opt.state}
         assert opt.defaults['foreach'] is None and not opt.defaults['amsgrad'] and not opt.defaults['maximize']
         cases.append({'options': {k2: v for k2, v in cfg.items() if k2 not in ('steps', 'no_grad')},
                       'shapes': [[n, list(s)] for n, s in shapes], 'decay': decay, 'no_decay': no_decay,
-                      'init': init, 'steps': steps, 'final_state': state})
+                      'init': init, 'steps': steps})
     write('adamw.json', {'torch_version': torch.__version__, 'cases': cases})
 
 
