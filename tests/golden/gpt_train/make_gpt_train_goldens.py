@@ -11,7 +11,8 @@ It writes, beside itself:
   adamw.json      torch.optim.AdamW (single-tensor path) with nanoGPT's two parameter groups over several
                   steps, one parameter without a grad on some steps;
   clip_grad.json  torch.nn.utils.clip_grad_norm_ over gradient sets of several sizes (redrawn by the test
-                  from the same seed with torch.randn), norms above and below max_norm.
+                  from the same seed with torch.randn), norms above and below max_norm; torch.norm(x, 2) of
+                  randn vectors of every length 1..40 (each tail length) and larger ones.
 Floats are float32 printed with 9 significant digits (they read back to the same float32).
 """
 import hashlib
@@ -157,11 +158,11 @@ def clip_grad():
     """Each case: manual_seed(seed), then per shape a grad = torch.randn(numel) * scale (None where the
     shape is null: a parameter without grad), clip_grad_norm_(params, max_norm)."""
     sets = [
-        ('one small', [[3]], 1.0), ('n=7', [[7]], 0.5), ('n=8', [[8]], 0.5), ('n=9', [[9]], 100.0),
-        ('n=16, 17, 23', [[16], [17], [23]], 1.0), ('matrix', [[5, 7]], 2.0),
+        ('one small', [[3]], 0.3), ('n=7', [[7]], 0.5), ('n=8', [[8]], 0.7), ('n=9', [[9]], 100.0),
+        ('n=16, 17, 23', [[16], [17], [23]], 1.0), ('matrix', [[5, 7]], 1.7),
         ('no grad skipped', [[4, 3], None, [12]], 1.0), ('norm below max', [[33], [6]], 1000.0),
-        ('large', [[100003]], 1.0), ('large below', [[2, 50000], [31]], 1e6),
-        ('many grads (stack >= 8)', [[3, 4], [4], [4], [37, 4], [37], [4, 37], [4], [4], [4], [11, 4], [5]], 0.25),
+        ('large', [[100003]], 1.0), ('large below', [[2, 50000], [31]], 1e6), ('large, max 3.3', [[4099]], 3.3),
+        ('many grads (stack >= 8)', [[3, 4], [4], [4], [37, 4], [37], [4, 37], [4], [4], [4], [11, 4], [5]], 0.3),
         ('tiny grads', [[10], [3]], 1.0),
     ]
     cases = []
@@ -180,9 +181,22 @@ def clip_grad():
             clipped = [None if p.grad is None else
                        ({'fnv1a': fnv1a(p.grad), 'head': f32(p.grad.flatten()[:16])} if p.grad.numel() > 1000
                         else {'values': f32(p.grad)}) for p in params]
+            divided = torch.clamp(torch.tensor(max_norm, dtype=torch.float32) / (total + 1e-6), max=1.0)
+            coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # what clip_grad_norm_ computed
+            if bool(divided != coef):
+                print('  %s: max_norm / (total + 1e-6) as one float division would give another coefficient'
+                      % name)
             cases.append({'name': name, 'seed': seed, 'scale': scale, 'shapes': shapes, 'max_norm': max_norm,
                           'norms': norms, 'total_norm': f32(total)[0], 'clipped': clipped})
-    write('clip_grad.json', {'torch_version': torch.__version__, 'cases': cases})
+    # torch.norm(x, 2) alone, over every tail length: torch.randn(n) drawn in order after manual_seed(77),
+    # `trials` draws per n.
+    torch.manual_seed(77)
+    norms = []
+    for n in list(range(1, 41)) + [63, 64, 65, 100, 1001, 4099, 100003]:
+        trials = 40 if n <= 100 else 4
+        norms.append({'n': n, 'trials': trials, 'values': [f32(torch.norm(torch.randn(n), 2))[0]
+                                                           for _ in range(trials)]})
+    write('clip_grad.json', {'torch_version': torch.__version__, 'cases': cases, 'norm2_seed': 77, 'norm2': norms})
 
 
 if __name__ == '__main__':
