@@ -16,11 +16,14 @@
 #include "src/report/html_report.h"
 #include "src/report/report.h"
 #include "src/report/timeline.h"
+#include "sim/gpt_sim.h"
+#include "src/gpt/train.h"
 
 namespace {
 
 constexpr const char* kHead = R"(usage: ddp_sim [flags]
 Simulates torch DistributedDataParallel with world_size replicas in one process.
+  (ddp_sim --model gpt --help: a tiny GPT, nanoGPT's model and train.py, with its own flags)
 )";
 constexpr const char* kTail = R"(output:
   --compare-single-device true|false  also train one model on the union of the shards and compare [false]
@@ -35,6 +38,7 @@ constexpr const char* kTail = R"(output:
 using namespace ddplab;
 
 int run(int argc, char** argv) {
+  if (gpt::wants_gpt(argc, argv)) return run_gpt_sim(argc, argv);  // its own flags: nanoGPT's
   auto known = ddp::config_flag_names();
   for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps", "compute-gflops",
                         "dump-params", "quiet", "threads", "report"}) {

@@ -42,7 +42,15 @@ std::vector<float> floats(const json& j) {
   return out;
 }
 
-std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
+std::vector<int64_t> ints(const json& j) {
+  if (!j.is_array()) return {j.get<int64_t>()};
+  std::vector<int64_t> out;
+  for (const json& e : j) {
+    const std::vector<int64_t> part = ints(e);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
 
 static std::string slurp(const std::string& path) {
   std::ifstream in(path);

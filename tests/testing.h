@@ -14,7 +14,7 @@ using nlohmann::json;
 // Reads a JSON file relative to the runfiles root (the workspace directory bazel test starts in).
 json load_json(const std::string& path);
 std::vector<float> floats(const json& j);  // flattens nested lists of numbers into float32
-std::vector<int64_t> ints(const json& j);
+std::vector<int64_t> ints(const json& j);  // flattens nested lists of integers
 
 struct CommandResult {
   int status = -1;  // exit status, or -1 when killed by a signal

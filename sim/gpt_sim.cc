@@ -1,0 +1,59 @@
+#include "sim/gpt_sim.h"
+
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "src/flags.h"
+#include "src/gpt/output.h"
+#include "src/gpt/train.h"
+#include "src/io.h"
+
+namespace ddplab {
+
+int run_gpt_sim(int argc, char** argv) {
+  auto known = gpt::gpt_flag_names();
+  for (const char* f : {"dump-params", "quiet"}) known.insert(f);
+  const Flags flags(argc, argv, known, {"seed-per-rank", "quiet"});
+  if (flags.help()) {
+    std::printf(
+        "usage: ddp_sim --model gpt [flags]\n%s  --dump-params FILE   final parameters, losses, evals, "
+        "clip norms per rank (JSON)\n",
+        gpt::gpt_usage());
+    return 0;
+  }
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  gpt::RunConfig cfg = gpt::gpt_config_from_flags(flags);
+  const std::string dump = flags.get_string("dump-params", "");
+  if (!dump.empty()) {
+    if (std::string why = check_writable(dump); !why.empty()) throw UsageError("--dump-params: " + why);
+  }
+  const TextData data = TextData::load(cfg.data);
+  data.check_batch_shape(cfg.batch_size, cfg.model.block_size);
+  cfg.model.vocab_size = data.vocab_size();
+  fmt::print("ddp_sim: {}\n", gpt::describe(cfg));
+  fmt::print("data: {} (vocabulary of {} bytes; train {} tokens, val {})\n", cfg.data, data.vocab_size(),
+             data.tokens(Split::kTrain).size(), data.tokens(Split::kVal).size());
+  const gpt::GptSimResult res = gpt::simulate_gpt(cfg, data);
+  fmt::print("buckets at iteration 0: {}\n", res.buckets_first);
+  if (!res.buckets_rebuilt.empty())
+    fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order): {}\n", res.buckets_rebuilt);
+  std::vector<gpt::RankRecord> ranks;
+  for (const auto& r : res.ranks) ranks.push_back(gpt::record_of(*r));
+  fmt::print("{}", gpt::gpt_summary(cfg, ranks));
+  const std::string error = res.error ? gpt::unfinished_reduction_message(*res.error) : "";
+  if (!dump.empty()) {
+    if (std::string why = write_file_atomic(dump, gpt::gpt_dump_json(cfg, ranks, "", error)); !why.empty()) {
+      std::fprintf(stderr, "ddp_sim: --dump-params: %s\n", why.c_str());
+      return 1;
+    }
+  }
+  if (res.error) {
+    std::fprintf(stderr, "ddp_sim: RuntimeError at %s\n", error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace ddplab

@@ -1,0 +1,111 @@
+#include "src/gpt/output.h"
+
+#include <fmt/format.h>
+
+#include "src/compare.h"
+#include "src/io.h"
+
+namespace ddplab::gpt {
+
+namespace {
+
+std::string json_list(const std::vector<float>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + json_float(v[i]);
+  return s + "]";
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(ch)));
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_state_dict(const RankRecord& r) {
+  std::vector<std::string> items;
+  for (size_t i = 0; i < r.names.size(); ++i) items.push_back(json_string(r.names[i]) + ": " + json_list(r.params[i]));
+  return "{" + fmt::format("{}", fmt::join(items, ", ")) + "}";
+}
+
+}  // namespace
+
+RankRecord record_of(const GptRank& rank) {
+  RankRecord r;
+  for (const Parameter* p : rank.params) {
+    r.names.push_back(p->name);
+    r.params.emplace_back(p->data(), p->data() + p->numel());
+  }
+  r.log = rank.log;
+  return r;
+}
+
+std::string gpt_summary(const RunConfig& cfg, const std::vector<RankRecord>& ranks) {
+  std::string out;
+  const size_t micro = static_cast<size_t>(cfg.no_sync);
+  const size_t n = ranks.empty() ? 0 : ranks[0].log.losses.size();
+  for (size_t i = 0; i < n; ++i) {
+    std::string line = fmt::format("step {:3d}", i / micro);
+    if (micro > 1) line += fmt::format(" micro {}", i % micro);
+    for (size_t r = 0; r < ranks.size(); ++r) line += fmt::format(" | rank{} loss {:.6f}", r, ranks[r].log.losses[i]);
+    const size_t step = i / micro;
+    if (i % micro == micro - 1 && step < ranks[0].log.clip_norms.size()) {
+      line += fmt::format(" | clip_grad_norm_ total {}", python_float_repr(ranks[0].log.clip_norms[step]));
+    }
+    out += line + "\n";
+  }
+  for (size_t e = 0; ranks.size() && e < ranks[0].log.evals.size(); ++e) {
+    std::string line = fmt::format("eval at step {}", ranks[0].log.evals[e].step);
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      line +=
+          fmt::format(" | rank{} train {:.4f} val {:.4f}", r, ranks[r].log.evals[e].train, ranks[r].log.evals[e].val);
+    }
+    out += line + "\n";
+  }
+  // The notebook's cmp table: every rank's parameters against rank 0's.
+  for (size_t k = 1; k < ranks.size(); ++k) {
+    out += fmt::format("\nrank {} vs rank 0:\n", k);
+    for (size_t i = 0; i < ranks[0].params.size(); ++i) {
+      const auto& a = ranks[k].params[i];
+      out += format_cmp(cmp(ranks[0].names[i], a.data(), ranks[0].params[i].data(), static_cast<int64_t>(a.size()))) +
+             "\n";
+    }
+  }
+  return out;
+}
+
+std::string gpt_dump_json(const RunConfig& cfg, const std::vector<RankRecord>& ranks, const std::string& backend,
+                          const std::string& error) {
+  std::string s = fmt::format("{{\"world_size\": {}", cfg.world_size);
+  if (!backend.empty()) s += fmt::format(", \"backend\": {}", json_string(backend));
+  std::vector<std::string> args;
+  for (const std::string& a : gpt_to_args(cfg)) args.push_back(json_string(a));
+  s += fmt::format(", \"args\": [{}]", fmt::join(args, ", "));
+  std::vector<std::string> reps, losses, evals, norms;
+  for (const RankRecord& r : ranks) {
+    reps.push_back(json_state_dict(r));
+    losses.push_back(json_list(r.log.losses));
+    std::vector<std::string> ev;
+    for (const EvalLog& e : r.log.evals) {
+      ev.push_back(fmt::format("[{}, {}, {}]", e.step, json_float(e.train), json_float(e.val)));
+    }
+    evals.push_back("[" + fmt::format("{}", fmt::join(ev, ", ")) + "]");
+    norms.push_back(json_list(r.log.clip_norms));
+  }
+  s += fmt::format(",\n \"replicas\": [{}]", fmt::join(reps, ",\n  "));
+  s += fmt::format(",\n \"losses\": [{}]", fmt::join(losses, ", "));
+  s += fmt::format(",\n \"evals\": [{}]", fmt::join(evals, ", "));
+  s += fmt::format(",\n \"clip_norms\": [{}]", fmt::join(norms, ", "));
+  if (!error.empty()) s += fmt::format(",\n \"error\": {}", json_string(error));
+  return s + "}\n";
+}
+
+}  // namespace ddplab::gpt

@@ -1,0 +1,99 @@
+// The tiny GPT under DDP (src/gpt/train.h simulate_gpt) against torch 1.13 DDP over Gloo with real
+// processes (tests/golden/gpt/*.json from sim/gpt_reference.py, one per configuration in configs.json):
+// every rank's micro-step losses, evaluations, clip norms and final parameters, the rebuilt buckets, and
+// where torch raised when it did, bit for bit.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "src/flags.h"
+#include "src/gpt/train.h"
+#include "tests/testing.h"
+
+namespace ddplab::gpt {
+namespace {
+
+using testing::json;
+
+RunConfig config_of(const json& args) {
+  std::vector<std::string> argv_s = {"gpt_ddp_test"};
+  for (const auto& a : args) argv_s.push_back(a.get<std::string>());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  const Flags flags(static_cast<int>(argv.size()), argv.data(), gpt_flag_names(), {"seed-per-rank"});
+  return gpt_config_from_flags(flags);
+}
+
+std::vector<float> values(const Parameter& p) { return {p.data(), p.data() + p.numel()}; }
+
+void check(const std::string& name) {
+  const json g = testing::load_json("tests/golden/gpt/" + name + ".json");
+  RunConfig cfg = config_of(g["args"]);
+  const TextData data = TextData::load(cfg.data);
+  cfg.model.vocab_size = data.vocab_size();
+  ASSERT_EQ(cfg.model.vocab_size, g["vocab_size"].get<int64_t>());
+  const GptSimResult res = simulate_gpt(cfg, data);
+  ASSERT_EQ(res.ranks.size(), g["ranks"].size());
+  int64_t equal = 0, total = 0;
+  for (size_t r = 0; r < res.ranks.size(); ++r) {
+    const GptRank& rk = *res.ranks[r];
+    const json& gr = g["ranks"][r];
+    // Losses of every micro-step, evaluations and clip norms: floats written by the same code on every rank.
+    EXPECT_EQ(rk.log.losses, testing::floats(g["losses"][r])) << name << " rank " << r << " losses";
+    ASSERT_EQ(rk.log.evals.size(), gr["eval"].size()) << name;
+    for (size_t e = 0; e < rk.log.evals.size(); ++e) {
+      EXPECT_EQ(rk.log.evals[e].step, gr["eval"][e]["step"].get<int64_t>());
+      EXPECT_EQ(rk.log.evals[e].train, gr["eval"][e]["train"].get<float>()) << name << " eval " << e;
+      EXPECT_EQ(rk.log.evals[e].val, gr["eval"][e]["val"].get<float>()) << name << " eval " << e;
+    }
+    EXPECT_EQ(rk.log.clip_norms, testing::floats(gr["clip_total_norm"])) << name << " clip norms";
+    const json& params = g["replicas_equal"].get<bool>() ? g["params"] : g["replicas"][r];
+    for (const Parameter* p : rk.params) {
+      const auto m =
+          testing::match(fmt::format("{} rank {} {}", name, r, p->name), values(*p), testing::floats(params[p->name]));
+      EXPECT_EQ(m.equal, m.total) << p->name;
+      equal += m.equal;
+      total += m.total;
+    }
+    // Where torch raised, and the parameters it named (TORCH_DISTRIBUTED_DEBUG=DETAIL).
+    if (gr["error"].is_null()) {
+      EXPECT_FALSE(res.error) << name << ": the simulator stopped, torch did not";
+    } else {
+      ASSERT_TRUE(res.error) << name << ": torch raised, the simulator did not";
+      EXPECT_EQ(res.error->step, gr["error"]["step"].get<int64_t>());
+      EXPECT_EQ(res.error->micro, gr["error"]["micro"].get<int64_t>());
+      const std::string msg = gr["error"]["message"];
+      EXPECT_NE(msg.find("Expected to have finished reduction in the prior iteration"), std::string::npos);
+      for (const std::string& p : res.error->params) {
+        EXPECT_NE(msg.find(p), std::string::npos) << "torch's message does not name " << p;
+      }
+    }
+    // The buckets at the end (rebuilt in gradient-ready order, or never rebuilt with find_unused_parameters).
+    std::vector<std::vector<std::string>> buckets;
+    for (size_t b = 0; b < rk.reducer->num_buckets(); ++b) {
+      buckets.emplace_back();
+      for (size_t i : rk.reducer->bucket(b).params) buckets.back().push_back(rk.params[i]->name);
+    }
+    EXPECT_EQ(buckets, gr["buckets"]["buckets"].get<std::vector<std::vector<std::string>>>()) << name;
+  }
+  fmt::print("{}: {}/{} parameter floats bitwise equal over {} ranks\n", name, equal, total, res.ranks.size());
+}
+
+class GptDdp : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GptDdp, EqualsTorchDdpOverGloo) { check(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Goldens, GptDdp,
+                         ::testing::Values("gpt_ws2_default", "gpt_ws4_dropout_seed_per_rank_nosync2",
+                                           "gpt_ws3_clip_bucket_view_zeros", "gpt_ws2_aux_find_unused",
+                                           "gpt_ws2_gelu_tanh_nobias_eval", "gpt_ws2_aux_unused_error"));
+
+TEST(GptDdp, EveryGoldenIsTested) {
+  const json configs = testing::load_json("tests/golden/gpt/configs.json");
+  int ddp = 0;
+  for (const auto& [k, v] : configs.items()) ddp += k.rfind("gpt_single", 0) == 0 ? 0 : 1;
+  EXPECT_EQ(ddp, 6) << "a golden in configs.json is not in the list above";
+}
+
+}  // namespace
+}  // namespace ddplab::gpt
