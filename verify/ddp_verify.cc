@@ -23,6 +23,8 @@
 #include "src/report/per_rank.h"
 #include "src/report/report.h"
 #include "src/report/timeline.h"
+#include "src/gpt/train.h"
+#include "verify/gpt_verify.h"
 
 namespace {
 
@@ -276,6 +278,7 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
 }
 
 int run(int argc, char** argv) {
+  if (gpt::wants_gpt(argc, argv)) return run_gpt_verify(argc, argv);  // its own flags: nanoGPT's
   auto known = ddp::config_flag_names();
   for (const auto& f : dist::runner_flag_names()) known.insert(f);
   for (const char* f : {"dump-params", "quiet", "threads", "report"}) known.insert(f);
