@@ -88,6 +88,57 @@ INSTANTIATE_TEST_SUITE_P(Goldens, GptDdp,
                                            "gpt_ws3_clip_bucket_view_zeros", "gpt_ws2_aux_find_unused",
                                            "gpt_ws2_gelu_tanh_nobias_eval", "gpt_ws2_aux_unused_error"));
 
+// The same against real ranks: ddp_verify --model gpt --backend gloo, one process per rank, its dump.
+void check_verifier(const std::string& name, int expected_status) {
+  const json g = testing::load_json("tests/golden/gpt/" + name + ".json");
+  const std::string dump = testing::temp_dir() + "/dump.json";
+  std::vector<std::string> argv = {"verify/ddp_verify",
+                                   "--model",
+                                   "gpt",
+                                   "--backend",
+                                   "gloo",
+                                   "--nproc",
+                                   std::to_string(g["world_size"].get<int>()),
+                                   "--quiet",
+                                   "--dump-params",
+                                   dump,
+                                   "--timeout",
+                                   "20"};
+  for (const auto& a : g["args"]) argv.push_back(a.get<std::string>());
+  const testing::CommandResult r = testing::run_command(argv);
+  ASSERT_EQ(r.status, expected_status) << r.out << r.err;
+  const json d = testing::load_json(dump);
+  int64_t equal = 0, total = 0;
+  for (size_t rank = 0; rank < d["replicas"].size(); ++rank) {
+    EXPECT_EQ(testing::floats(d["losses"][rank]), testing::floats(g["losses"][rank])) << name << " rank " << rank;
+    EXPECT_EQ(testing::floats(d["clip_norms"][rank]), testing::floats(g["ranks"][rank]["clip_total_norm"]));
+    const json& params = g["replicas_equal"].get<bool>() ? g["params"] : g["replicas"][rank];
+    for (const auto& [pname, value] : d["replicas"][rank].items()) {
+      const auto m = testing::match(fmt::format("ddp_verify {} rank {} {}", name, rank, pname), testing::floats(value),
+                                    testing::floats(params[pname]));
+      equal += m.equal;
+      total += m.total;
+    }
+  }
+  EXPECT_EQ(equal, total);
+  EXPECT_GT(total, 0);
+  fmt::print("ddp_verify {}: {}/{} parameter floats bitwise equal to torch's\n", name, equal, total);
+}
+
+TEST(GptDdp, VerifierOverGlooEqualsTorch) {
+  check_verifier("gpt_ws3_clip_bucket_view_zeros", 0);
+  check_verifier("gpt_ws2_aux_find_unused", 0);
+  check_verifier("gpt_ws2_aux_unused_error", 1);  // torch's ranks raise; ours stop at the same step
+}
+
+TEST(GptDdp, NcclIsRefusedInOneLine) {
+  const testing::CommandResult r =
+      testing::run_command({"verify/ddp_verify", "--model", "gpt", "--backend", "nccl", "--nproc", "2"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--backend nccl: the device trainer runs Linear and ReLU layers only"), std::string::npos)
+      << r.err;
+}
+
 TEST(GptDdp, EveryGoldenIsTested) {
   const json configs = testing::load_json("tests/golden/gpt/configs.json");
   int ddp = 0;

@@ -21,7 +21,8 @@ namespace {
 // A vector of floats from every rank, same length on each: index r holds rank r's.
 std::vector<std::vector<float>> gather(comm::Communicator& comm, const std::vector<float>& mine, int world_size) {
   std::vector<float> all(mine.size() * static_cast<size_t>(world_size));
-  comm.all_gather(mine.data(), mine.size() * sizeof(float), all.data());
+  // Gloo divides by the element count: an empty all_gather is skipped (every rank has the same length).
+  if (!mine.empty()) comm.all_gather(mine.data(), mine.size() * sizeof(float), all.data());
   std::vector<std::vector<float>> out;
   for (int r = 0; r < world_size; ++r) {
     const auto first = all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * mine.size());
@@ -138,7 +139,10 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
         verdict = 1.0f;
       }
     }
-    if (res.error) std::fprintf(stderr, "ddp_verify: RuntimeError at %s\n", error.c_str());
+    if (res.error) {  // torch's ranks fail here: so do ours, after showing that they failed alike
+      std::fprintf(stderr, "ddp_verify: RuntimeError at %s\n", error.c_str());
+      verdict = 1.0f;
+    }
   }
   comm.broadcast(&verdict, 1, 0);  // every rank exits with rank 0's verdict
   return verdict == 0.0f ? 0 : 1;
