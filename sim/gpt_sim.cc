@@ -36,12 +36,17 @@ int run_gpt_sim(int argc, char** argv) {
   fmt::print("data: {} (vocabulary of {} bytes; train {} tokens, val {})\n", cfg.data, data.vocab_size(),
              data.tokens(Split::kTrain).size(), data.tokens(Split::kVal).size());
   const gpt::GptSimResult res = gpt::simulate_gpt(cfg, data);
-  fmt::print("buckets at iteration 0: {}\n", res.buckets_first);
-  if (!res.buckets_rebuilt.empty())
-    fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order): {}\n", res.buckets_rebuilt);
+  fmt::print("buckets at iteration 0 (model order): {}\n", gpt::short_names(res.buckets_first));
+  if (!res.buckets_rebuilt.empty()) {
+    fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order; the tied wte is ready last): {}\n",
+               gpt::short_names(res.buckets_rebuilt));
+  } else if (cfg.find_unused_parameters) {
+    fmt::print("buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True\n");
+  }
   std::vector<gpt::RankRecord> ranks;
   for (const auto& r : res.ranks) ranks.push_back(gpt::record_of(*r));
   fmt::print("{}", gpt::gpt_summary(cfg, ranks));
+  for (const std::string& n : res.notes) fmt::print("{}\n", n);
   const std::string error = res.error ? gpt::unfinished_reduction_message(*res.error) : "";
   if (!dump.empty()) {
     if (std::string why = write_file_atomic(dump, gpt::gpt_dump_json(cfg, ranks, "", error)); !why.empty()) {

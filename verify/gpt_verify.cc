@@ -90,7 +90,10 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
         real[r].log.evals.push_back({mine.log.evals[e].step, evals[r][2 * e], evals[r][2 * e + 1]});
       }
     }
-    if (!flags.get_bool("quiet", false)) fmt::print("{}", gpt::gpt_summary(cfg, real));
+    if (!flags.get_bool("quiet", false)) {
+      fmt::print("{}", gpt::gpt_summary(cfg, real));
+      for (const std::string& n : res.notes) fmt::print("{}\n", n);
+    }
     const auto s0 = std::chrono::steady_clock::now();
     const gpt::GptSimResult sim = gpt::simulate_gpt(cfg, data);
     const double sim_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();

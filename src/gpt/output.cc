@@ -38,6 +38,13 @@ std::string json_state_dict(const RankRecord& r) {
 
 }  // namespace
 
+std::string short_names(std::string text) {
+  const std::string prefix = "transformer.";
+  for (size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at))
+    text.erase(at, prefix.size());
+  return text;
+}
+
 RankRecord record_of(const GptRank& rank) {
   RankRecord r;
   for (const Parameter* p : rank.params) {
@@ -70,14 +77,18 @@ std::string gpt_summary(const RunConfig& cfg, const std::vector<RankRecord>& ran
     }
     out += line + "\n";
   }
-  // The notebook's cmp table: every rank's parameters against rank 0's.
+  // The notebook's cmp table: the last rank's parameters against rank 0's in full, the others in one line.
   for (size_t k = 1; k < ranks.size(); ++k) {
-    out += fmt::format("\nrank {} vs rank 0:\n", k);
+    std::string rows;
+    int64_t exact = 0;
     for (size_t i = 0; i < ranks[0].params.size(); ++i) {
       const auto& a = ranks[k].params[i];
-      out += format_cmp(cmp(ranks[0].names[i], a.data(), ranks[0].params[i].data(), static_cast<int64_t>(a.size()))) +
-             "\n";
+      const CmpResult c = cmp(ranks[0].names[i], a.data(), ranks[0].params[i].data(), static_cast<int64_t>(a.size()));
+      exact += c.exact ? 1 : 0;
+      rows += format_cmp(c) + "\n";
     }
+    out += fmt::format("\nrank {} vs rank 0: {} of {} parameters exactly equal\n", k, exact, ranks[0].params.size());
+    if (k + 1 == ranks.size()) out += rows;
   }
   return out;
 }

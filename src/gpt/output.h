@@ -9,6 +9,9 @@
 
 namespace ddplab::gpt {
 
+// Parameter names without the "transformer." prefix, for lines a learner reads.
+std::string short_names(std::string text);
+
 // What one rank ended with, wherever it ran (a simulated rank, or a real one gathered to rank 0).
 struct RankRecord {
   std::vector<std::string> names;          // parameters(), state_dict names

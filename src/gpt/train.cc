@@ -128,6 +128,18 @@ GptRunResult run_gpt(const RunConfig& cfg, const std::vector<GptRank*>& local, c
       if (cfg.find_unused_parameters) {
         const std::vector<bool> global = sync.global_unused(unused);
         for (size_t r = 0; r < local.size(); ++r) reducers[r]->set_unused(unused[r], global);
+        std::string names;
+        for (size_t i = 0; i < global.size(); ++i) {
+          if (global[i]) names += (names.empty() ? "" : ", ") + local[0]->params[i]->name;
+        }
+        if (!names.empty()) {
+          out.notes.push_back(fmt::format(
+              "step {}: no rank used {}: find_unused_parameters marked it ready before the backward (its bucket "
+              "slot is zeros) and left its .grad as it was: {}",
+              step, names,
+              cfg.zero_grad_set_to_none ? "None (zero_grad(set_to_none=True)), so AdamW skips it: no decay"
+                                        : "zeros (zero_grad(set_to_none=False)), so AdamW still decays it"));
+        }
       } else if (std::find(unused[0].begin(), unused[0].end(), true) != unused[0].end()) {
         // Buckets are all-reduced in order as they fill: those before the first one still waiting for a
         // grad are; the rest never are. The next training forward raises.

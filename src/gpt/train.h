@@ -112,6 +112,7 @@ struct GptSync {
 
 struct GptRunResult {
   std::string buckets_first, buckets_rebuilt;
+  std::vector<std::string> notes;            // what DDP did with parameters that got no grad, step by step
   std::optional<UnfinishedReduction> error;  // set when training stopped on DDP's error
 };
 
