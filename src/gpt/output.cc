@@ -65,7 +65,10 @@ std::string gpt_summary(const RunConfig& cfg, const std::vector<RankRecord>& ran
     for (size_t r = 0; r < ranks.size(); ++r) line += fmt::format(" | rank{} loss {:.6f}", r, ranks[r].log.losses[i]);
     const size_t step = i / micro;
     if (i % micro == micro - 1 && step < ranks[0].log.clip_norms.size()) {
-      line += fmt::format(" | clip_grad_norm_ total {}", python_float_repr(ranks[0].log.clip_norms[step]));
+      bool same = true;  // the averaged gradients are equal, so is every rank's norm
+      for (const RankRecord& r : ranks) same = same && r.log.clip_norms[step] == ranks[0].log.clip_norms[step];
+      line += fmt::format(" | clip_grad_norm_ total {}{}", python_float_repr(ranks[0].log.clip_norms[step]),
+                          same ? " on every rank" : " on rank 0, OTHER RANKS DIFFER");
     }
     out += line + "\n";
   }
