@@ -7,6 +7,7 @@
 #include "src/nn/activations.h"
 #include "src/nn/batchnorm.h"
 #include "src/nn/dropout.h"
+#include "src/nn/layernorm.h"
 
 namespace ddplab {
 
@@ -22,7 +23,8 @@ BatchNorm::BatchNorm(int64_t c, double eps, double momentum, int dims, const std
 Tensor BatchNorm::forward(const Tensor& x) {
   const size_t rank = x.shape.size();
   const bool ok = dims_ == 2 ? rank == 4 : (rank == 2 || rank == 3);
-  if (!ok || x.shape[1] != C_) throw std::invalid_argument(fmt::format("{} got input [{}]", repr(), fmt::join(x.shape, ", ")));
+  if (!ok || x.shape[1] != C_)
+    throw std::invalid_argument(fmt::format("{} got input [{}]", repr(), fmt::join(x.shape, ", ")));
   const int64_t N = x.shape[0], L = x.numel() / (N * C_);
   Tensor y = Tensor::empty(x.shape);
   if (!training_) {
@@ -37,9 +39,8 @@ Tensor BatchNorm::forward(const Tensor& x) {
   input_ = x;
   save_mean_.resize(static_cast<size_t>(C_));
   save_invstd_.resize(static_cast<size_t>(C_));
-  nn::batchnorm_forward_train(x.data(), weight.data(), bias.data(), running_mean.value.data(),
-                              running_var.value.data(), y.data(), save_mean_.data(), save_invstd_.data(), N, C_, L,
-                              momentum_, eps_);
+  nn::batchnorm_forward_train(x.data(), weight.data(), bias.data(), running_mean.value.data(), running_var.value.data(),
+                              y.data(), save_mean_.data(), save_invstd_.data(), N, C_, L, momentum_, eps_);
   ++num_batches_tracked.count;
   return y;
 }
@@ -56,6 +57,42 @@ Tensor BatchNorm::backward(const Tensor& grad_out, bool need_grad_input, std::ve
   ready.push_back(&bias);
   if (!need_grad_input) return Tensor();
   return gx;
+}
+
+LayerNorm::LayerNorm(int64_t n, double eps, const std::string& prefix) : n_(n), eps_(eps) {
+  weight = {prefix + ".weight", {n}, Matrix::Ones(n, 1)};
+  bias = {prefix + ".bias", {n}, Matrix::Zero(n, 1)};
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  if (x.shape.empty() || x.shape.back() != n_) {
+    throw std::invalid_argument(fmt::format("{} got input [{}]", repr(), fmt::join(x.shape, ", ")));
+  }
+  const int64_t M = x.numel() / n_;
+  Tensor y = Tensor::empty(x.shape);
+  input_ = x;
+  mean_.resize(static_cast<size_t>(M));
+  rstd_.resize(static_cast<size_t>(M));
+  nn::layer_norm_forward(x.data(), weight.data(), bias.data(), y.data(), mean_.data(), rstd_.data(), M, n_,
+                         static_cast<float>(eps_));
+  return y;
+}
+
+Tensor LayerNorm::backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) {
+  const int64_t M = input_.numel() / n_;
+  Tensor gx = need_grad_input ? Tensor::empty(input_.shape) : Tensor();
+  Matrix gw(n_, 1), gb(n_, 1);
+  nn::layer_norm_backward(grad_out.data(), input_.data(), mean_.data(), rstd_.data(), weight.data(),
+                          need_grad_input ? gx.data() : nullptr, gw.data(), gb.data(), M, n_);
+  weight.accumulate_grad(gw);
+  bias.accumulate_grad(gb);
+  ready.push_back(&weight);
+  ready.push_back(&bias);
+  return gx;
+}
+
+std::string LayerNorm::repr() const {
+  return fmt::format("LayerNorm(({},), eps={}, elementwise_affine=True)", n_, eps_);
 }
 
 std::string BatchNorm::repr() const {
@@ -89,10 +126,18 @@ Tensor Activation::forward(const Tensor& x) {
   Tensor y = Tensor::empty(x.shape);
   const int64_t n = x.numel();
   switch (kind_) {
-    case Kind::tanh: nn::tanh_forward(x.data(), y.data(), n); break;
-    case Kind::sigmoid: nn::sigmoid_forward(x.data(), y.data(), n); break;
-    case Kind::gelu: nn::gelu_forward(x.data(), y.data(), n, nn::GeluApproximate::kNone); break;
-    case Kind::gelu_tanh: nn::gelu_forward(x.data(), y.data(), n, nn::GeluApproximate::kTanh); break;
+    case Kind::tanh:
+      nn::tanh_forward(x.data(), y.data(), n);
+      break;
+    case Kind::sigmoid:
+      nn::sigmoid_forward(x.data(), y.data(), n);
+      break;
+    case Kind::gelu:
+      nn::gelu_forward(x.data(), y.data(), n, nn::GeluApproximate::kNone);
+      break;
+    case Kind::gelu_tanh:
+      nn::gelu_forward(x.data(), y.data(), n, nn::GeluApproximate::kTanh);
+      break;
   }
   saved_ = (kind_ == Kind::tanh || kind_ == Kind::sigmoid) ? y : x;
   return y;
@@ -103,20 +148,32 @@ Tensor Activation::backward(const Tensor& g, bool need_grad_input, std::vector<P
   Tensor gx = Tensor::empty(g.shape);
   const int64_t n = g.numel();
   switch (kind_) {
-    case Kind::tanh: nn::tanh_backward(g.data(), saved_.data(), gx.data(), n); break;
-    case Kind::sigmoid: nn::sigmoid_backward(g.data(), saved_.data(), gx.data(), n); break;
-    case Kind::gelu: nn::gelu_backward(g.data(), saved_.data(), gx.data(), n, nn::GeluApproximate::kNone); break;
-    case Kind::gelu_tanh: nn::gelu_backward(g.data(), saved_.data(), gx.data(), n, nn::GeluApproximate::kTanh); break;
+    case Kind::tanh:
+      nn::tanh_backward(g.data(), saved_.data(), gx.data(), n);
+      break;
+    case Kind::sigmoid:
+      nn::sigmoid_backward(g.data(), saved_.data(), gx.data(), n);
+      break;
+    case Kind::gelu:
+      nn::gelu_backward(g.data(), saved_.data(), gx.data(), n, nn::GeluApproximate::kNone);
+      break;
+    case Kind::gelu_tanh:
+      nn::gelu_backward(g.data(), saved_.data(), gx.data(), n, nn::GeluApproximate::kTanh);
+      break;
   }
   return gx;
 }
 
 std::string Activation::repr() const {
   switch (kind_) {
-    case Kind::tanh: return "Tanh()";
-    case Kind::sigmoid: return "Sigmoid()";
-    case Kind::gelu: return "GELU(approximate='none')";
-    case Kind::gelu_tanh: return "GELU(approximate='tanh')";
+    case Kind::tanh:
+      return "Tanh()";
+    case Kind::sigmoid:
+      return "Sigmoid()";
+    case Kind::gelu:
+      return "GELU(approximate='none')";
+    case Kind::gelu_tanh:
+      return "GELU(approximate='tanh')";
   }
   return "";
 }

@@ -36,6 +36,27 @@ class BatchNorm : public Module {
   std::vector<float> save_mean_, save_invstd_;
 };
 
+// nn.LayerNorm(normalized_shape, eps=1e-5) over the last dimension (elementwise_affine: weight ones, bias
+// zeros; reset_parameters draws nothing). Training and eval compute alike.
+class LayerNorm : public Module {
+ public:
+  LayerNorm(int64_t normalized_shape, double eps, const std::string& prefix);
+  Tensor forward(const Tensor& x) override;
+  // NativeLayerNormBackward's weight gradient reaches autograd before the bias's (the tiny GPT's buckets).
+  Tensor backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) override;
+  std::vector<Parameter*> parameters() override { return {&weight, &bias}; }
+  using Module::parameters;
+  std::string repr() const override;
+
+  Parameter weight, bias;
+
+ private:
+  int64_t n_;
+  double eps_;
+  Tensor input_;
+  std::vector<float> mean_, rstd_;
+};
+
 // nn.Dropout(p): in training each element is kept when a double uniform from the rank's global generator
 // is below 1 - p, and scaled by 1/(1 - p); in eval the identity.
 class Dropout : public Module {

@@ -68,7 +68,10 @@ const std::vector<Kind>& kinds() {
        [](const Args& a, const std::string& name, Generator& gen, bool draw) {
          return std::make_unique<Linear>(I(a, "in_features"), I(a, "out_features"), name, gen, draw);
        }},
-      {"relu", {}, [](const Args&, const Shape& in) { return in; }, [](const Args&) { return int64_t{0}; },
+      {"relu",
+       {},
+       [](const Args&, const Shape& in) { return in; },
+       [](const Args&) { return int64_t{0}; },
        [](const Args&, const std::string&, Generator&, bool) { return std::make_unique<ReLU>(); }},
       {"flatten",
        {},
@@ -85,8 +88,15 @@ const std::vector<Kind>& kinds() {
          if (in.size() != 3 || in[0] != I(a, "in_channels")) {
            throw fmt::format("an input of [{}, H, W] per sample, got {}", I(a, "in_channels"), shape_str(in));
          }
-         const nn::Conv2dShape s{1, in[0], in[1], in[2], I(a, "out_channels"), I(a, "kernel_size"), I(a, "stride"),
-                                 I(a, "padding"), a.at("bias") != 0};
+         const nn::Conv2dShape s{1,
+                                 in[0],
+                                 in[1],
+                                 in[2],
+                                 I(a, "out_channels"),
+                                 I(a, "kernel_size"),
+                                 I(a, "stride"),
+                                 I(a, "padding"),
+                                 a.at("bias") != 0};
          const std::string why = nn::conv2d_check(s);
          if (!why.empty()) throw fmt::format("a valid convolution of {} ({})", shape_str(in), why);
          return Shape{s.c_out, s.out_h(), s.out_w()};
@@ -96,8 +106,8 @@ const std::vector<Kind>& kinds() {
          return out * I(a, "in_channels") * k * k + (a.at("bias") != 0 ? out : 0);
        },
        [](const Args& a, const std::string& name, Generator& gen, bool draw) {
-         return std::make_unique<Conv2d>(I(a, "in_channels"), I(a, "out_channels"), I(a, "kernel_size"),
-                                         I(a, "stride"), I(a, "padding"), a.at("bias") != 0, name, gen, draw);
+         return std::make_unique<Conv2d>(I(a, "in_channels"), I(a, "out_channels"), I(a, "kernel_size"), I(a, "stride"),
+                                         I(a, "padding"), a.at("bias") != 0, name, gen, draw);
        }},
       {"maxpool2d",
        {{"kernel_size", NAN}, {"stride", 0}, {"padding", 0}},
@@ -125,7 +135,8 @@ const std::vector<Kind>& kinds() {
        [](const Args& a, const std::string& name, Generator&, bool) {
          return std::make_unique<BatchNorm>(I(a, "num_features"), a.at("eps"), a.at("momentum"), 1, name);
        },
-       false, true},
+       false,
+       true},
       {"batchnorm2d",
        {{"num_features", NAN}, {"eps", 1e-5}, {"momentum", 0.1}},
        [](const Args& a, const Shape& in) {
@@ -138,27 +149,51 @@ const std::vector<Kind>& kinds() {
        [](const Args& a, const std::string& name, Generator&, bool) {
          return std::make_unique<BatchNorm>(I(a, "num_features"), a.at("eps"), a.at("momentum"), 2, name);
        },
-       false, true},
-      {"dropout", {{"p", 0.5}}, [](const Args&, const Shape& in) { return in; },
+       false,
+       true},
+      {"layernorm",
+       {{"normalized_shape", NAN}, {"eps", 1e-5}},
+       [](const Args& a, const Shape& in) {
+         if (in.empty() || in.back() != I(a, "normalized_shape")) {
+           throw fmt::format("an input whose last dimension is {} per sample, got {}", I(a, "normalized_shape"),
+                             shape_str(in));
+         }
+         return in;
+       },
+       [](const Args& a) { return 2 * I(a, "normalized_shape"); },
+       [](const Args& a, const std::string& name, Generator&, bool) {
+         return std::make_unique<LayerNorm>(I(a, "normalized_shape"), a.at("eps"), name);
+       }},
+      {"dropout",
+       {{"p", 0.5}},
+       [](const Args&, const Shape& in) { return in; },
        [](const Args&) { return int64_t{0}; },
        [](const Args& a, const std::string&, Generator& gen, bool) {
          return std::make_unique<Dropout>(a.at("p"), gen);
        },
        true},
-      {"tanh", {}, [](const Args&, const Shape& in) { return in; }, [](const Args&) { return int64_t{0}; },
+      {"tanh",
+       {},
+       [](const Args&, const Shape& in) { return in; },
+       [](const Args&) { return int64_t{0}; },
        [](const Args&, const std::string&, Generator&, bool) {
          return std::make_unique<Activation>(Activation::Kind::tanh);
        }},
-      {"sigmoid", {}, [](const Args&, const Shape& in) { return in; }, [](const Args&) { return int64_t{0}; },
+      {"sigmoid",
+       {},
+       [](const Args&, const Shape& in) { return in; },
+       [](const Args&) { return int64_t{0}; },
        [](const Args&, const std::string&, Generator&, bool) {
          return std::make_unique<Activation>(Activation::Kind::sigmoid);
        }},
       // approximate='none' | 'tanh' reads as 0 | 1 (parse_layer).
-      {"gelu", {{"approximate", 0}}, [](const Args&, const Shape& in) { return in; },
+      {"gelu",
+       {{"approximate", 0}},
+       [](const Args&, const Shape& in) { return in; },
        [](const Args&) { return int64_t{0}; },
        [](const Args& a, const std::string&, Generator&, bool) {
          return std::make_unique<Activation>(a.at("approximate") != 0 ? Activation::Kind::gelu_tanh
-                                                                       : Activation::Kind::gelu);
+                                                                      : Activation::Kind::gelu);
        }},
   };
   return k;
@@ -224,7 +259,8 @@ LayerSpec parse_layer(const std::string& text) {
     } else {
       char* end = nullptr;
       v = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !std::isfinite(v)) throw fmt::format("a number for {}, got '{}'", key, value);
+      if (value.empty() || *end != '\0' || !std::isfinite(v))
+        throw fmt::format("a number for {}, got '{}'", key, value);
     }
     l.args[key] = v;
   }

@@ -2,7 +2,7 @@
 """Writes the goldens of models beyond the MLP (issue 16: the CNN on the digits, BatchNorm's buffers, Dropout)
 from real torch DistributedDataParallel. Run from the repository root:
 
-    /usr/bin/python3 tests/golden/models/make_model_goldens.py
+    /usr/bin/python3 tests/golden/models/make_model_goldens.py [NAME ...]   # all, or only the configs named
 
 Each config runs sim/ddp_reference.py (gloo on CPU, one process per rank, one thread each) and writes
 tests/golden/models/<name>.json (parameters, buffers, losses, sampler indices and correct test predictions
@@ -34,6 +34,10 @@ CONFIGS = {
     'cnn_seed_per_rank_ws2': ['--world-size', '2', '--lr', '0.05', '--seed-per-rank', 'true'] + CNN,
     'mlp_digits_ws2': ['--world-size', '2', '--dataset', 'digits', '--layers', '64,32,10', '--activation', 'relu',
                        '--loss', 'ce', '--lr', '0.1', '--batch-size', '16', '--epochs', '1'],
+    # nn.LayerNorm as a --model spec layer (issue 17), at a world size where the ring's order matters.
+    'layernorm_digits_ws3': ['--world-size', '3', '--dataset', 'digits', '--model',
+                             'flatten,linear(64,32),layernorm(32),gelu,linear(32,10)', '--loss', 'ce',
+                             '--optimizer', 'adam', '--lr', '0.01', '--batch-size', '16', '--epochs', '1'],
 }
 
 
@@ -48,7 +52,10 @@ def write_json(path, doc):
 
 def main():
     t0 = time.monotonic()
+    only = sys.argv[1:]  # names to (re)write; all when none
     for name, args in CONFIGS.items():
+        if only and name not in only:
+            continue
         out = os.path.join(HERE, name + '.json')
         t = time.monotonic()
         subprocess.run([sys.executable, REF] + args + ['--dump-params', out], check=True, stdout=subprocess.DEVNULL,
