@@ -45,6 +45,7 @@ void check_single(const std::string& file) {
   std::vector<std::string> names;
   for (Parameter* p : model.parameters()) names.push_back(p->name);
   EXPECT_EQ(names, g["parameter_names"].get<std::vector<std::string>>());
+  EXPECT_EQ(model.state_dict_keys(), g["state_dict_keys"].get<std::vector<std::string>>());
   for (Parameter* p : model.parameters()) {
     const auto m =
         testing::match(file + " init " + p->name, values(*p, false), testing::floats(g["state_dict"][p->name]));

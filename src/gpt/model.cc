@@ -169,6 +169,32 @@ std::vector<Parameter*> Gpt::parameters() {
   return ps;
 }
 
+std::vector<std::string> Gpt::state_dict_keys() {
+  std::vector<std::string> keys{wte_.name, wpe_.name};
+  auto norm = [&](const Norm& n) {
+    keys.push_back(n.weight.name);
+    if (n.has_bias) keys.push_back(n.bias.name);
+  };
+  auto dense = [&](const Dense& d) {
+    keys.push_back(d.weight.name);
+    if (d.has_bias) keys.push_back(d.bias.name);
+  };
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& b = blocks_[i];
+    norm(b.ln_1);
+    keys.push_back("transformer.h." + std::to_string(i) + ".attn.bias");  // the attention's own buffer first
+    dense(b.c_attn);
+    dense(b.attn_proj);
+    norm(b.ln_2);
+    dense(b.c_fc);
+    dense(b.mlp_proj);
+  }
+  norm(ln_f_);
+  keys.push_back("lm_head.weight");
+  if (aux_head_) keys.push_back(aux_head_->name);
+  return keys;
+}
+
 void Gpt::dense_forward(const Dense& d, const float* x, float* y, int64_t rows) const {
   // F.linear: addmm(bias, x, W^T) with a bias; matmul(x, W^T) without (beta 0): y starts from zero, and
   // 0 + s equals s in every bit but a zero's sign.

@@ -55,6 +55,10 @@ class Gpt {
 
   // model.parameters(): named_parameters order, the tied weight once (transformer.wte.weight).
   std::vector<Parameter*> parameters();
+  // model.state_dict().keys(): each module's own parameters and buffers before its children's, so the
+  // causal mask buffer transformer.h.<i>.attn.bias precedes attn.c_attn; the tied weight twice (as
+  // transformer.wte.weight and lm_head.weight).
+  std::vector<std::string> state_dict_keys();
   // The aux head's weight, or nullptr.
   Parameter* aux_head_weight() { return aux_head_ ? aux_head_.get() : nullptr; }
   void train(bool mode = true) { training_ = mode; }
