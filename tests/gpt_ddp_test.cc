@@ -112,6 +112,12 @@ void check_verifier(const std::string& name, int expected_status) {
   for (size_t rank = 0; rank < d["replicas"].size(); ++rank) {
     EXPECT_EQ(testing::floats(d["losses"][rank]), testing::floats(g["losses"][rank])) << name << " rank " << rank;
     EXPECT_EQ(testing::floats(d["clip_norms"][rank]), testing::floats(g["ranks"][rank]["clip_total_norm"]));
+    const json& evals = g["ranks"][rank]["eval"];
+    ASSERT_EQ(d["evals"][rank].size(), evals.size()) << name;
+    for (size_t e = 0; e < evals.size(); ++e) {
+      EXPECT_EQ(d["evals"][rank][e][1].get<float>(), evals[e]["train"].get<float>()) << name << " eval " << e;
+      EXPECT_EQ(d["evals"][rank][e][2].get<float>(), evals[e]["val"].get<float>()) << name << " eval " << e;
+    }
     const json& params = g["replicas_equal"].get<bool>() ? g["params"] : g["replicas"][rank];
     for (const auto& [pname, value] : d["replicas"][rank].items()) {
       const auto m = testing::match(fmt::format("ddp_verify {} rank {} {}", name, rank, pname), testing::floats(value),
@@ -126,8 +132,10 @@ void check_verifier(const std::string& name, int expected_status) {
 }
 
 TEST(GptDdp, VerifierOverGlooEqualsTorch) {
-  check_verifier("gpt_ws3_clip_bucket_view_zeros", 0);
-  check_verifier("gpt_ws2_aux_find_unused", 0);
+  for (const char* name : {"gpt_ws2_default", "gpt_ws4_dropout_seed_per_rank_nosync2", "gpt_ws3_clip_bucket_view_zeros",
+                           "gpt_ws2_aux_find_unused", "gpt_ws2_gelu_tanh_nobias_eval"}) {
+    check_verifier(name, 0);
+  }
   check_verifier("gpt_ws2_aux_unused_error", 1);  // torch's ranks raise; ours stop at the same step
 }
 
