@@ -3,8 +3,9 @@
 // PyTorch doing the same simulation by hand as notebook 000 does (bench/sim_step_reference.py, run in the
 // same invocation with the same thread count). It also measures the machine's FMA peak as ddplab can use
 // it: a single-threaded OpenBLAS sgemm, times the cores; and prints the step's GFLOP/s and share of it
-// (MLP cases). The cnn cases are the digits CNN (--model cnn --dataset digits) in training mode.
-// `bazel run //bench:sim_step -- --model cnn` (or mlp) runs one model's cases only.
+// (MLP cases). The cnn cases are the digits CNN (--model cnn --dataset digits) in training mode; the gpt case is
+// issue 17's tiny GPT (nanoGPT's train.py step under simulated DDP, src/gpt/train.h).
+// `bazel run //bench:sim_step -- --model cnn` (or mlp, gpt) runs one model's cases only.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "src/collective/allreduce.h"
 #include "src/ddp/trainer.h"
 #include "src/gemm.h"
+#include "src/gpt/train.h"
 #include "src/parallel.h"
 
 namespace {
@@ -144,12 +146,56 @@ Measured measure(const Case& c, int threads) {
   return m;
 }
 
-double torch_ms(const std::string& reference, const Case& c, int threads) {
-  // OPENBLAS_NUM_THREADS as well: torch.set_num_threads alone leaves OpenBLAS free to use every core.
-  const std::string cmd = fmt::format(
-      "OPENBLAS_NUM_THREADS={0} /usr/bin/python3 {1} {2} --replicas {3} --batch {4} --steps {5} --threads {0} 2>&1",
-      threads, reference, c.cnn() ? "--model cnn" : fmt::format("--layers {}", fmt::join(c.layers, ",")), c.replicas,
-      c.batch, c.steps);
+// The tiny GPT of issue 17 (4 layers, 4 heads, n_embd 128, block 64, dropout 0, GPL-3 text), 2 simulated
+// ranks of batch 8: nanoGPT's step as run_gpt runs it (each rank's forward, the prefetch get_batch, the
+// backward; the buckets' ring all-reduce; AdamW; zero_grad set_to_none). Ranks run one after the other.
+struct GptCase {
+  std::string name = "tiny GPT 4x4x128, block 64, 2 ranks, batch 8";
+  int64_t n_layer = 4, n_head = 4, n_embd = 128, block = 64, ranks = 2, batch = 8, steps = 20;
+};
+
+Measured measure_gpt(const GptCase& c) {
+  const TextData data = TextData::load(kTextDefaultPath);
+  gpt::RunConfig cfg;
+  cfg.model.vocab_size = data.vocab_size();
+  cfg.model.n_layer = c.n_layer;
+  cfg.model.n_head = c.n_head;
+  cfg.model.n_embd = c.n_embd;
+  cfg.model.block_size = c.block;
+  cfg.batch_size = c.batch;
+  cfg.world_size = c.ranks;
+  cfg.steps = 1;  // run_gpt below is one optimizer step
+  std::vector<std::unique_ptr<gpt::GptRank>> ranks;
+  std::vector<gpt::GptRank*> local;
+  for (int64_t r = 0; r < c.ranks; ++r) {
+    ranks.push_back(std::make_unique<gpt::GptRank>(cfg, data, r));
+    local.push_back(ranks.back().get());
+  }
+  for (gpt::GptRank* rk : local) {  // DDP's broadcast of rank 0's parameters
+    for (size_t i = 0; i < rk->params.size(); ++i) rk->params[i]->value = local[0]->params[i]->value;
+    rk->start();
+  }
+  ddp::InProcessAllreduce allreduce;
+  gpt::GptSync sync;
+  sync.global_unused = [](const std::vector<std::vector<bool>>& l) { return l[0]; };  // never asked (no aux head)
+  sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) {
+    allreduce.run(reducers, collective::Algorithm::ring, nullptr, nullptr, n);
+  };
+  std::vector<double> times;
+  Measured m{};
+  for (int64_t s = 0; s < c.steps + 1; ++s) {  // step 0 warms up (and rebuilds the buckets)
+    const auto t0 = Clock::now();
+    gpt::run_gpt(cfg, local, sync);
+    if (s > 0) times.push_back(ms_since(t0));
+    if (s == 1) m.rss_after_first_mb = peak_rss_mb();
+  }
+  m.rss_after_last_mb = peak_rss_mb();
+  std::sort(times.begin(), times.end());
+  m.median_ms = times[times.size() / 2];
+  return m;
+}
+
+double run_reference(const std::string& cmd) {
   double ms = -1;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     char line[256];
@@ -159,17 +205,34 @@ double torch_ms(const std::string& reference, const Case& c, int threads) {
   return ms;
 }
 
+double torch_gpt_ms(const std::string& reference, const GptCase& c, int threads) {
+  return run_reference(
+      fmt::format("OPENBLAS_NUM_THREADS={0} /usr/bin/python3 {1} --model gpt --n-layer {2} --n-head {3} --n-embd {4} "
+                  "--block-size {5} --replicas {6} --batch {7} --steps {8} --threads {0} 2>&1",
+                  threads, reference, c.n_layer, c.n_head, c.n_embd, c.block, c.ranks, c.batch, c.steps));
+}
+
+double torch_ms(const std::string& reference, const Case& c, int threads) {
+  // OPENBLAS_NUM_THREADS as well: torch.set_num_threads alone leaves OpenBLAS free to use every core.
+  const std::string cmd = fmt::format(
+      "OPENBLAS_NUM_THREADS={0} /usr/bin/python3 {1} {2} --replicas {3} --batch {4} --steps {5} --threads {0} 2>&1",
+      threads, reference, c.cnn() ? "--model cnn" : fmt::format("--layers {}", fmt::join(c.layers, ",")), c.replicas,
+      c.batch, c.steps);
+  return run_reference(cmd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // sim_step [REFERENCE.py] [--model mlp|cnn]: --model runs only that model's cases.
+  // sim_step [REFERENCE.py] [--model mlp|cnn|gpt]: --model runs only that model's cases.
   std::string reference = "bench/sim_step_reference.py", model;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--model" && i + 1 < argc && (std::string(argv[i + 1]) == "mlp" || std::string(argv[i + 1]) == "cnn")) {
+    const std::string next = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--model" && (next == "mlp" || next == "cnn" || next == "gpt")) {
       model = argv[++i];
     } else if (a.rfind("--", 0) == 0) {
-      fmt::print(stderr, "sim_step: unknown argument '{}' (usage: sim_step [REFERENCE.py] [--model mlp|cnn])\n", a);
+      fmt::print(stderr, "sim_step: unknown argument '{}' (usage: sim_step [REFERENCE.py] [--model mlp|cnn|gpt])\n", a);
       return 2;
     } else {
       reference = a;
@@ -189,7 +252,7 @@ int main(int argc, char** argv) {
   fmt::print("{:<46} {:>3} {:>11} {:>8} {:>7} {:>6} {:>11} {:>8}   peak RSS step 1 / last\n", "one simulated DDP step",
              "thr", "ddplab ms", "GFLOP/s", "% peak", "vs 1t", "PyTorch ms", "speedup");
   for (const Case& c : cases) {
-    if (!model.empty() && (model == "cnn") != c.cnn()) continue;
+    if (!model.empty() && (model == "gpt" || (model == "cnn") != c.cnn())) continue;
     if (!c.cnn()) {
       const double shapes = step_shapes_gflops_one_core(c);
       fmt::print("{:<46} sgemm at this step's own shapes, one core: {:.1f} GFLOP/s ({:.0f}% of the 2048^3 figure)\n",
@@ -209,6 +272,16 @@ int main(int argc, char** argv) {
                  t > 0 ? fmt::format("{:.2f}x", t / m.median_ms) : "n/a", m.rss_after_first_mb, m.rss_after_last_mb);
       if (cores == 1) break;
     }
+  }
+  if (model.empty() || model == "gpt") {
+    // ddplab runs the ranks one after the other on one thread whatever --threads says (no pool in run_gpt
+    // yet), so only the one-thread row compares like with like.
+    const GptCase c;
+    const Measured m = measure_gpt(c);
+    const double t = torch_gpt_ms(reference, c, 1);
+    fmt::print("{:<46} {:>3} {:>11.4f} {:>8} {:>7} {:>5.2f}x {:>11} {:>8}   {} MB / {} MB\n", c.name, 1, m.median_ms,
+               "-", "-", 1.0, t > 0 ? fmt::format("{:.4f}", t) : "n/a",
+               t > 0 ? fmt::format("{:.2f}x", t / m.median_ms) : "n/a", m.rss_after_first_mb, m.rss_after_last_mb);
   }
   return 0;
 }

@@ -7,6 +7,10 @@ summed in rank order and divided by R (in place, into every replica's .grad); SG
 mode (BatchNorm's batch statistics, Dropout's masks): before each forward every replica takes replica 0's
 buffers (DDP's broadcast_buffers), then forward, cross-entropy, backward; gradients averaged as above;
 SGD with momentum 0.9.
+--model gpt: issue 17's tiny GPT (sim/gpt_model.py, nanoGPT's model; --n-layer, --n-head, --n-embd,
+--block-size, dropout 0, bias, exact GELU) on Debian's GPL-3 text, every replica from the same seed (DDP's
+broadcast): nanoGPT's step by hand for R replicas: forward, the next get_batch, backward; gradients averaged
+as above; AdamW with nanoGPT's two groups (single-tensor, as the C++ runs it); zero_grad(set_to_none=True).
 Prints `median_ms X` over --steps steps (after one warm-up step). Kernels as torch runs them by default
 (oneDNN for these convolutions); only the thread count is set.
 """
@@ -19,6 +23,10 @@ import os
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # the bench sets it to --threads
 import torch
 import torch.nn as nn
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'sim'))
+from gpt_model import GPT, GPTConfig, TextData, configure_optimizer  # noqa: E402
 
 DIGITS = '/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz'
 
@@ -37,9 +45,46 @@ def digits(n):
     return x, torch.tensor([r[64] for r in rows], dtype=torch.int64)
 
 
+def gpt_median_ms(a):
+    """nanoGPT's train.py step for a.replicas replicas by hand (the DDP all-reduce as a rank-order sum / R)."""
+    data = TextData('/usr/share/common-licenses/GPL-3')
+    cfg = GPTConfig(len(data.vocab), a.block_size, a.n_layer, a.n_head, a.n_embd, 0.0, True, 'none', 0)
+    models = []
+    for _ in range(a.replicas):
+        torch.manual_seed(1337)
+        models.append(GPT(cfg))
+    opts = [configure_optimizer(m, 0.1, 1e-3, (0.9, 0.95)) for m in models]
+    batches = [data.get_batch('train', a.batch, a.block_size)[:2] for _ in models]
+    times = []
+    for step in range(a.steps + 1):
+        t0 = time.perf_counter()
+        for r, m in enumerate(models):
+            _, loss = m(*batches[r])
+            batches[r] = data.get_batch('train', a.batch, a.block_size)[:2]  # train.py's prefetch
+            loss.backward()
+        with torch.no_grad():
+            for ps in zip(*[m.parameters() for m in models]):
+                total = ps[0].grad.clone()
+                for p in ps[1:]:
+                    total += p.grad
+                total /= a.replicas
+                for p in ps:
+                    p.grad.copy_(total)
+        for o in opts:
+            o.step()
+            o.zero_grad(set_to_none=True)
+        if step > 0:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--model', choices=['mlp', 'cnn'], default='mlp')
+    ap.add_argument('--model', choices=['mlp', 'cnn', 'gpt'], default='mlp')
+    ap.add_argument('--n-layer', type=int, default=4)
+    ap.add_argument('--n-head', type=int, default=4)
+    ap.add_argument('--n-embd', type=int, default=128)
+    ap.add_argument('--block-size', type=int, default=64)
     ap.add_argument('--layers', default='6,4,2')
     ap.add_argument('--replicas', type=int, default=2)
     ap.add_argument('--batch', type=int, default=32)
@@ -47,6 +92,9 @@ def main():
     ap.add_argument('--threads', type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)  # intra-op threads: PyTorch splits each op, not the replicas
+    if a.model == 'gpt':
+        print(f'median_ms {gpt_median_ms(a):.6f}')
+        return
     sizes = [int(v) for v in a.layers.split(',')]
 
     def make():
