@@ -142,14 +142,26 @@ StridedBatch reshape_3d(const float* data, const std::vector<int64_t>& sizes, co
   int64_t numel = 1;
   for (const int64_t s : sizes) numel *= s;
   storage.resize(static_cast<size_t>(numel));
-  std::vector<int64_t> index(sizes.size(), 0);
-  for (int64_t i = 0; i < numel; ++i) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) offset += index[d] * strides[d];
-    storage[static_cast<size_t>(i)] = data[offset];
-    for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
-      if (++index[d] < sizes[d]) break;
-      index[d] = 0;
+  if (sizes.size() == 4) {  // attention's [B, nh, T, hs] views: plain loops (the index walk below is slower)
+    float* dst = storage.data();
+    for (int64_t i0 = 0; i0 < sizes[0]; ++i0) {
+      for (int64_t i1 = 0; i1 < sizes[1]; ++i1) {
+        for (int64_t i2 = 0; i2 < sizes[2]; ++i2) {
+          const float* src = data + i0 * strides[0] + i1 * strides[1] + i2 * strides[2];
+          for (int64_t i3 = 0; i3 < sizes[3]; ++i3) *dst++ = src[i3 * strides[3]];
+        }
+      }
+    }
+  } else {
+    std::vector<int64_t> index(sizes.size(), 0);
+    for (int64_t i = 0; i < numel; ++i) {
+      int64_t offset = 0;
+      for (size_t d = 0; d < sizes.size(); ++d) offset += index[d] * strides[d];
+      storage[static_cast<size_t>(i)] = data[offset];
+      for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+        if (++index[d] < sizes[d]) break;
+        index[d] = 0;
+      }
     }
   }
   out.data = storage.data();
