@@ -28,6 +28,8 @@ class LabReport {
   LabReport& operator=(const LabReport&) = delete;
 
   bool active() const { return !path_.empty(); }
+  // The page itself, for a lab that fills sections these helpers do not (nullptr when inactive).
+  report::ReportData* data() { return active() ? &page_ : nullptr; }
   // A DDP simulation's loss per rank and bucket layouts.
   void add_simulation(const ddp::Config& cfg, const ddp::SimResult& sim);
   // A run's "buffers per rank" and/or "Dropout masks per rank" tables (models that have them), titled.

@@ -1,0 +1,364 @@
+// bazel run //notebooks_ported/006_tiny_gpt -- nanoGPT's tiny GPT under DDP (simulated ranks, src/gpt): the tied
+// weight, unused parameters, gradient accumulation, clipping, gradient_as_bucket_view, seeding, and text
+// sampled by every rank. Every number is torch 1.13 DDP's bit for bit (tests/gpt_ddp_test, gpt_sample_test);
+// the "check:" lines are the claims, which reference.py beside this file prints from real torch DDP.
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "notebooks_ported/lab/lab.h"
+#include "notebooks_ported/lab/lab_report.h"
+#include "src/compare.h"
+#include "src/ddp/trainer.h"
+#include "src/flags.h"
+#include "src/gpt/output.h"
+#include "src/gpt/sample.h"
+#include "src/gpt/train.h"
+#include "src/report/html_report.h"
+
+namespace {
+
+using namespace ddplab;
+using namespace ddplab::gpt;
+
+constexpr const char* kUsage = R"(usage: 006_tiny_gpt [flags]
+nanoGPT's GPT (2 layers, 2 heads, n_embd 16, block 8, batch 4 per rank) on GPL-3's bytes under DDP, simulated
+(the ranks are threads of one process; for real Gloo ranks run `ddp_verify --model gpt --backend gloo`).
+Defaults in brackets.
+  --world-size N   ranks, 2..8 [2]     --steps N   optimizer steps per run, 2..20 [4]
+  --seed S         torch.manual_seed [1337]
+  --report FILE.html   what it printed, the loss per rank, the clip norms, the buckets
+)";
+
+RunConfig base_config(const Flags& flags) {
+  RunConfig c;
+  c.model.n_layer = 2;
+  c.model.n_head = 2;
+  c.model.n_embd = 16;
+  c.model.block_size = 8;
+  c.batch_size = 4;
+  c.world_size = flags.get_int("world-size", 2, 2, 8);
+  c.steps = flags.get_int("steps", 4, 2, 20);
+  c.seed = static_cast<uint64_t>(flags.get_int("seed", 1337, 0, INT64_MAX));
+  c.lr = 1e-2;
+  return c;
+}
+
+void say(const std::string& text) {
+  size_t start = 0;
+  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+    lab::print_line(text.substr(start, nl - start));
+  }
+  if (start < text.size()) lab::print_line(text.substr(start));
+}
+
+std::string floats(const std::vector<float>& v) {
+  std::string s;
+  for (float f : v) s += fmt::format("{}{:.9g}", s.empty() ? "" : " ", f);
+  return s;
+}
+
+// simulate_gpt with a count of the all-reduces (one per synchronised backward: each runs every bucket).
+struct Counted {
+  GptSimResult res;
+  int64_t allreduces = 0, buckets_reduced = 0;
+};
+Counted simulate_counted(const RunConfig& cfg, const TextData& data) {
+  Counted out;
+  std::vector<GptRank*> local;
+  for (int64_t r = 0; r < cfg.world_size; ++r) {
+    out.res.ranks.push_back(std::make_unique<GptRank>(cfg, data, r));
+    local.push_back(out.res.ranks.back().get());
+  }
+  for (GptRank* rk : local) {  // DDP(model): rank 0's parameters everywhere
+    for (size_t i = 0; i < rk->params.size(); ++i) rk->params[i]->value = local[0]->params[i]->value;
+    rk->start();
+  }
+  ddp::InProcessAllreduce allreduce;
+  GptSync sync;
+  sync.global_unused = [](const std::vector<std::vector<bool>>& l) {
+    std::vector<bool> g(l[0].size(), true);
+    for (const auto& u : l) {
+      for (size_t i = 0; i < u.size(); ++i) g[i] = g[i] && u[i];
+    }
+    return g;
+  };
+  sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) {
+    ++out.allreduces;
+    out.buckets_reduced += static_cast<int64_t>(std::min(n, reducers[0]->num_buckets()));
+    allreduce.run(reducers, collective::Algorithm::ring, nullptr, nullptr, n);
+  };
+  static_cast<GptRunResult&>(out.res) = run_gpt(cfg, local, sync);
+  return out;
+}
+
+std::vector<float> all_values(const GptRank& r) {
+  std::vector<float> v;
+  for (const Parameter* p : r.params) v.insert(v.end(), p->data(), p->data() + p->numel());
+  return v;
+}
+
+const Parameter& param(const GptRank& r, const std::string& name) {
+  for (const Parameter* p : r.params) {
+    if (p->name == name) return *p;
+  }
+  throw std::logic_error("no parameter " + name);
+}
+
+// The buckets, names in bucket order, buckets separated by " | " (reference.py prints torch's the same way).
+std::string bucket_names(const ddp::Reducer& red, const std::vector<Parameter*>& params) {
+  std::string s;
+  for (size_t b = 0; b < red.num_buckets(); ++b) {
+    if (b) s += " |";
+    for (size_t i : red.bucket(b).params) s += (s.empty() ? "" : " ") + params[i]->name;
+  }
+  return s;
+}
+
+// torch 1.13's text for rank 0 with TORCH_DISTRIBUTED_DEBUG=DETAIL (measured: /work/notes/gpt_oracle_facts.md
+// (a); note the trailing spaces torch leaves after "and by" and "calculating loss.").
+std::string torch_unused_message(const UnfinishedReduction& e) {
+  std::string idx, names;
+  for (size_t i = 0; i < e.indices.size(); ++i) {
+    idx += fmt::format("{}{}", i ? ", " : "", e.indices[i]);
+    names += fmt::format("{}{}", i ? ", " : "", e.params[i]);
+  }
+  return "Expected to have finished reduction in the prior iteration before starting a new one. This error "
+         "indicates that your module has parameters that were not used in producing loss. You can enable unused "
+         "parameter detection by passing the keyword argument `find_unused_parameters=True` to "
+         "`torch.nn.parallel.DistributedDataParallel`, and by \n"
+         "making sure all `forward` function outputs participate in calculating loss. \n"
+         "If you already have done the above, then the distributed data parallel module wasn't able to locate the "
+         "output tensors in the return value of your module's `forward` function. Please include the loss "
+         "function and the structure of the return value of `forward` of your module when reporting this issue "
+         "(e.g. list, dict, iterable).\n"
+         "Parameters which did not receive grad for rank 0: " +
+         names + "\nParameter indices which did not receive grad for rank 0: " + idx;
+}
+
+std::string escaped(const std::string& s) {
+  std::string o;
+  for (char ch : s) o += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+  return o;
+}
+
+int run(int argc, char** argv) {
+  const Flags flags(argc, argv, {"world-size", "steps", "seed", "report"});
+  if (flags.help()) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  RunConfig cfg = base_config(flags);
+  const TextData data = TextData::load(cfg.data);
+  cfg.model.vocab_size = data.vocab_size();
+  dist::RunFlags sim;
+  sim.backend = dist::Backend::sim;
+  sim.world_size = static_cast<int>(cfg.world_size);
+  lab::LabReport page(flags, sim, argc, argv);
+  const int64_t ws = cfg.world_size;
+  say(
+      fmt::format("Lab 006: nanoGPT's tiny GPT under DDP, {} simulated ranks (threads of one process; real Gloo "
+                  "ranks: ddp_verify --model gpt --backend gloo)\n{}\n",
+                  ws, describe(cfg)));
+
+  // ---- 1. the tied weight
+  say("\n# 1. One model, two uses: transformer.wte.weight IS lm_head.weight\n");
+  Counted base = simulate_counted(cfg, data);
+  const GptRank& r0 = *base.res.ranks[0];
+  int wte = 0, lm_head = 0;
+  for (const Parameter* p : r0.params) {
+    wte += p->name == "transformer.wte.weight";
+    lm_head += p->name == "lm_head.weight";
+  }
+  say(fmt::format("check: parameters(): {} tensors, transformer.wte.weight listed {}, lm_head.weight listed {}",
+                  r0.params.size(), wte, lm_head));
+  say("  one Parameter: the embedding looks rows up in it, the head multiplies by it; the state_dict still has\n"
+      "  both keys. Its .grad sums both uses before DDP's hook fires, and the embedding's backward runs last.\n");
+  say("buckets at iteration 0 (parameter order): " + short_names(base.res.buckets_first));
+  say("check: rebuilt buckets (gradient-ready order): " + bucket_names(*r0.reducer, r0.params));
+  say("  wte.weight is last: its gradient is ready only after the embedding's backward, the last op of the\n"
+      "  backward. (The whole model is one bucket: 1.13's first rebuilt bucket holds up to 1 MiB.)\n");
+
+  // ---- 2. unused parameters
+  say("\n# 2. Unused parameters: an aux head used on steps 0, 2, 4, ... (--aux-head-every 2)\n");
+  RunConfig aux = cfg;
+  aux.model.aux_head_every = 2;
+  const GptSimResult err = simulate_gpt(aux, data);
+  if (err.error) {
+    say(fmt::format("check: find_unused_parameters=False: RuntimeError at step {} micro-step {}", err.error->step,
+                    err.error->micro));
+    say("torch 1.13 raises, in the DDP forward of that step (TORCH_DISTRIBUTED_DEBUG=DETAIL names the parameter):");
+    const std::string msg = torch_unused_message(*err.error);
+    size_t start = 0;
+    for (size_t nl; (nl = msg.find('\n', start)) != std::string::npos; start = nl + 1) {
+      say("check: torch: " + msg.substr(start, nl - start));
+    }
+    say("check: torch: " + msg.substr(start));
+    say("  step 1 left aux_head.weight without a grad, so its bucket never became ready and the reduction\n"
+        "  never finished; DDP notices at the next forward.");
+  }
+  RunConfig fu = aux;
+  fu.find_unused_parameters = true;
+  for (bool none : {true, false}) {
+    RunConfig one = fu, two = fu;
+    one.zero_grad_set_to_none = two.zero_grad_set_to_none = none;
+    one.steps = 1;
+    two.steps = 2;
+    const GptSimResult a = simulate_gpt(one, data), b = simulate_gpt(two, data);
+    const Parameter &before = param(*a.ranks[0], "aux_head.weight"), &after = param(*b.ranks[0], "aux_head.weight");
+    const CmpResult c = cmp("aux_head.weight", after.data(), before.data(), after.numel());
+    int64_t moved = 0;
+    for (int64_t i = 0; i < after.numel(); ++i) moved += after.data()[i] != before.data()[i];
+    say(
+        fmt::format("check: find_unused_parameters=True zero_grad(set_to_none={}): step 1: aux_head.weight.grad {}, "
+                    "unchanged by optimizer.step: {}",
+                    none ? "True" : "False", after.has_grad ? "zeros" : "None", moved == 0 ? "True" : "False"));
+    say(fmt::format("  aux_head.weight[0, :3] after step 0: {} | after step 1: {} | {} of {} values moved, maxdiff {}",
+                    floats({before.data()[0], before.data()[1], before.data()[2]}),
+                    floats({after.data()[0], after.data()[1], after.data()[2]}), moved, after.numel(),
+                    python_float_repr(c.maxdiff)));
+  }
+  say("  set_to_none=True (nanoGPT's, 2.x's default): the grad stays None and AdamW skips the parameter, no decay.\n"
+      "  set_to_none=False (1.13's default): the grad is zeros, and AdamW still decays the weight and moves it by\n"
+      "  the moments of step 0.\n");
+
+  // ---- 3. gradient accumulation
+  say("\n# 3. Gradient accumulation: --no-sync 2 (model.no_sync() on every micro-step but the last, loss / 2)\n");
+  RunConfig acc = cfg;
+  acc.no_sync = 2;
+  acc.steps = 3;
+  const Counted ac = simulate_counted(acc, data);
+  say(fmt::format("check: no_sync 2, {} steps: {} micro-steps per rank, {} all-reduces", acc.steps,
+                  acc.steps * acc.no_sync, ac.allreduces));
+  for (int64_t r = 0; r < ws; ++r) {
+    say(fmt::format("check: no_sync 2 losses rank {}: {}", r, floats(ac.res.ranks[size_t(r)]->log.losses)));
+  }
+  say("  the all-reduce runs only in the backward of the last micro-step; the earlier ones add into .grad\n"
+      "  locally. Each micro-loss is divided by 2 before backward, so the sum is the mean of the micro-batches.\n");
+
+  // ---- 4. clipping after the all-reduce
+  say("\n# 4. clip_grad_norm_(model.parameters(), 1.0) after the all-reduce\n");
+  RunConfig clip = cfg;
+  clip.clip_grad_norm = 1.0;
+  const GptSimResult cl = simulate_gpt(clip, data);
+  bool alike = true;
+  for (int64_t r = 0; r < ws; ++r) {
+    say(fmt::format("check: clip_grad_norm_ total norm rank {}: {}", r, floats(cl.ranks[size_t(r)]->log.clip_norms)));
+    alike = alike && cl.ranks[size_t(r)]->log.clip_norms == cl.ranks[0]->log.clip_norms;
+  }
+  say(
+      fmt::format("  every rank computed the same total norm: {} (the grads are already averaged, so each rank\n"
+                  "  clips the same gradient by the same factor and the replicas stay equal)",
+                  alike ? "True" : "False"));
+
+  // ---- 5. gradient_as_bucket_view
+  say("\n# 5. gradient_as_bucket_view with zero_grad(set_to_none=False): True vs False\n");
+  for (int64_t w : {int64_t{3}, int64_t{2}}) {
+    RunConfig f = cfg, t = cfg;
+    f.world_size = t.world_size = w;
+    f.zero_grad_set_to_none = t.zero_grad_set_to_none = false;
+    t.gradient_as_bucket_view = true;
+    const GptSimResult a = simulate_gpt(t, data), b = simulate_gpt(f, data);
+    const std::vector<float> va = all_values(*a.ranks[0]), vb = all_values(*b.ranks[0]);
+    int64_t differ = 0;
+    for (size_t i = 0; i < va.size(); ++i) differ += va[i] != vb[i];
+    say(fmt::format("check: ws {} zero_grad zeros: gradient_as_bucket_view True vs False: {} of {} values differ", w,
+                    differ, va.size()));
+    std::vector<CmpResult> rows;
+    for (size_t i = 0; i < a.ranks[0]->params.size(); ++i) {
+      const Parameter &p = *a.ranks[0]->params[i], &q = *b.ranks[0]->params[i];
+      rows.push_back(cmp(p.name, p.data(), q.data(), p.numel()));
+    }
+    std::string table;
+    for (const CmpResult& r : rows) table += short_names(format_cmp(r)) + "\n";
+    if (w == 3) say(table);
+    lab::record_table(fmt::format("ws {}: gradient_as_bucket_view True vs False, zero_grad zeros", w), rows);
+  }
+  say("  once the grads alias the bucket, 1.13's Reducer divides the bucket by the world size instead of\n"
+      "  multiplying by 1/world_size: 1/3 is not exact in float, 1/2 is, so only ws 3 moves bits.\n");
+
+  // ---- 6. seeding
+  say("\n# 6. Seeding: torch.manual_seed(seed) on every rank vs nanoGPT's seed + rank\n");
+  for (bool per_rank : {false, true}) {
+    RunConfig s = cfg;
+    s.seed_per_rank = per_rank;
+    for (int64_t r = 0; r < ws; ++r) {
+      GptRank rk(s, data, r);  // the seed, then the model: the first batch is the next draw
+      Generator peek = rk.gen;
+      const auto ix =
+          peek.randint(static_cast<int64_t>(data.tokens(Split::kTrain).size()) - s.model.block_size, s.batch_size);
+      say(fmt::format("check: {} rank {} first batch ix: {}", per_rank ? "seed + rank" : "seed alike", r,
+                      fmt::join(ix, " ")));
+    }
+  }
+  say("  seeded alike, every rank trains on the same batches: DDP then averages identical gradients, and\n"
+      "  the world size buys nothing. nanoGPT seeds 1337 + rank so that each rank draws its own.\n");
+
+  // ---- 7. sampling
+  say("\n# 7. Every rank samples from its model with its own generator (nanoGPT's generate, top_k none)\n");
+  RunConfig pr = cfg;
+  pr.seed_per_rank = true;
+  GptSimResult per = simulate_gpt(pr, data);
+  SampleOptions so;
+  so.max_new_tokens = 40;
+  const std::vector<int64_t> prompt = data.encode("\n");
+  for (GptSimResult* run : {&base.res, &per}) {
+    const bool alike_run = run != &per;
+    std::vector<std::string> texts;
+    for (int64_t r = 0; r < ws; ++r) {
+      GptRank& rk = *run->ranks[size_t(r)];
+      texts.push_back(data.decode(generate(rk.model, prompt, 1, so, rk.gen)));
+      say(fmt::format("check: sample {} rank {}: {}", alike_run ? "seed alike" : "seed + rank", r,
+                      escaped(texts.back())));
+    }
+    const std::vector<float> v0 = all_values(*run->ranks[0]);
+    bool same_w = true;
+    for (int64_t r = 1; r < ws; ++r) same_w = same_w && all_values(*run->ranks[size_t(r)]) == v0;
+    say(fmt::format("  weights equal on every rank: {}", same_w ? "True" : "False"));
+  }
+  say("  one model on every rank (DDP keeps the weights equal); the text differs only where the generators do.\n");
+
+  if (page.active()) {
+    report::ReportData& d = *page.data();
+    d.config = describe(cfg);
+    d.loss_x_label = "step";
+    for (int64_t r = 0; r < ws; ++r) {
+      d.losses.push_back(report::loss_series(fmt::format("loss, rank {}", r), base.res.ranks[size_t(r)]->log.losses));
+    }
+    for (int64_t r = 0; r < ws; ++r) {
+      svg::Series s =
+          report::loss_series(fmt::format("clip_grad_norm_ total, rank {}", r), cl.ranks[size_t(r)]->log.clip_norms);
+      s.dashed = true;
+      d.losses.push_back(s);
+    }
+    const auto layout = [&](const std::string& title, const std::vector<std::vector<size_t>>& buckets) {
+      report::BucketLayout l{title, {}};
+      for (const auto& b : buckets) {
+        report::Bucket out;
+        for (size_t i : b) {
+          out.params.push_back(short_names(r0.params[i]->name));
+          out.numels.push_back(r0.params[i]->numel());
+          out.numel += r0.params[i]->numel();
+        }
+        l.buckets.push_back(out);
+      }
+      return l;
+    };
+    std::vector<size_t> all(r0.params.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    d.layouts.push_back(layout("iteration 0: parameter order (one bucket: the model is far below 25 MiB)", {all}));
+    std::vector<std::vector<size_t>> rebuilt;
+    for (size_t b = 0; b < r0.reducer->num_buckets(); ++b) rebuilt.push_back(r0.reducer->bucket(b).params);
+    d.layouts.push_back(layout("from iteration 1: rebuilt in gradient-ready order (wte.weight last)", rebuilt));
+    d.notes.push_back(
+        "The dashed series are clip_grad_norm_'s total norm per rank (section 4's run), the solid "
+        "ones the loss per rank (section 1's run).");
+  }
+  return page.write();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ddplab::guarded_main("006_tiny_gpt", argc, argv, run); }
