@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -277,6 +278,38 @@ TEST(Notebooks, LabsRunOnRealGlooRanks) {
   EXPECT_EQ(d.status, 0) << d.err;
   EXPECT_NE(d.out.find("# ZeRO (optimizer state, gradients, parameters sharded over 3 ranks)"), std::string::npos)
       << d.out;
+}
+
+// Lab 006 (the tiny GPT): every "check:" line that notebooks_ported/006_tiny_gpt/reference.py printed from real
+// torch 1.13 DDP (tests/golden/notebooks/006_tiny_gpt.txt) is a line of the lab's output, kernels pinned as
+// the reference pinned torch's; the whole lab well under 10 s.
+TEST(Notebooks, Lab006ClaimsAreTorchs) {
+  const std::string report = testing::temp_dir() + "/006.html";
+  const auto t0 = std::chrono::steady_clock::now();
+  const CommandResult r = testing::run_command({"/usr/bin/env", "OPENBLAS_CORETYPE=Prescott", "OPENBLAS_NUM_THREADS=1",
+                                                "notebooks_ported/006_tiny_gpt/006_tiny_gpt", "--report", report});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_LT(s, 10.0) << "lab 006 should stay fast";
+  std::ifstream golden("tests/golden/notebooks/006_tiny_gpt.txt");
+  int matched = 0, total = 0;
+  for (std::string line; std::getline(golden, line);) {
+    if (line.rfind("check: ", 0) != 0) continue;
+    ++total;
+    const bool found = r.out.find("\n" + line + "\n") != std::string::npos;
+    matched += found;
+    EXPECT_TRUE(found) << "torch says: " << line;
+  }
+  std::printf("lab 006: %d/%d of torch's check lines printed identically (%.2f s)\n", matched, total, s);
+  EXPECT_EQ(total, 24) << "reference.py prints 24 claims at the lab's defaults";
+  // What torch cannot count from Python: the all-reduces under no_sync, one per optimizer step.
+  EXPECT_NE(r.out.find("check: no_sync 2, 3 steps: 6 micro-steps per rank, 3 all-reduces\n"), std::string::npos)
+      << r.out;
+  std::ifstream page(report);
+  const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  for (const char* want : {"clip_grad_norm_ total, rank 1", "loss, rank 0", "wte.weight last", "<svg"}) {
+    EXPECT_NE(html.find(want), std::string::npos) << want;
+  }
 }
 
 TEST(Notebooks, BadFlags) {
