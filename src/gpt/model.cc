@@ -210,7 +210,9 @@ void Gpt::dense_forward(const Dense& d, const float* x, float* y, int64_t rows) 
 void Gpt::dense_backward(Dense& d, const float* dy, const float* x, float* dx, int64_t rows,
                          std::vector<Parameter*>& ready) {
   if (dx != nullptr) kernels().grad_input(dy, d.weight.data(), dx, rows, d.in, d.out);
-  std::vector<float> g(static_cast<size_t>(d.weight.numel()));
+  // grad_weight overwrites (beta 0): a buffer kept across calls saves an allocation and its page faults.
+  std::vector<float>& g = grad_scratch_;
+  g.resize(static_cast<size_t>(d.weight.numel()));
   kernels().grad_weight(dy, x, g.data(), rows, d.in, d.out);
   if (d.has_bias) {  // AccumulateGrad runs the bias's before the weight's (src/nn.h)
     std::vector<float> gb(static_cast<size_t>(d.out));
@@ -355,7 +357,8 @@ void Gpt::backward(float grad_output, std::vector<Parameter*>& ready) {
   std::vector<float> dx(MC);
   norm_backward(ln_f_, dln.data(), x_final_.data(), lnf_mean_.data(), lnf_rstd_.data(), dx.data(), M, ready);
 
-  std::vector<float> dproj(MC), dmid, dfrom(MC);
+  // Buffers for every block (each is overwritten before it is read), allocated once per backward.
+  std::vector<float> dproj(MC), dmid, dfrom(MC), dfc, datt(MC), dqkv;
   for (size_t l = blocks_.size(); l-- > 0;) {
     Block& blk = blocks_[l];
     BlockActs& a = *acts_[l];
@@ -364,7 +367,7 @@ void Gpt::backward(float grad_output, std::vector<Parameter*>& ready) {
     dropout_grad_inplace(dproj.data(), M * C, a.mlp_mask);
     dmid.resize(a.fc.size());
     dense_backward(blk.mlp_proj, dproj.data(), a.gelu.data(), dmid.data(), M, ready);
-    std::vector<float> dfc(a.fc.size());
+    dfc.resize(a.fc.size());
     nn::gelu_backward(dmid.data(), a.fc.data(), dfc.data(), M * 4 * C, cfg_.gelu);
     dense_backward(blk.c_fc, dfc.data(), a.ln2.data(), dln.data(), M, ready);
     norm_backward(blk.ln_2, dln.data(), a.x2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), dfrom.data(), M, ready);
@@ -372,9 +375,8 @@ void Gpt::backward(float grad_output, std::vector<Parameter*>& ready) {
     // x2 = x + dropout(c_proj(attention(c_attn(ln_1(x))))).
     dproj = dx;
     dropout_grad_inplace(dproj.data(), M * C, a.resid_mask);
-    std::vector<float> datt(MC);
     dense_backward(blk.attn_proj, dproj.data(), a.att_y.data(), datt.data(), M, ready);
-    std::vector<float> dqkv(a.qkv.size());
+    dqkv.resize(a.qkv.size());
     nn::causal_attention_backward(datt.data(), a.att, dqkv.data());
     dense_backward(blk.c_attn, dqkv.data(), a.ln1.data(), dln.data(), M, ready);
     norm_backward(blk.ln_1, dln.data(), a.x.data(), a.ln1_mean.data(), a.ln1_rstd.data(), dfrom.data(), M, ready);

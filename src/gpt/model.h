@@ -104,7 +104,8 @@ class Gpt {
   std::vector<std::unique_ptr<BlockActs>> acts_;
   std::vector<float> x_final_, lnf_out_, lnf_mean_, lnf_rstd_;
   Matrix logits_, logits_aux_;
-  Matrix dlogits_, dlogits_aux_;  // d loss / d logits for grad_output 1, from the forward's cross_entropy
+  Matrix dlogits_, dlogits_aux_;     // d loss / d logits for grad_output 1, from the forward's cross_entropy
+  std::vector<float> grad_scratch_;  // dense_backward's weight gradient before it is accumulated
 };
 
 }  // namespace ddplab::gpt

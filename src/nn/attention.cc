@@ -60,8 +60,9 @@ void causal_attention_forward(const float* qkv, int64_t B, int64_t T, int64_t C,
   make_operands(cache, o);
 
   // att = (q @ k^T) * scale, masked_fill(-inf above the diagonal), softmax over the last dim.
+  // resize, not assign: bmm writes every element, and from the second step on the cache's memory is reused.
   std::vector<float>& att = cache.att;
-  att.assign(static_cast<size_t>(n_att), 0.0f);
+  att.resize(static_cast<size_t>(n_att));
   bmm(o.q, o.kt, att.data());
   for (int64_t r = 0; r < bh * T; ++r) {
     const int64_t i = r % T;
@@ -70,9 +71,11 @@ void causal_attention_forward(const float* qkv, int64_t B, int64_t T, int64_t C,
   }
   softmax_lastdim_forward(att.data(), att.data(), bh * T, T);
 
-  // attn_dropout(att)
-  cache.noise.assign(static_cast<size_t>(n_att), 0.0f);
-  if (dropout_mask(cache.noise.data(), n_att, dropout_p, training, gen)) {
+  // attn_dropout(att). The mask's memory only when dropout draws one (p > 0 in training); with n = 0
+  // dropout_mask still checks p and draws nothing.
+  const int64_t n_noise = training && dropout_p > 0 ? n_att : 0;
+  cache.noise.resize(static_cast<size_t>(n_noise));
+  if (dropout_mask(cache.noise.data(), n_noise, dropout_p, training, gen)) {
     cache.att_dropped.resize(static_cast<size_t>(n_att));
     dropout_forward(att.data(), cache.noise.data(), cache.att_dropped.data(), n_att);
   } else {
