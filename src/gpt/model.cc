@@ -51,8 +51,10 @@ void linear_reset_draws(Parameter& w, Parameter* b, int64_t in, Generator& gen) 
 
 // Dropout over n floats: draws the mask into `mask` (left empty when dropout is the identity) and applies it.
 void dropout_inplace(float* x, int64_t n, double p, bool train, Generator& gen, std::vector<float>& mask) {
-  mask.resize(static_cast<size_t>(n));
-  if (!nn::dropout_mask(mask.data(), n, p, train, gen)) {
+  // The mask's memory only when dropout draws one (p > 0 in training); with n = 0 dropout_mask still checks p.
+  const int64_t n_mask = train && p > 0 ? n : 0;
+  mask.resize(static_cast<size_t>(n_mask));
+  if (!nn::dropout_mask(mask.data(), n_mask, p, train, gen)) {
     mask.clear();
     return;
   }
@@ -264,12 +266,14 @@ float Gpt::forward(const std::vector<int64_t>& idx, const std::vector<int64_t>& 
   }
   dropout_inplace(x.data(), M * C, p, training_, gen, drop_mask_);
 
+  std::vector<float> proj(static_cast<size_t>(M * C));  // each block's c_proj outputs (overwritten)
   acts_.resize(blocks_.size());
   for (size_t l = 0; l < blocks_.size(); ++l) {
     Block& blk = blocks_[l];
     if (!acts_[l]) acts_[l] = std::make_unique<BlockActs>();
     BlockActs& a = *acts_[l];
-    a.x = std::move(x);
+    // swap, not move: x takes the previous forward's buffer (overwritten below), so nothing is reallocated.
+    a.x.swap(x);
     a.ln1.resize(static_cast<size_t>(M * C));
     a.ln1_mean.resize(static_cast<size_t>(M));
     a.ln1_rstd.resize(static_cast<size_t>(M));
@@ -278,7 +282,6 @@ float Gpt::forward(const std::vector<int64_t>& idx, const std::vector<int64_t>& 
     dense_forward(blk.c_attn, a.ln1.data(), a.qkv.data(), M);
     a.att_y.resize(static_cast<size_t>(M * C));
     nn::causal_attention_forward(a.qkv.data(), B, T, C, cfg_.n_head, p, training_, gen, a.att_y.data(), a.att);
-    std::vector<float> proj(static_cast<size_t>(M * C));
     dense_forward(blk.attn_proj, a.att_y.data(), proj.data(), M);
     dropout_inplace(proj.data(), M * C, p, training_, gen, a.resid_mask);
     a.x2.resize(static_cast<size_t>(M * C));
