@@ -327,6 +327,8 @@ TEST(Notebooks, BadFlags) {
       {"004_parallelism", {"--dp-devices", "0"}, "--dp-devices must be in [1, 64] (got 0)"},
       // A check each simulated rank makes (here: the Lightning part's shard) is said once, not 64 times.
       {"004_parallelism", {"--world-size", "64"}, "--batch-size 32 is larger than a rank's shard of 16 samples"},
+      {"006_tiny_gpt", {"--world-size", "9"}, "--world-size must be in [2, 8] (got 9)"},
+      {"006_tiny_gpt", {"--backend", "gloo"}, "lab 006 runs on the simulator only"},
   };
   for (const auto& [which, args, expect] : cases) {
     const CommandResult r = lab(which, args);

@@ -144,12 +144,17 @@ std::string escaped(const std::string& s) {
 }
 
 int run(int argc, char** argv) {
-  const Flags flags(argc, argv, {"world-size", "steps", "seed", "report"});
+  const Flags flags(argc, argv, {"world-size", "steps", "seed", "report", "backend", "nproc"});
   if (flags.help()) {
     std::printf("%s", kUsage);
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  if (flags.has("backend") || flags.has("nproc")) {
+    throw UsageError(
+        "--backend/--nproc: lab 006 runs on the simulator only (it compares runs rank by rank in one "
+        "process); for the tiny GPT on real Gloo ranks run ddp_verify --model gpt --backend gloo");
+  }
   RunConfig cfg = base_config(flags);
   const TextData data = TextData::load(cfg.data);
   cfg.model.vocab_size = data.vocab_size();
