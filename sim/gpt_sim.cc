@@ -19,7 +19,7 @@ int run_gpt_sim(int argc, char** argv) {
   if (flags.help()) {
     std::printf(
         "usage: ddp_sim --model gpt [flags]\n%s  --dump-params FILE   final parameters, losses, evals, "
-        "clip norms per rank (JSON)\n",
+        "clip norms per rank (JSON)\n  --quiet              no per-step lines nor cmp tables\n",
         gpt::gpt_usage());
     return 0;
   }
@@ -45,8 +45,10 @@ int run_gpt_sim(int argc, char** argv) {
   }
   std::vector<gpt::RankRecord> ranks;
   for (const auto& r : res.ranks) ranks.push_back(gpt::record_of(*r));
-  fmt::print("{}", gpt::gpt_summary(cfg, ranks));
-  for (const std::string& n : res.notes) fmt::print("{}\n", n);
+  if (!flags.get_bool("quiet", false)) {  // as ddp_verify --model gpt: no per-step lines nor cmp tables
+    fmt::print("{}", gpt::gpt_summary(cfg, ranks));
+    for (const std::string& n : res.notes) fmt::print("{}\n", n);
+  }
   const std::string error = res.error ? gpt::unfinished_reduction_message(*res.error) : "";
   if (!dump.empty()) {
     if (std::string why = write_file_atomic(dump, gpt::gpt_dump_json(cfg, ranks, "", error)); !why.empty()) {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "src/gpt/train.h"
 #include "src/text_data.h"
 #include "tests/testing.h"
 
@@ -51,6 +52,11 @@ void check_single(const std::string& file) {
         testing::match(file + " init " + p->name, values(*p, false), testing::floats(g["state_dict"][p->name]));
     EXPECT_EQ(m.equal, m.total) << p->name;
   }
+  // The count the footprint check (--model gpt's memory limit) uses: torch's numel over parameters().
+  int64_t torch_count = 0;
+  for (const auto& n : g["parameter_names"])
+    torch_count += static_cast<int64_t>(testing::floats(g["state_dict"][n.get<std::string>()]).size());
+  EXPECT_EQ(gpt_parameter_count(cfg, data.vocab_size()), torch_count);
   Generator peek = gen;
   const int64_t B = c["batch_size"], T = cfg.block_size;
   EXPECT_EQ(peek.randint(g["next_randint"]["high"], B), testing::ints(g["next_randint"]["values"]))

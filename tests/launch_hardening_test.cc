@@ -358,5 +358,69 @@ TEST_F(Hardening, ARankIgnoresSigpipe) {
   EXPECT_TRUE(ignored & (uint64_t{1} << (SIGPIPE - 1))) << r.out;
 }
 
+// --model gpt's bad input on both programs (issue 17): one line naming what is wrong and its limit, exit 2,
+// nothing on stdout, and no --dump-params file (nor a temporary one) left behind. The parser's own cases
+// are in flags_fuzz_test; these need the programs: the data file, the dump path, ddp_verify's --nproc.
+TEST_F(Hardening, GptBadInputIsOneLineExit2AndWritesNothing) {
+  const std::string dir = testing::temp_dir(), dump = dir + "/dump.json";
+  const std::string small = dir + "/small.txt", empty = dir + "/empty.txt";
+  {
+    std::string text;
+    for (int i = 0; i < 10; ++i) text += "abcdefghij";
+    write_value(small, text);  // 90 train and 10 val tokens
+    write_value(empty, "");
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--data", "/nonexistent"}, "--data /nonexistent: cannot open: No such file or directory"},
+      {{"--data", dir}, "--data " + dir + ": cannot read: Is a directory"},
+      {{"--data", empty}, "--data " + empty + ": the file is empty"},
+      {{"--data", small, "--block-size", "10"},
+       "--block-size 10 is too long for --data " + small + ": its splits have 90 (train) and 10 (val) tokens"},
+      {{"--n-embd", "30", "--n-head", "4"}, "--n-embd must be a multiple of --n-head (got 30 and 4)"},
+      {{"--n-layer", "-1"}, "--n-layer must be in [1, 48] (got -1)"},
+      {{"--dropout", "1"}, "--dropout must be in [0, 1) (got 1)"},
+      {{"--static-graph", "true", "--no-sync", "2"}, "--static-graph true with --no-sync 2: torch 1.13 fails"},
+      {{"--optimizer", "sgd"}, "--optimizer must be one of adamw (got 'sgd')"},
+      {{"--dataset", "digits"}, "--dataset must be one of text (got 'digits')"},
+      {{"--lr", "1e999"}, "--lr must be a finite number"},
+      {{"--wat"}, "unknown flag --wat"},
+  };
+  const auto check = [&](const std::string& program, std::vector<std::string> args, const std::string& expect) {
+    SCOPED_TRACE(program + " " + args[0]);
+    const CommandResult r = run({}, program, args);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    DIR* d = opendir(dir.c_str());
+    ASSERT_NE(d, nullptr);
+    for (dirent* e; (e = readdir(d)) != nullptr;) {
+      const std::string n = e->d_name;
+      EXPECT_TRUE(n == "." || n == ".." || n == "small.txt" || n == "empty.txt") << "left behind: " << n;
+    }
+    closedir(d);
+  };
+  int n = 0;
+  for (const auto& [args, expect] : cases) {
+    std::vector<std::string> sim = {"--model", "gpt", "--dump-params", dump};
+    std::vector<std::string> real = {"--model", "gpt", "--backend", "gloo", "--nproc", "2", "--dump-params", dump};
+    sim.insert(sim.end(), args.begin(), args.end());
+    real.insert(real.end(), args.begin(), args.end());
+    check("sim/ddp_sim", sim, expect);
+    check(kVerify, real, expect);
+    n += 2;
+  }
+  // Only the programs know these: the dump path, and ddp_verify's world size from --nproc.
+  check("sim/ddp_sim", {"--model", "gpt", "--dump-params", "/nonexistent-dir/d.json"},
+        "--dump-params: directory '/nonexistent-dir' does not exist");
+  check(kVerify, {"--model", "gpt", "--backend", "gloo", "--nproc", "2", "--dump-params", "/nonexistent-dir/d.json"},
+        "--dump-params: directory '/nonexistent-dir' does not exist");
+  check(kVerify, {"--model", "gpt", "--backend", "gloo", "--nproc", "2", "--world-size", "3"},
+        "--world-size 3 disagrees with --nproc 2");
+  check(kVerify,
+        {"--model", "gpt", "--backend", "gloo", "--nproc", "64", "--n-layer", "8", "--n-embd", "1024", "--n-head", "1"},
+        "--batch-size, --nproc: parameters x replicas = 100866048 x 64");
+  std::printf("gpt bad input: %d runs of ddp_sim and ddp_verify, each one line and exit 2, nothing written\n", n + 4);
+}
 }  // namespace
 }  // namespace ddplab

@@ -182,7 +182,8 @@ int run_gpt_verify(int argc, char** argv) {
   return dist::run_ranks(
       flags, run, argc, argv,
       [&](int world_size) {
-        cfg.world_size = world_size;
+        cfg.world_size = world_size;  // --nproc's: the footprint again with it (rank 0 also runs the simulator)
+        gpt::check_gpt_footprint(cfg, "--nproc");
         return gpt::gpt_to_args(cfg);
       },
       [&](dist::Rank& rank) { return body(flags, cfg, data, rank); });

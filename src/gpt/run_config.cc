@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "src/gpt/train.h"
+#include "src/limits.h"
 
 namespace ddplab::gpt {
 
@@ -82,6 +83,9 @@ RunConfig gpt_config_from_flags(const Flags& f) {
   }
   m.block_size = f.get_int("block-size", m.block_size, 1, 1024);
   m.dropout = f.get_double("dropout", m.dropout, 0.0, 1.0);
+  if (m.dropout == 1.0) {  // nn.Dropout(1.0) zeroes everything: nothing would train (and the oracle refuses it)
+    throw UsageError("--dropout must be in [0, 1) (got 1)");
+  }
   m.bias = parse_bool(f, "bias", m.bias);
   m.gelu = f.get_choice("gelu", "none", {"none", "tanh"}) == "tanh" ? nn::GeluApproximate::kTanh
                                                                     : nn::GeluApproximate::kNone;
@@ -126,18 +130,31 @@ RunConfig gpt_config_from_flags(const Flags& f) {
         "reducer.cpp) at step 1's first backward; use --no-sync 1 or --static-graph false",
         c.no_sync));
   }
-  // One rank's activations: per layer ~17 x B T C floats plus 3 x B H T T for attention, then the logits.
-  const double bt = static_cast<double>(c.batch_size) * static_cast<double>(m.block_size);
-  const double floats = static_cast<double>(m.n_layer) * (17.0 * bt * static_cast<double>(m.n_embd) +
-                                                          3.0 * bt * static_cast<double>(m.n_head * m.block_size)) +
-                        bt * 3.0 * 256.0;
-  if (floats * static_cast<double>(c.world_size) > 1.5e9) {
-    throw UsageError(fmt::format(
-        "--model gpt: world_size x batch_size x block_size x layers is too large for one process (about {:.1f} GiB "
-        "of activations; the limit is 6 GiB)",
-        floats * static_cast<double>(c.world_size) * 4 / (1 << 30)));
-  }
+  check_gpt_footprint(c, "--world-size");
   return c;
+}
+
+int64_t gpt_parameter_count(const GptConfig& m, int64_t vocab_size) {
+  const int64_t C = m.n_embd, b = m.bias ? 1 : 0;
+  // Per block: ln_1, c_attn (C -> 3C), attn.c_proj (C -> C), ln_2, c_fc (C -> 4C), mlp.c_proj (4C -> C).
+  const int64_t block =
+      (C + b * C) * 2 + (3 * C * C + b * 3 * C) + (C * C + b * C) + (4 * C * C + b * 4 * C) + (4 * C * C + b * C);
+  const int64_t heads = m.aux_head_every > 0 ? 2 : 1;  // lm_head is tied to wte: one parameter
+  return vocab_size * C * heads + m.block_size * C + m.n_layer * block + C + b * C;
+}
+
+void check_gpt_footprint(const RunConfig& c, const std::string& ranks_flag) {
+  const GptConfig& m = c.model;
+  const int64_t vocab = m.vocab_size > 0 ? m.vocab_size : 256;  // before the data is read: a byte vocabulary's most
+  Footprint f;
+  f.parameters = gpt_parameter_count(m, vocab);
+  f.copies = 5;               // the parameter, its gradient, its bucket slot, AdamW's exp_avg and exp_avg_sq
+  f.replicas = c.world_size;  // the simulator holds them all; ddp_verify's rank 0 runs the simulator
+  // One rank's activations kept for the backward: per layer ~17 x B T C floats plus 3 x B H T T for attention,
+  // then ~3 x B T V for the logits and their gradient.
+  const int64_t bt = c.batch_size * m.block_size;
+  f.activations = m.n_layer * (17 * bt * m.n_embd + 3 * bt * m.n_head * m.block_size) + 3 * bt * vocab;
+  check_footprint(f, "--model gpt: --n-layer, --n-embd, --block-size, --batch-size, " + ranks_flag);
 }
 
 std::vector<std::string> gpt_to_args(const RunConfig& c) {

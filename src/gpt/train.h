@@ -49,6 +49,12 @@ std::set<std::string> gpt_flag_names();
 const char* gpt_usage();
 RunConfig gpt_config_from_flags(const Flags& flags);
 std::vector<std::string> gpt_to_args(const RunConfig& cfg);
+// One replica's parameter count (the tied weight once; the aux head when there is one).
+int64_t gpt_parameter_count(const GptConfig& model, int64_t vocab_size);
+// Refuses (UsageError, one line with the numbers) a run whose parameters, optimizer state or activations
+// times the world size pass src/limits.h's ceilings or this machine's free memory. The vocabulary is taken as
+// 256 (a byte's most) until the data has been read. ranks_flag: the flag that set the world size.
+void check_gpt_footprint(const RunConfig& cfg, const std::string& ranks_flag);
 std::string describe(const RunConfig& cfg);
 
 struct EvalLog {
