@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,7 @@ double step_shapes_gflops_one_core(const Case& c) {
 struct Measured {
   double median_ms;
   long rss_after_first_mb, rss_after_last_mb;
+  std::vector<float> params;  // gpt: every rank's parameters after the last step
 };
 
 // The simulator's step as run_epochs runs it: replicas side by side, then the pooled all-reduce, then the
@@ -148,13 +150,13 @@ Measured measure(const Case& c, int threads) {
 
 // The tiny GPT of issue 17 (4 layers, 4 heads, n_embd 128, block 64, dropout 0, GPL-3 text), 2 simulated
 // ranks of batch 8: nanoGPT's step as run_gpt runs it (each rank's forward, the prefetch get_batch, the
-// backward; the buckets' ring all-reduce; AdamW; zero_grad set_to_none). Ranks run one after the other.
+// backward; the buckets' ring all-reduce; AdamW; zero_grad set_to_none). Ranks side by side on `threads` threads.
 struct GptCase {
   std::string name = "tiny GPT 4x4x128, block 64, 2 ranks, batch 8";
   int64_t n_layer = 4, n_head = 4, n_embd = 128, block = 64, ranks = 2, batch = 8, steps = 20;
 };
 
-Measured measure_gpt(const GptCase& c) {
+Measured measure_gpt(const GptCase& c, int threads) {
   const TextData data = TextData::load(kTextDefaultPath);
   gpt::RunConfig cfg;
   cfg.model.vocab_size = data.vocab_size();
@@ -176,7 +178,9 @@ Measured measure_gpt(const GptCase& c) {
     rk->start();
   }
   ddp::InProcessAllreduce allreduce;
+  ThreadPool pool(threads);
   gpt::GptSync sync;
+  sync.pool = &pool;                                                                  // ranks side by side
   sync.global_unused = [](const std::vector<std::vector<bool>>& l) { return l[0]; };  // never asked (no aux head)
   sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) {
     allreduce.run(reducers, collective::Algorithm::ring, nullptr, nullptr, n);
@@ -192,6 +196,9 @@ Measured measure_gpt(const GptCase& c) {
   m.rss_after_last_mb = peak_rss_mb();
   std::sort(times.begin(), times.end());
   m.median_ms = times[times.size() / 2];
+  for (gpt::GptRank* rk : local) {  // every rank's parameters after the run, to compare across thread counts
+    for (Parameter* p : rk->params) m.params.insert(m.params.end(), p->data(), p->data() + p->numel());
+  }
   return m;
 }
 
@@ -274,14 +281,25 @@ int main(int argc, char** argv) {
     }
   }
   if (model.empty() || model == "gpt") {
-    // ddplab runs the ranks one after the other on one thread whatever --threads says (no pool in run_gpt
-    // yet), so only the one-thread row compares like with like.
+    // 1 thread, then every core: ddplab runs the ranks side by side (run_gpt's pool), PyTorch splits each op.
     const GptCase c;
-    const Measured m = measure_gpt(c);
-    const double t = torch_gpt_ms(reference, c, 1);
-    fmt::print("{:<46} {:>3} {:>11.4f} {:>8} {:>7} {:>5.2f}x {:>11} {:>8}   {} MB / {} MB\n", c.name, 1, m.median_ms,
-               "-", "-", 1.0, t > 0 ? fmt::format("{:.4f}", t) : "n/a",
-               t > 0 ? fmt::format("{:.2f}x", t / m.median_ms) : "n/a", m.rss_after_first_mb, m.rss_after_last_mb);
+    double one_thread_ms = 0;
+    std::vector<float> one_thread_params;
+    for (int threads : {1, cores}) {
+      const Measured m = measure_gpt(c, threads);
+      if (threads == 1) one_thread_ms = m.median_ms, one_thread_params = m.params;
+      const double t = torch_gpt_ms(reference, c, threads);
+      fmt::print("{:<46} {:>3} {:>11.4f} {:>8} {:>7} {:>5.2f}x {:>11} {:>8}   {} MB / {} MB\n", c.name, threads,
+                 m.median_ms, "-", "-", one_thread_ms / m.median_ms, t > 0 ? fmt::format("{:.4f}", t) : "n/a",
+                 t > 0 ? fmt::format("{:.2f}x", t / m.median_ms) : "n/a", m.rss_after_first_mb, m.rss_after_last_mb);
+      if (threads > 1) {  // the same steps from the same seeds: the threads must not change a bit
+        const bool same = m.params.size() == one_thread_params.size() &&
+                          std::memcmp(m.params.data(), one_thread_params.data(), m.params.size() * sizeof(float)) == 0;
+        fmt::print("{:<46} parameters after {} steps, {} threads vs 1: {} ({} floats)\n", c.name, c.steps + 1, threads,
+                   same ? "bitwise equal" : "DIFFERENT", m.params.size());
+      }
+      if (cores == 1) break;
+    }
   }
   return 0;
 }

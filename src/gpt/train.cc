@@ -101,6 +101,9 @@ std::string unfinished_reduction_message(const UnfinishedReduction& e) {
       e.step, e.micro, idx, names);
 }
 
+// parallel_for's work estimate per rank: always worth a thread (a step is milliseconds).
+constexpr double kRankWork = 1e9;
+
 GptRunResult run_gpt(const RunConfig& cfg, const std::vector<GptRank*>& local, const GptSync& sync) {
   GptRunResult out;
   std::vector<ddp::Reducer*> reducers;
@@ -120,7 +123,7 @@ GptRunResult run_gpt(const RunConfig& cfg, const std::vector<GptRank*>& local, c
         out.error = pending;
         return out;
       }
-      for (GptRank* rk : local) rk->forward_backward(step, micro);
+      parallel_for(sync.pool, local.size(), kRankWork, [&](size_t r) { local[r]->forward_backward(step, micro); });
       if (micro + 1 < cfg.no_sync) continue;  // model.no_sync(): grads accumulate locally
       std::vector<std::vector<bool>> unused;
       for (GptRank* rk : local) unused.push_back(rk->unused());
@@ -173,7 +176,7 @@ GptRunResult run_gpt(const RunConfig& cfg, const std::vector<GptRank*>& local, c
         out.buckets_rebuilt = reducers[0]->describe();
       }
     }
-    for (GptRank* rk : local) rk->optimizer_step();
+    parallel_for(sync.pool, local.size(), kRankWork, [&](size_t r) { local[r]->optimizer_step(); });
   }
   if (cfg.eval_every > 0) {
     for (GptRank* rk : local) rk->estimate_loss(cfg.steps);

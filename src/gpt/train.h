@@ -16,6 +16,7 @@
 #include "src/flags.h"
 #include "src/gpt/model.h"
 #include "src/optim.h"
+#include "src/parallel.h"
 #include "src/text_data.h"
 #include "src/torch_rng.h"
 
@@ -114,6 +115,9 @@ struct GptSync {
   std::function<std::vector<bool>(const std::vector<std::vector<bool>>& local)> global_unused;
   // All-reduce the first `num_buckets` buckets of the local ranks' reducers (prepare, sum, finalize).
   std::function<void(const std::vector<ddp::Reducer*>& reducers, size_t num_buckets)> allreduce;
+  // Where the local ranks' forward/backward and optimizer steps run side by side (null: one after the
+  // other). Each rank writes only its own model, generator and log, so the bits do not depend on it.
+  ThreadPool* pool = nullptr;
 };
 
 struct GptRunResult {
