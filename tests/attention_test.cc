@@ -22,31 +22,10 @@ namespace {
 
 using testing::json;
 
-int64_t ordered(float f) {  // float bits on a line where neighbouring floats differ by one
-  int32_t i;
-  std::memcpy(&i, &f, sizeof i);
-  return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : i;
-}
-
 // Prints "label: exact yes N/N bitwise, max ulps K" and returns the max ulps (-1 when the sizes differ).
 int64_t ulps(const std::string& label, const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) {
-    std::printf("%-60s size %zu, expected %zu\n", label.c_str(), got.size(), want.size());
-    return -1;
-  }
-  int64_t equal = 0, worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) {
-      ++equal;
-    } else {
-      worst = std::max<int64_t>(worst, std::llabs(ordered(got[i]) - ordered(want[i])));
-      if (worst == 0) worst = 1;  // NaN payloads, or 0 and -0
-    }
-  }
-  std::printf("%-60s exact %s %lld/%zu bitwise, max ulps %lld\n", label.c_str(),
-              equal == int64_t(got.size()) ? "yes" : "NO", static_cast<long long>(equal), got.size(),
-              static_cast<long long>(worst));
-  return worst;
+  const testing::Bits b = testing::print_bits(label, got, want, 60);
+  return b.sizes_match ? b.worst : -1;
 }
 
 struct Totals {

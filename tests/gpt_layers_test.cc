@@ -21,12 +21,6 @@ namespace {
 
 using testing::json;
 
-int64_t ordered(float f) {  // float bits on a line where neighbouring floats differ by one
-  int32_t i;
-  std::memcpy(&i, &f, sizeof i);
-  return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : i;
-}
-
 // Totals over a whole check, printed at its end.
 struct Tally {
   int64_t tensors = 0, exact_tensors = 0, values = 0, exact_values = 0, worst = 0;
@@ -36,30 +30,15 @@ struct Tally {
 // ulps (-1 when the sizes differ).
 int64_t ulps(const std::string& label, const std::vector<float>& got, const std::vector<float>& want, Tally& tally,
              bool verbose) {
-  if (got.size() != want.size()) {
-    std::printf("%-60s size %zu, expected %zu\n", label.c_str(), got.size(), want.size());
-    return -1;
-  }
-  int64_t equal = 0, worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) {
-      ++equal;
-    } else {
-      worst = std::max<int64_t>(worst, std::llabs(ordered(got[i]) - ordered(want[i])));
-      if (worst == 0) worst = 1;  // NaN payloads, or 0 and -0
-    }
-  }
-  const bool exact = equal == static_cast<int64_t>(got.size());
+  const testing::Bits b = testing::bits(got, want);
+  if (!b.sizes_match || verbose || !b.exact()) testing::print_bits(label, got, want, 60);
+  if (!b.sizes_match) return -1;
   tally.tensors += 1;
-  tally.exact_tensors += exact;
-  tally.values += static_cast<int64_t>(got.size());
-  tally.exact_values += equal;
-  tally.worst = std::max(tally.worst, worst);
-  if (verbose || !exact) {
-    std::printf("%-60s exact %s %lld/%zu bitwise, max ulps %lld\n", label.c_str(), exact ? "yes" : "NO",
-                static_cast<long long>(equal), got.size(), static_cast<long long>(worst));
-  }
-  return worst;
+  tally.exact_tensors += b.exact();
+  tally.values += b.total;
+  tally.exact_values += b.equal;
+  tally.worst = std::max(tally.worst, b.worst);
+  return b.worst;
 }
 
 void print_tally(const std::string& what, const Tally& t) {

@@ -138,6 +138,43 @@ Match match(const std::string& label, const std::vector<float>& got, const std::
   return m;
 }
 
+static int64_t ordered_bits(float f) {  // float bits on a line where neighbouring floats differ by one
+  int32_t i;
+  std::memcpy(&i, &f, sizeof i);
+  return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : static_cast<int64_t>(i);
+}
+
+Bits bits(const std::vector<float>& got, const std::vector<float>& want) {
+  Bits b;
+  if (got.size() != want.size()) {
+    b.sizes_match = false;
+    return b;
+  }
+  b.total = static_cast<int64_t>(got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) {
+      ++b.equal;
+    } else {
+      b.worst = std::max<int64_t>(b.worst, std::llabs(ordered_bits(got[i]) - ordered_bits(want[i])));
+      if (b.worst == 0) b.worst = 1;  // NaN payloads, or 0 and -0
+    }
+  }
+  return b;
+}
+
+Bits print_bits(const std::string& label, const std::vector<float>& got, const std::vector<float>& want, int width,
+                bool print) {
+  const Bits b = bits(got, want);
+  if (!print) return b;
+  if (!b.sizes_match) {
+    std::printf("%-*s size %zu, expected %zu\n", width, label.c_str(), got.size(), want.size());
+  } else {
+    std::printf("%-*s exact %s %lld/%lld bitwise, max ulps %lld\n", width, label.c_str(), b.exact() ? "yes" : "NO",
+                static_cast<long long>(b.equal), static_cast<long long>(b.total), static_cast<long long>(b.worst));
+  }
+  return b;
+}
+
 int64_t max_ulps(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size()) return INT64_MAX;
   // Map the sign-magnitude bits onto a line where adjacent floats are adjacent integers.

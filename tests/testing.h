@@ -45,6 +45,18 @@ struct Match {
 Match match(const std::string& label, const std::vector<float>& got, const std::vector<float>& want, double rtol = 1e-5,
             double atol = 1e-8);
 
+// How two float lists agree bit for bit: how many are bit-identical, and the largest distance in ulps among
+// the others (at least 1 when any differs: 0 and -0, or NaN payloads). sizes_match false: nothing compared.
+struct Bits {
+  bool sizes_match = true;
+  int64_t equal = 0, total = 0, worst = 0;
+  bool exact() const { return sizes_match && equal == total; }
+};
+Bits bits(const std::vector<float>& got, const std::vector<float>& want);
+// bits(), printed as "<label padded to width> exact yes N/N bitwise, max ulps K" (or the sizes) when `print`.
+Bits print_bits(const std::string& label, const std::vector<float>& got, const std::vector<float>& want, int width,
+                bool print = true);
+
 // The largest distance in units in the last place between got[i] and want[i] (float32 bit patterns ordered
 // as integers; +0 and -0 are 0 apart; a size mismatch or a NaN against a number counts as INT64_MAX).
 int64_t max_ulps(const std::vector<float>& got, const std::vector<float>& want);
