@@ -34,12 +34,11 @@ void GptRank::start() {
   batch = data.get_batch(Split::kTrain, gen, cfg.batch_size, cfg.model.block_size);
 }
 
-void GptRank::forward_backward(int64_t step, int64_t micro) {
+void GptRank::forward_backward(int64_t step) {
   const bool use_aux = cfg.model.aux_head_every > 0 && step % cfg.model.aux_head_every == 0;
   model.train(true);
   const float loss = model.forward(batch.x, batch.y, cfg.batch_size, cfg.model.block_size, use_aux, gen);
   log.losses.push_back(loss);
-  (void)micro;
   // train.py fetches the next batch between the forward and the backward.
   batch = data.get_batch(Split::kTrain, gen, cfg.batch_size, cfg.model.block_size);
   ready.clear();
@@ -123,7 +122,7 @@ GptRunResult run_gpt(const RunConfig& cfg, const std::vector<GptRank*>& local, c
         out.error = pending;
         return out;
       }
-      parallel_for(sync.pool, local.size(), kRankWork, [&](size_t r) { local[r]->forward_backward(step, micro); });
+      parallel_for(sync.pool, local.size(), kRankWork, [&](size_t r) { local[r]->forward_backward(step); });
       if (micro + 1 < cfg.no_sync) continue;  // model.no_sync(): grads accumulate locally
       std::vector<std::vector<bool>> unused;
       for (GptRank* rk : local) unused.push_back(rk->unused());

@@ -85,9 +85,10 @@ class GptRank {
 
   // DDP(model) done: the reducer and the optimizer, and the first get_batch('train').
   void start();
-  // The training forward of micro-step `micro` of `step` (loss recorded), the prefetch of the next batch,
-  // and the backward with d loss = 1/no_sync. `ready` holds the gradient-ready order afterwards.
-  void forward_backward(int64_t step, int64_t micro);
+  // One micro-step of `step`: the training forward (loss recorded; the aux head used when the step says so),
+  // the prefetch of the next batch, and the backward with d loss = 1/no_sync. `ready` holds the
+  // gradient-ready order afterwards.
+  void forward_backward(int64_t step);
   // After a synchronised backward: which parameters this rank's backward did not reach.
   std::vector<bool> unused() const;
   // clip (when asked), optimizer.step(), zero_grad.
