@@ -66,30 +66,10 @@ struct Counted {
 };
 Counted simulate_counted(const RunConfig& cfg, const TextData& data) {
   Counted out;
-  std::vector<GptRank*> local;
-  for (int64_t r = 0; r < cfg.world_size; ++r) {
-    out.res.ranks.push_back(std::make_unique<GptRank>(cfg, data, r));
-    local.push_back(out.res.ranks.back().get());
-  }
-  for (GptRank* rk : local) {  // DDP(model): rank 0's parameters everywhere
-    for (size_t i = 0; i < rk->params.size(); ++i) rk->params[i]->value = local[0]->params[i]->value;
-    rk->start();
-  }
-  ddp::InProcessAllreduce allreduce;
-  GptSync sync;
-  sync.global_unused = [](const std::vector<std::vector<bool>>& l) {
-    std::vector<bool> g(l[0].size(), true);
-    for (const auto& u : l) {
-      for (size_t i = 0; i < u.size(); ++i) g[i] = g[i] && u[i];
-    }
-    return g;
-  };
-  sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) {
+  out.res = simulate_gpt(cfg, data, [&](size_t buckets) {
     ++out.allreduces;
-    out.buckets_reduced += static_cast<int64_t>(std::min(n, reducers[0]->num_buckets()));
-    allreduce.run(reducers, collective::Algorithm::ring, nullptr, nullptr, n);
-  };
-  static_cast<GptRunResult&>(out.res) = run_gpt(cfg, local, sync);
+    out.buckets_reduced += static_cast<int64_t>(buckets);
+  });
   return out;
 }
 

@@ -183,7 +183,8 @@ GptRunResult run_gpt(const RunConfig& cfg, const std::vector<GptRank*>& local, c
   return out;
 }
 
-GptSimResult simulate_gpt(const RunConfig& cfg, const TextData& data) {
+GptSimResult simulate_gpt(const RunConfig& cfg, const TextData& data,
+                          const std::function<void(size_t buckets_reduced)>& on_allreduce) {
   GptSimResult out;
   std::vector<GptRank*> local;
   for (int64_t r = 0; r < cfg.world_size; ++r) {
@@ -205,6 +206,7 @@ GptSimResult simulate_gpt(const RunConfig& cfg, const TextData& data) {
     return g;
   };
   sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) {
+    if (on_allreduce) on_allreduce(std::min(n, reducers[0]->num_buckets()));
     allreduce.run(reducers, collective::Algorithm::ring, nullptr, nullptr, n);
   };
   static_cast<GptRunResult&>(out) = run_gpt(cfg, local, sync);

@@ -136,7 +136,9 @@ struct GptSimResult : GptRunResult {
 };
 
 // Every rank in this process, lockstep, the all-reduce as Gloo's ring computes it.
-GptSimResult simulate_gpt(const RunConfig& cfg, const TextData& data);
+// `on_allreduce` (optional) is told of every synchronised backward and how many buckets it reduced.
+GptSimResult simulate_gpt(const RunConfig& cfg, const TextData& data,
+                          const std::function<void(size_t buckets_reduced)>& on_allreduce = nullptr);
 
 // The message torch 1.13 raises (with TORCH_DISTRIBUTED_DEBUG=DETAIL's parameter names), and why.
 std::string unfinished_reduction_message(const UnfinishedReduction& e);
