@@ -21,8 +21,7 @@ namespace {
 // A vector of floats from every rank, same length on each: index r holds rank r's.
 std::vector<std::vector<float>> gather(comm::Communicator& comm, const std::vector<float>& mine, int world_size) {
   std::vector<float> all(mine.size() * static_cast<size_t>(world_size));
-  // Gloo divides by the element count: an empty all_gather is skipped (every rank has the same length).
-  if (!mine.empty()) comm.all_gather(mine.data(), mine.size() * sizeof(float), all.data());
+  comm.all_gather(mine.data(), mine.size() * sizeof(float), all.data());
   std::vector<std::vector<float>> out;
   for (int r = 0; r < world_size; ++r) {
     const auto first = all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * mine.size());

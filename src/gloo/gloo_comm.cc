@@ -215,6 +215,9 @@ class GlooComm : public comm::Communicator {
     });
   }
   void all_gather(const void* in, size_t bytes, void* out) override {
+    // Gloo's allgather divides by the element count: gathering nothing is nothing to do (every rank gives the
+    // same size, so every rank skips it alike).
+    if (bytes == 0) return;
     run("all_gather", [&](uint32_t tag) {
       gloo::AllgatherOptions opts(ctx_);
       opts.setInput(const_cast<char*>(static_cast<const char*>(in)), bytes);
