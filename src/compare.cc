@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <fmt/format.h>
@@ -72,6 +73,17 @@ std::string python_float_repr(double v) {
 std::string format_cmp(const CmpResult& r) {
   return fmt::format("{:<15} | exact: {:<5} | approximate: {:<5} | maxdiff: {}", r.name, r.exact ? "True" : "False",
                      r.approximate ? "True" : "False", python_float_repr(static_cast<double>(r.maxdiff)));
+}
+
+int64_t ulp_distance(float a, float b) {
+  // Map float bits onto a line where adjacent floats are adjacent integers (negative floats mirrored).
+  const auto ordered = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, sizeof i);
+    return i < 0 ? static_cast<int64_t>(INT32_MIN) - i : static_cast<int64_t>(i);
+  };
+  const int64_t d = ordered(a) - ordered(b);
+  return d < 0 ? -d : d;
 }
 
 }  // namespace ddplab

@@ -15,6 +15,13 @@ constexpr uint64_t kMaxGatheredTotal = uint64_t{4} << 30;   // 4 GiB
 
 }  // namespace
 
+void Communicator::all_reduce(Half*, size_t, ReduceOp) {
+  throw CommError(backend() + " backend has no float16 all_reduce");
+}
+void Communicator::all_reduce(BFloat16*, size_t, ReduceOp) {
+  throw CommError(backend() + " backend has no bfloat16 all_reduce");
+}
+
 void Communicator::all_reduce_device(float*, size_t, ReduceOp) {
   throw CommError(backend() + " backend has no device-resident all_reduce");
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "src/collective/half.h"
 #include "src/errors.h"
 
 namespace ddplab::comm {
@@ -32,6 +33,10 @@ class Communicator {
 
   // In place, on n floats. SUM adds in the backend's own order (Gloo: its ring; see collective/ring.h).
   virtual void all_reduce(float* data, size_t n, ReduceOp op) = 0;
+  // The same on 16-bit values, for communication hooks: SUM rounds to the type at every addition, in the
+  // backend's order. A backend without the type throws CommError naming it (the default).
+  virtual void all_reduce(Half* data, size_t n, ReduceOp op);
+  virtual void all_reduce(BFloat16* data, size_t n, ReduceOp op);
   virtual void broadcast(float* data, size_t n, int root) = 0;
   // Every rank contributes `bytes` bytes; out receives world_size * bytes, rank order.
   virtual void all_gather(const void* in, size_t bytes, void* out) = 0;

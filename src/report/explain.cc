@@ -9,17 +9,6 @@
 
 namespace ddplab {
 
-int64_t ulp_distance(float a, float b) {
-  // Map float bits onto a line where adjacent floats are adjacent integers (negative floats mirrored).
-  const auto ordered = [](float f) {
-    int32_t i;
-    std::memcpy(&i, &f, sizeof i);
-    return i < 0 ? static_cast<int64_t>(INT32_MIN) - i : static_cast<int64_t>(i);
-  };
-  const int64_t d = ordered(a) - ordered(b);
-  return d < 0 ? -d : d;
-}
-
 namespace {
 
 std::string values(const float* v, size_t begin, size_t end) {

@@ -2,6 +2,8 @@
 // stops being bitwise equal to the rank-order sum.
 #pragma once
 
+#include "src/compare.h"
+
 #include <string>
 #include <vector>
 
@@ -28,6 +30,5 @@ RingTrace trace_ring(const std::vector<std::vector<float>>& inputs);
 std::string explain_ring(const std::string& name, const std::vector<std::vector<float>>& inputs);
 
 // Distance in units in the last place between two finite floats (0 when bitwise equal).
-int64_t ulp_distance(float a, float b);
 
 }  // namespace ddplab
