@@ -22,7 +22,10 @@ Algorithm parse_algorithm(const std::string& name) {
 
 std::string algorithm_name(Algorithm a) { return algorithm_names()[static_cast<size_t>(a)]; }
 
-void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, Span span) {
+namespace {
+
+template <typename T>
+void sum_span(Algorithm a, const std::vector<T*>& bufs, size_t n, Span span) {
   switch (a) {
     case Algorithm::naive:
       return naive_allreduce(bufs, n, span);
@@ -37,16 +40,32 @@ void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, Span 
   }
 }
 
-void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, ThreadPool* pool) {
+template <typename T>
+void sum_pooled(Algorithm a, const std::vector<T*>& bufs, size_t n, ThreadPool* pool) {
   const size_t parts = pool ? static_cast<size_t>(pool->size()) : 1;
-  const size_t step = (n + parts - 1) / parts / 16 * 16 + 16;  // whole cache lines per span
+  const size_t step = (n + parts - 1) / parts / 16 * 16 + 16;  // whole cache lines per span (of floats)
   parallel_for(pool, parts, static_cast<double>(n * bufs.size()) / static_cast<double>(parts), [&](size_t t) {
     const size_t lo = std::min(n, t * step), hi = std::min(n, (t + 1) * step);
     if (lo >= hi) return;
-    std::vector<float*> at(bufs);
-    for (float*& p : at) p += lo;
-    allreduce_sum(a, at, n, Span{lo, hi});
+    std::vector<T*> at(bufs);
+    for (T*& p : at) p += lo;
+    sum_span(a, at, n, Span{lo, hi});
   });
+}
+
+}  // namespace
+
+void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
+void allreduce_sum(Algorithm a, const std::vector<Half*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
+void allreduce_sum(Algorithm a, const std::vector<BFloat16*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
+void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, ThreadPool* pool) {
+  sum_pooled(a, bufs, n, pool);
+}
+void allreduce_sum(Algorithm a, const std::vector<Half*>& bufs, size_t n, ThreadPool* pool) {
+  sum_pooled(a, bufs, n, pool);
+}
+void allreduce_sum(Algorithm a, const std::vector<BFloat16*>& bufs, size_t n, ThreadPool* pool) {
+  sum_pooled(a, bufs, n, pool);
 }
 
 }  // namespace ddplab::collective

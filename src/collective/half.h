@@ -48,7 +48,8 @@ inline Half to_half(float f) {
   return {static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign))};
 }
 
-// float16 -> float: exact.
+// float16 -> float: exact; a NaN keeps its payload and comes out quiet (c10 converts with a float multiply,
+// the AVX2 kernel with F16C: both quiet a signalling NaN, e.g. 0x7C0C -> 0x7FC18000).
 inline float to_float(Half h) {
   const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
   const uint32_t e = (h.bits >> 10) & 0x1Fu, m = h.bits & 0x3FFu;
@@ -56,7 +57,7 @@ inline float to_float(Half h) {
     const float v = static_cast<float>(m) * bits_float(0x33800000u);
     return bits_float(float_bits(v) | sign);
   }
-  if (e == 31) return bits_float(sign | 0x7F800000u | (m << 13));
+  if (e == 31) return bits_float(sign | 0x7F800000u | (m << 13) | (m != 0 ? 0x00400000u : 0u));
   return bits_float(sign | ((e + 112) << 23) | (m << 13));
 }
 

@@ -12,7 +12,8 @@
 
 namespace ddplab::collective {
 
-void halving_doubling_allreduce(const std::vector<float*>& bufs, size_t n, Span span) {
+template <typename T>
+void halving_doubling_allreduce(const std::vector<T*>& bufs, size_t n, Span span) {
   const size_t N = bufs.size();
   size_t P = 1;
   while (P * 2 <= N) P *= 2;
@@ -23,7 +24,7 @@ void halving_doubling_allreduce(const std::vector<float*>& bufs, size_t n, Span 
   // Each rank's current range [lo, hi) of the whole buffer (it depends on n only); the work below is
   // its intersection with the span. bufs[r][k] and snapshot[r][k] hold element a + k.
   std::vector<size_t> lo(P, 0), hi(P, n);
-  std::vector<std::vector<float>> snapshot(P);
+  std::vector<std::vector<T>> snapshot(P);
   const auto in_span = [&](size_t v) { return std::min(std::max(v, a), z); };
   std::vector<size_t> dists;
   for (size_t d = P / 2; d >= 1; d /= 2) dists.push_back(d);
@@ -56,5 +57,6 @@ void halving_doubling_allreduce(const std::vector<float*>& bufs, size_t n, Span 
   }
   for (size_t r = P; r < N; ++r) std::copy(bufs[r - P], bufs[r - P] + (z - a), bufs[r]);
 }
+DDPLAB_COLLECTIVE_INSTANTIATE(halving_doubling_allreduce)
 
 }  // namespace ddplab::collective

@@ -7,13 +7,15 @@
 
 namespace ddplab::collective {
 
-void naive_allreduce(const std::vector<float*>& bufs, size_t /*n*/, Span span) {
+template <typename T>
+void naive_allreduce(const std::vector<T*>& bufs, size_t /*n*/, Span span) {
   const size_t len = span.hi - span.lo;
-  float* acc = bufs[0];
+  T* acc = bufs[0];
   for (size_t r = 1; r < bufs.size(); ++r) {
     for (size_t i = 0; i < len; ++i) acc[i] = acc[i] + bufs[r][i];
   }
   for (size_t r = 1; r < bufs.size(); ++r) std::copy(acc, acc + len, bufs[r]);
 }
+DDPLAB_COLLECTIVE_INSTANTIATE(naive_allreduce)
 
 }  // namespace ddplab::collective

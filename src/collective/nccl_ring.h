@@ -2,8 +2,9 @@
 // ring, one channel and the Simple protocol (nccl_exact_environment()).
 //
 // Partition: the buffer is walked in loops of nranks * C elements (C = the chunk, nccl_ring_chunk_elems);
-// the last loop, when shorter, uses C' = roundUp(ceil(rem / nranks), 4) (16 bytes of floats). Inside a
-// loop, chunk c is elements [c * C, (c + 1) * C) of it.
+// the last loop, when shorter, uses C' = roundUp(ceil(rem / nranks), 16 / sizeof(T)) (16 bytes: 4 floats,
+// 8 halves). Inside a loop, chunk c is elements [c * C, (c + 1) * C) of it. C is a byte count divided by
+// sizeof(T), so a buffer of halves is cut at twice the element counts of one of floats.
 //
 // Order: the ring sends to the next position (p -> p + 1). In the reduce-scatter, the rank at position
 // c + 1 sends chunk c first, each next position adds its own value to what it received, and position c
@@ -24,15 +25,15 @@ namespace ddplab::collective {
 // The environment that pins NCCL to the order above; set in every rank before its first NCCL call.
 std::vector<std::pair<std::string, std::string>> nccl_exact_environment();
 
-// C for float32 in the pinned configuration, in elements.
-size_t nccl_ring_chunk_elems();
+// C in the pinned configuration, in elements of elem_size bytes (2 MiB of them).
+size_t nccl_ring_chunk_elems(size_t elem_size = sizeof(float));
 
 // One chunk of one loop: elements [begin, end) whose sum starts at ring position `first` and ends, complete,
 // at position `owner` (= first - 1 mod N).
 struct NcclChunk {
   size_t begin, end, first, owner;
 };
-std::vector<NcclChunk> nccl_ring_chunks(size_t n_elems, size_t world_size,
-                                        size_t chunk_elems = nccl_ring_chunk_elems());
+std::vector<NcclChunk> nccl_ring_chunks(size_t n_elems, size_t world_size, size_t chunk_elems = nccl_ring_chunk_elems(),
+                                        size_t elem_size = sizeof(float));
 
 }  // namespace ddplab::collective

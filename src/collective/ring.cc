@@ -28,11 +28,12 @@ RingLayout gloo_ring_layout(size_t n_elems, size_t world_size, size_t elem_size)
   return L;
 }
 
-void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n, Span span,
+template <typename T>
+void ring_allreduce_observed(const std::vector<T*>& bufs, size_t n, Span span,
                              const std::function<void(const RingMessage&)>& observe) {
   const size_t N = bufs.size();
   if (N == 1) return;
-  const RingLayout L = gloo_ring_layout(n, N);
+  const RingLayout L = gloo_ring_layout(n, N, sizeof(T));
   for (size_t phase = 0; phase < 2; ++phase) {
     const bool reduce_scatter = phase == 0;
     for (size_t s = 0; s + 1 < N; ++s) {
@@ -43,8 +44,8 @@ void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n, Span spa
         const size_t chunk = reduce_scatter ? (r + 1 + s) % N : (r + s) % N;
         const size_t to = (r + N - 1) % N;
         const size_t b = std::max(L.chunk_begin[chunk], span.lo), e = std::min(L.chunk_end[chunk], span.hi);
-        const float* src = bufs[r] + (b - span.lo);  // element b (bufs[r] is element span.lo)
-        float* dst = bufs[to] + (b - span.lo);
+        const T* src = bufs[r] + (b - span.lo);  // element b (bufs[r] is element span.lo)
+        T* dst = bufs[to] + (b - span.lo);
         if (b >= e) {
           // outside this span
         } else if (reduce_scatter) {
@@ -58,8 +59,16 @@ void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n, Span spa
   }
 }
 
-void ring_allreduce(const std::vector<float*>& bufs, size_t n, Span span) {
+template <typename T>
+void ring_allreduce(const std::vector<T*>& bufs, size_t n, Span span) {
   ring_allreduce_observed(bufs, n, span, nullptr);
 }
+DDPLAB_COLLECTIVE_INSTANTIATE(ring_allreduce)
+template void ring_allreduce_observed<float>(const std::vector<float*>&, size_t, Span,
+                                             const std::function<void(const RingMessage&)>&);
+template void ring_allreduce_observed<Half>(const std::vector<Half*>&, size_t, Span,
+                                            const std::function<void(const RingMessage&)>&);
+template void ring_allreduce_observed<BFloat16>(const std::vector<BFloat16*>&, size_t, Span,
+                                                const std::function<void(const RingMessage&)>&);
 
 }  // namespace ddplab::collective

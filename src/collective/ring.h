@@ -1,7 +1,8 @@
 // Gloo's ring all-reduce, step by step (gloo/allreduce.cc, as Debian's libgloo 2022 builds it).
 //
 // Chunking: the buffer of B bytes is cut into numSeg segments,
-//   numSeg = roundUp(max(ceil(B / 1 MiB), 2 * N), N),   segBytes = roundUp(ceil(B / numSeg), 4),
+//   numSeg = roundUp(max(ceil(B / 1 MiB), 2 * N), N),   segBytes = roundUp(ceil(B / numSeg), elementSize),
+// elementSize 4 for float, 2 for float16 (so a float16 buffer is not cut where the same bytes of floats are),
 // and rank k owns chunk k = segments [k * numSeg/N, (k+1) * numSeg/N); trailing chunks may be short or empty.
 //
 // Reduce-scatter, N-1 steps: at step s rank r sends its partial sum of chunk (r+1+s) mod N to rank r-1,
@@ -34,8 +35,10 @@ struct RingMessage {
   size_t step, from, to, chunk;
 };
 
-// The ring, with an optional observer called after every message is applied (for --explain).
-void ring_allreduce_observed(const std::vector<float*>& bufs, size_t n, Span span,
+// The ring, with an optional observer called after every message is applied (for --explain); T = float,
+// Half or BFloat16 (chunked with elementSize sizeof(T)).
+template <typename T>
+void ring_allreduce_observed(const std::vector<T*>& bufs, size_t n, Span span,
                              const std::function<void(const RingMessage&)>& observe);
 
 }  // namespace ddplab::collective

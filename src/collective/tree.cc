@@ -8,7 +8,8 @@
 
 namespace ddplab::collective {
 
-void tree_allreduce(const std::vector<float*>& bufs, size_t /*n*/, Span span) {
+template <typename T>
+void tree_allreduce(const std::vector<T*>& bufs, size_t /*n*/, Span span) {
   const size_t N = bufs.size();
   for (size_t i = N; i-- > 0;) {  // children before parents
     for (size_t c : {2 * i + 1, 2 * i + 2}) {
@@ -17,9 +18,10 @@ void tree_allreduce(const std::vector<float*>& bufs, size_t /*n*/, Span span) {
     }
   }
   for (size_t i = 1; i < N; ++i) {
-    const float* parent = bufs[(i - 1) / 2];
+    const T* parent = bufs[(i - 1) / 2];
     std::copy(parent, parent + (span.hi - span.lo), bufs[i]);
   }
 }
+DDPLAB_COLLECTIVE_INSTANTIATE(tree_allreduce)
 
 }  // namespace ddplab::collective

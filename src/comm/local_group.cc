@@ -27,6 +27,10 @@ class LocalComm : public Communicator {
       collective::allreduce_sum(g_.algorithm_, bufs, n);
     });
   }
+  // 16-bit SUM: the group's algorithm on halves, every addition rounded to the type (collective/allreduce.h).
+  // AVG throws: the hooks pre-divide in the 16-bit type themselves, as fp16_compress_hook does.
+  void all_reduce(Half* data, size_t n, ReduceOp op) override { all_reduce_16(data, n, op, "float16"); }
+  void all_reduce(BFloat16* data, size_t n, ReduceOp op) override { all_reduce_16(data, n, op, "bfloat16"); }
   void broadcast(float* data, size_t n, int root) override {
     g_.collective(rank_, "broadcast", data, timeout, [&](std::vector<void*>& slots) {
       for (size_t r = 0; r < slots.size(); ++r) {
@@ -53,6 +57,18 @@ class LocalComm : public Communicator {
   }
 
  private:
+  template <typename T>
+  void all_reduce_16(T* data, size_t n, ReduceOp op, const char* type) {
+    if (op == ReduceOp::avg) {
+      throw CommError(fmt::format("rank {}: local backend has no {} AVG all_reduce: pre-divide and SUM", rank_, type));
+    }
+    g_.collective(rank_, "all_reduce", data, timeout, [&](std::vector<void*>& slots) {
+      std::vector<T*> bufs;
+      for (void* s : slots) bufs.push_back(static_cast<T*>(s));
+      collective::allreduce_sum(g_.algorithm_, bufs, n);
+    });
+  }
+
   LocalGroup& g_;
   int rank_;
 };
