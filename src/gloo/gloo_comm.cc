@@ -204,6 +204,29 @@ class GlooComm : public comm::Communicator {
       gloo::allreduce(opts);
     });
   }
+  // float16 as ProcessGroupGloo all-reduces a CPU Half tensor: gloo::float16 elements (the ring's segments
+  // are cut for 2-byte elements) and gloo::sum<gloo::float16>, which rounds to float16 at every addition.
+  void all_reduce(Half* data, size_t n, comm::ReduceOp op) override {
+    static_assert(sizeof(gloo::float16) == sizeof(Half), "float16 is two bytes in both");
+    if (op == comm::ReduceOp::avg) throw comm::CommError("Gloo has no AVG reduction: pre-divide and SUM");
+    run("all_reduce", [&](uint32_t tag) {
+      gloo::AllreduceOptions opts(ctx_);
+      opts.setOutput(reinterpret_cast<gloo::float16*>(data), n);
+      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<gloo::float16>));
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::allreduce(opts);
+    });
+  }
+  // torch 1.13's ProcessGroupGloo has no bfloat16 case: dist.all_reduce of a bfloat16 tensor raises
+  // "RuntimeError: Invalid scalar type" (tests/golden/half/gloo_fp16.json records it). Refused alike, before
+  // any rank sends anything.
+  void all_reduce(BFloat16*, size_t, comm::ReduceOp) override {
+    throw comm::CommError(fmt::format(
+        "rank {}: bfloat16 all_reduce refused: Invalid scalar type (torch 1.13's ProcessGroupGloo has no bfloat16)",
+        ctx_->rank));
+  }
   void broadcast(float* data, size_t n, int root) override {
     run("broadcast", [&](uint32_t tag) {
       gloo::BroadcastOptions opts(ctx_);

@@ -86,8 +86,16 @@ class NcclComm : public comm::Communicator {
 
   // Host buffers: staged through pinned memory into one device buffer, reduced there in place.
   void all_reduce(float* data, size_t n, comm::ReduceOp op) override {
-    staged("ncclAllReduce", data, n * sizeof(float),
-           [&](void* dev) { enqueue_all_reduce(static_cast<float*>(dev), n, op); });
+    staged("ncclAllReduce", data, n * sizeof(float), [&](void* dev) { enqueue_all_reduce(dev, n, ncclFloat32, op); });
+  }
+  // 16-bit host buffers: ncclHalf / ncclBfloat16, NCCL's own 16-bit sum (rounded at every addition) and, for
+  // AVG, ncclAvg's own pre-multiply. Unverified: built here, never run on a GPU.
+  void all_reduce(Half* data, size_t n, comm::ReduceOp op) override {
+    staged("ncclAllReduce", data, n * sizeof(Half), [&](void* dev) { enqueue_all_reduce(dev, n, ncclFloat16, op); });
+  }
+  void all_reduce(BFloat16* data, size_t n, comm::ReduceOp op) override {
+    staged("ncclAllReduce", data, n * sizeof(BFloat16),
+           [&](void* dev) { enqueue_all_reduce(dev, n, ncclBfloat16, op); });
   }
   void broadcast(float* data, size_t n, int root) override {
     staged("ncclBroadcast", data, n * sizeof(float),
@@ -111,7 +119,7 @@ class NcclComm : public comm::Communicator {
   bool device_resident() const override { return true; }
   void all_reduce_device(float* dev, size_t n, comm::ReduceOp op) override {
     begin("ncclAllReduce");
-    enqueue_all_reduce(dev, n, op);
+    enqueue_all_reduce(dev, n, ncclFloat32, op);
     wait();
   }
   void broadcast_device(float* dev, size_t n, int root) override {
@@ -122,9 +130,9 @@ class NcclComm : public comm::Communicator {
   void* device_stream() override { return stream_; }
 
  private:
-  void enqueue_all_reduce(float* dev, size_t n, comm::ReduceOp op) {
+  void enqueue_all_reduce(void* dev, size_t n, ncclDataType_t type, comm::ReduceOp op) {
     call("ncclAllReduce",
-         ncclAllReduce(dev, dev, n, ncclFloat32, op == comm::ReduceOp::avg ? ncclAvg : ncclSum, nccl_, stream_));
+         ncclAllReduce(dev, dev, n, type, op == comm::ReduceOp::avg ? ncclAvg : ncclSum, nccl_, stream_));
   }
   void enqueue_broadcast(float* dev, size_t n, int root) {
     call("ncclBroadcast", ncclBroadcast(dev, dev, n, ncclFloat32, root, nccl_, stream_));
