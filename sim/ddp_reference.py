@@ -9,6 +9,9 @@ one thread per process. Same flags as `ddp_sim`; with --dump-params FILE the par
      "sampler_indices": [[[rank0 epoch0 indices], [rank1 epoch0 indices], ...], ... one list per epoch],
      "losses": [[rank0 loss per batch...], ...]}
 
+With --zero true also "zero": {"partition": [[names of rank 0's parameters in partition order], ...],
+"state_numel": [floats of each rank's optimizer state: its local optimizer's state tensors with dim > 0]}.
+
 Floats are float32 values printed with 9 significant digits (they read back to the exact float32).
 
     /usr/bin/python3 sim/ddp_reference.py --world-size 3 --epochs 2 --dump-params out.json
@@ -89,6 +92,9 @@ def parser():
     ap.add_argument('--bucket-cap-mb', type=float, default=25.0)
     ap.add_argument('--no-sync', type=int, default=1)
     ap.add_argument('--init', choices=['same', 'per-rank'], default='same')
+    # torch.distributed.optim.ZeroRedundancyOptimizer over ddp.parameters() (its defaults), the same optimizer class
+    # and arguments; the dump then has "zero": each rank's partition (names) and optimizer state (floats).
+    ap.add_argument('--zero', type=bool_flag, default=False)
     ap.add_argument('--dump-params')
     return ap
 
@@ -258,10 +264,13 @@ def worker(rank, a, init_file, result_dir):
         ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers)
         if a.seed_per_rank:  # the training script's own seed per rank, after DDP(model)
             torch.manual_seed(a.seed + rank)
-        if a.optimizer == 'sgd':
-            opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum)
+        opt_class, kw = ((torch.optim.SGD, dict(lr=a.lr, momentum=a.momentum)) if a.optimizer == 'sgd'
+                         else (torch.optim.Adam, dict(lr=a.lr)))
+        if a.zero:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=opt_class, **kw)
         else:
-            opt = torch.optim.Adam(ddp.parameters(), lr=a.lr)
+            opt = opt_class(ddp.parameters(), **kw)
         loss_fn = F.mse_loss if a.loss == 'mse' else F.cross_entropy
 
         sampler = DistributedSampler(ds, num_replicas=ws, rank=rank, shuffle=a.shuffle, seed=a.sampler_seed,
@@ -302,6 +311,12 @@ def worker(rank, a, init_file, result_dir):
         if list(model.buffers()):
             doc['buffers'] = {k: (int(v) if v.dtype == torch.int64 else tensor_json(v))
                               for k, v in model.named_buffers()}
+        if a.zero:  # the partition as ZeroRedundancyOptimizer computed it, and this rank's local optimizer state
+            names = {id(p): k for k, p in model.named_parameters()}
+            doc['zero_partition'] = [[names[id(p)] for g in groups for p in g['params']]
+                                     for groups in opt._partition_parameters()]
+            doc['state_numel'] = sum(t.numel() for st in opt.optim.state.values() for t in st.values()
+                                     if torch.is_tensor(t) and t.dim() > 0)
         write_json_atomic(os.path.join(result_dir, f'rank{rank}.json'), doc)
     finally:
         dist.destroy_process_group()
@@ -344,6 +359,11 @@ def main(argv=None):
                'losses': [d['losses'] for d in ranks]}
         if 'buffers' in ranks[0]:
             doc['buffers'] = [d['buffers'] for d in ranks]
+        if a.zero:
+            if any(d['zero_partition'] != ranks[0]['zero_partition'] for d in ranks):
+                print('ddp_reference: the ranks computed different partitions', file=sys.stderr)
+                return 1
+            doc['zero'] = {'partition': ranks[0]['zero_partition'], 'state_numel': [d['state_numel'] for d in ranks]}
         if 'test_correct' in ranks[0]:
             doc['test_correct'] = [d['test_correct'] for d in ranks]
         if a.dump_params:

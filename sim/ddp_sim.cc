@@ -9,6 +9,7 @@
 #include "src/compare.h"
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
+#include "src/ddp/zero.h"
 #include "src/flags.h"
 #include "src/io.h"
 #include "src/parallel.h"
@@ -38,7 +39,10 @@ constexpr const char* kTail = R"(output:
 using namespace ddplab;
 
 int run(int argc, char** argv) {
-  if (gpt::wants_gpt(argc, argv)) return run_gpt_sim(argc, argv);  // its own flags: nanoGPT's
+  if (gpt::wants_gpt(argc, argv)) {
+    ddp::refuse_zero_for_gpt(argc, argv);
+    return run_gpt_sim(argc, argv);  // its own flags: nanoGPT's
+  }
   auto known = ddp::config_flag_names();
   for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps", "compute-gflops",
                         "dump-params", "quiet", "threads", "report"}) {
@@ -105,6 +109,12 @@ int run(int argc, char** argv) {
   }
   fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MB): {}\n",
              cfg.bucket_cap_mb, res.buckets_rebuilt);
+  if (cfg.zero) {  // where the optimizer state lives, rank by rank
+    std::vector<int64_t> state;
+    for (const auto& rep : res.replicas) state.push_back(rep->optimizer->state_numel());
+    const auto& zero = dynamic_cast<const ddp::ZeroRedundancyOptimizer&>(*res.replicas[0]->optimizer);
+    fmt::print("\n{}", ddp::zero_block(zero.params(), zero.partition(), state));
+  }
   if (!explanation.empty()) fmt::print("\n{}", explanation);
   const std::string tables = report_tables(cfg, res);
   fmt::print("\n{}", tables);

@@ -53,6 +53,12 @@ void SGD::step() {
   }
 }
 
+int64_t SGD::state_numel() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < momentum_buffer_.size(); ++i) n += has_buffer_[i] ? momentum_buffer_[i].size() : 0;
+  return n;
+}
+
 namespace {
 
 std::vector<Parameter*> flatten(const std::vector<AdamParamGroup>& groups) {
@@ -76,6 +82,12 @@ Adam::Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay)
       exp_avg_(params_.size()),
       exp_avg_sq_(params_.size()),
       steps_(params_.size(), 0) {}
+
+int64_t Adam::state_numel() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < exp_avg_.size(); ++i) n += exp_avg_[i].size() + exp_avg_sq_[i].size();
+  return n;
+}
 
 void Adam::step() {
   size_t i = 0;  // the parameter's index in params_ (and its state's)

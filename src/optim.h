@@ -14,6 +14,9 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual void step() = 0;
+  // Floats of optimizer state held now: torch's state tensors with dim > 0 (momentum buffers, Adam's
+  // moments; not Adam's 0-dim step), allocated at a parameter's first step as torch allocates them.
+  virtual int64_t state_numel() const { return 0; }
   void zero_grad(bool set_to_none = true) {
     for (Parameter* p : params_) p->zero_grad(set_to_none);
   }
@@ -39,6 +42,7 @@ class SGD : public Optimizer {
   //   d_p = nesterov ? d_p + momentum * buf : buf;  p = p - lr * d_p.
   // Each "a + alpha * b" is one fused multiply-add, as PyTorch's vectorized add kernel computes it.
   void step() override;
+  int64_t state_numel() const override;
 
  private:
   SGDOptions options_;
@@ -72,6 +76,7 @@ class Adam : public Optimizer {
   // parameter group").
   explicit Adam(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), false) {}
   void step() override;
+  int64_t state_numel() const override;
 
  protected:
   Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay);

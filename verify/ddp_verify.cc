@@ -13,6 +13,7 @@
 
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
+#include "src/ddp/zero.h"
 #include "src/flags.h"
 #include "src/io.h"
 #include "src/launch/run_flags.h"
@@ -106,6 +107,10 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
   std::vector<int64_t> test_correct(static_cast<size_t>(env.world_size));
   comm->all_gather(&mine.test_correct, sizeof(int64_t), test_correct.data());
   if (mine.test_correct < 0) test_correct.clear();  // not --dataset digits (every rank alike)
+  // --zero: every rank's optimizer state (floats), for the ZeroRedundancyOptimizer block.
+  const int64_t my_state = mine.replica->optimizer->state_numel();
+  std::vector<int64_t> state_numel(static_cast<size_t>(env.world_size));
+  if (cfg.zero) comm->all_gather(&my_state, sizeof(int64_t), state_numel.data());
   // Every rank logs as many batches (DistributedSampler gives each the same number of samples).
   std::vector<float> my_losses;
   for (const auto& l : mine.log) my_losses.push_back(l.loss);
@@ -228,6 +233,14 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
                               sim.test_size, pct(test_correct[r]), s, sim.test_size, pct(s));
       }
     }
+    if (cfg.zero) {  // the real ranks' shards and state, and whether the simulator's ranks hold the same
+      const auto& zero = dynamic_cast<const ddp::ZeroRedundancyOptimizer&>(*mine.replica->optimizer);
+      report += "\n" + ddp::zero_block(zero.params(), zero.partition(), state_numel);
+      std::vector<int64_t> sim_state;
+      for (const auto& rep : sim.replicas) sim_state.push_back(rep->optimizer->state_numel());
+      report += fmt::format("the simulator's ranks hold the same state per rank: {}\n", sim_state == state_numel);
+      ok = ok && sim_state == state_numel;
+    }
     const char* params_only = buffers_equal ? "" : "'s parameters";
     report += ok ? fmt::format("\nverified: every rank{} bitwise identical; the simulator agrees (see exact above)\n",
                                params_only)
@@ -278,7 +291,10 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
 }
 
 int run(int argc, char** argv) {
-  if (gpt::wants_gpt(argc, argv)) return run_gpt_verify(argc, argv);  // its own flags: nanoGPT's
+  if (gpt::wants_gpt(argc, argv)) {
+    ddp::refuse_zero_for_gpt(argc, argv);
+    return run_gpt_verify(argc, argv);  // its own flags: nanoGPT's
+  }
   auto known = ddp::config_flag_names();
   for (const auto& f : dist::runner_flag_names()) known.insert(f);
   for (const char* f : {"dump-params", "quiet", "threads", "report"}) known.insert(f);

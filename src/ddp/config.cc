@@ -205,6 +205,12 @@ const std::vector<FlagSpec>& flag_table() {
                   "  --kernels {choices}  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that "
                   "a GPU\n"
                   "                            (ddp_verify --backend nccl) reproduces bit for bit [{def}]\n"),
+      {"zero",
+       "  --zero true|false         the optimizer as torch's ZeroRedundancyOptimizer: each rank keeps state for and\n"
+       "                            steps its shard of the parameters, then broadcasts it (same bits as plain) "
+       "[{def}]\n",
+       [](const Flags& f, Config& c) { c.zero = f.get_bool("zero", c.zero); },
+       [](const Config& c) { return std::string(c.zero ? "true" : "false"); }, true},
   };
   return table;
 }
@@ -336,6 +342,7 @@ std::string describe(const Config& c) {
   std::string extra;
   if (c.seed_per_rank) extra += " | seed_per_rank";
   if (!c.broadcast_buffers) extra += " | broadcast_buffers=false";
+  if (c.zero) extra += " | ZeroRedundancyOptimizer";
   return fmt::format(
       "world_size={} | {} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
       "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}{}",

@@ -62,6 +62,7 @@ struct Config {
   int64_t no_sync = 1;  // all-reduce every K micro-batches
   collective::Algorithm allreduce = collective::Algorithm::ring;
   Kernels kernels = Kernels::fast;  // Linear's products: OpenBLAS (PyTorch's calls) or fixed-order loops
+  bool zero = false;  // the optimizer as torch's ZeroRedundancyOptimizer (src/ddp/zero.h): state sharded by rank
   // Not a DDP flag (not in the flag table, to_args or the ranks' agreement): the simulator's threads,
   // --threads (threads_from_flags in src/parallel.h). No result depends on it. 0: every available core.
   int threads = 0;

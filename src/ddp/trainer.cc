@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "src/ddp/bucket_sync.h"
+#include "src/ddp/zero.h"
 #include "src/model/spec.h"
 #include "src/progress.h"
 
@@ -60,16 +61,27 @@ Sequential make_model(const Config& cfg, int64_t rank, Generator& gen) {
   return m;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Module& model) {
+namespace {
+
+std::unique_ptr<Optimizer> optimizer_over(const Config& cfg, std::vector<Parameter*> params) {
   if (cfg.optimizer == OptimizerKind::adam) {
     AdamOptions o;
     o.lr = cfg.lr;
-    return std::make_unique<Adam>(model.parameters(), o);
+    return std::make_unique<Adam>(std::move(params), o);
   }
   SGDOptions o;
   o.lr = cfg.lr;
   o.momentum = cfg.momentum;
-  return std::make_unique<SGD>(model.parameters(), o);
+  return std::make_unique<SGD>(std::move(params), o);
+}
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Module& model, int64_t rank) {
+  if (!cfg.zero || rank < 0) return optimizer_over(cfg, model.parameters());
+  return std::make_unique<ZeroRedundancyOptimizer>(
+      model.parameters(), cfg.world_size, rank,
+      [&cfg](std::vector<Parameter*> shard) { return optimizer_over(cfg, std::move(shard)); });
 }
 
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx) {
@@ -81,7 +93,7 @@ LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& dat
 Replica::Replica(const Config& c, int64_t r)
     : rank(r),
       model(make_model(c, r, gen)),
-      optimizer(make_optimizer(c, model)),
+      optimizer(make_optimizer(c, model, r)),
       sampler(c.dataset_size(), c.world_size, r, c.shuffle, c.sampler_seed, c.drop_last),
       loader(sampler, c.batch_size, c.loader_drop_last, gen),
       cfg(c) {}
@@ -104,7 +116,7 @@ Replica::Replica(const Config& c, int64_t r, const Replica& like)
     : rank(r),
       gen(like.gen),
       model(undrawn_model(c, gen)),
-      optimizer(make_optimizer(c, model)),
+      optimizer(make_optimizer(c, model, r)),
       sampler(c.dataset_size(), c.world_size, r, c.shuffle, c.sampler_seed, c.drop_last),
       loader(sampler, c.batch_size, c.loader_drop_last, gen),
       cfg(c) {
@@ -205,7 +217,8 @@ void init_ddp(const Config& cfg, Replica& rep, const std::function<void(Replica&
 }
 
 TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
-                    const SyncFn& sync, const BufferSyncFn& sync_buffers, ThreadPool* pool, bool progress) {
+                    const SyncFn& sync, const BufferSyncFn& sync_buffers, ThreadPool* pool, bool progress,
+                    const StepFn& after_step) {
   TrainLog out;
   auto& sampler_indices = out.sampler_indices;
   // What one item of parallel work costs, for parallel_for: a replica's forward and backward (~6 flops per
@@ -255,6 +268,7 @@ TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Re
         all[k]->optimizer->step();
         all[k]->optimizer->zero_grad(true);
       });
+      if (after_step) after_step(local);
       ++out.optimizer_steps;
     }
   }
@@ -290,10 +304,20 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
   rep.reducer->set_backend_averages(cfg.average == Average::avg && comm.native_avg());
   HostSyncOps ops(rep.model.parameters(), comm);
   const SyncFn sync = [&](const std::vector<Reducer*>& reducers) { sync_buckets(*reducers[0], ops); };
+  StepFn after_step;
+  if (cfg.zero) {  // ZeroRedundancyOptimizer._sync_params: each parameter from its owner, over the communicator
+    after_step = [&](const std::vector<Replica*>&) {
+      const auto& zero = dynamic_cast<const ZeroRedundancyOptimizer&>(*rep.optimizer);
+      zero_sync_params(zero.partition(), [&](size_t i, int64_t owner) {
+        Parameter& p = *zero.params()[i];
+        comm.broadcast(p.data(), static_cast<size_t>(p.numel()), static_cast<int>(owner));
+      });
+    };
+  }
   const auto t0 = std::chrono::steady_clock::now();
   TrainLog trained = run_epochs(
       cfg, data, {&rep}, nullptr, sync, [&](const std::vector<Replica*>& local) { broadcast_buffers(*local[0]); },
-      nullptr, comm.rank() == 0);
+      nullptr, comm.rank() == 0, after_step);
   res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
@@ -332,6 +356,8 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   }
   // The single device takes the ranks' batches concatenated; its own sampler and loader go unused.
   if (single_device && cfg.seed_per_rank) res.single_device->gen.manual_seed(cfg.seed);  // as rank 0
+  // The single device is one model with the plain optimizer, whatever the ranks shard.
+  if (single_device && cfg.zero) res.single_device->optimizer = make_optimizer(cfg, res.single_device->model);
   res.buckets_first = res.replicas[0]->reducer->describe();
 
   int64_t sync_count = 0;
@@ -353,7 +379,19 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   const BufferSyncFn sync_buffers = [](const std::vector<Replica*>& ranks) {
     for (size_t r = 1; r < ranks.size(); ++r) copy_buffers(ranks[0]->model, ranks[r]->model);
   };
-  TrainLog trained = run_epochs(cfg, data, local, res.single_device.get(), sync, sync_buffers, &pool, true);
+  StepFn after_step;
+  if (cfg.zero) {  // ZeroRedundancyOptimizer._sync_params: each rank takes each parameter's bits from its owner
+    after_step = [](const std::vector<Replica*>& ranks) {
+      const auto& zero = dynamic_cast<const ZeroRedundancyOptimizer&>(*ranks[0]->optimizer);
+      zero_sync_params(zero.partition(), [&](size_t i, int64_t owner) {
+        const Parameter& src = *ranks[static_cast<size_t>(owner)]->model.parameters()[i];
+        for (Replica* r : ranks) {
+          if (r->rank != owner) r->model.parameters()[i]->value = src.value;
+        }
+      });
+    };
+  }
+  TrainLog trained = run_epochs(cfg, data, local, res.single_device.get(), sync, sync_buffers, &pool, true, after_step);
   res.sampler_indices = std::move(trained.sampler_indices);
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;

@@ -30,7 +30,9 @@ Dataset make_dataset(const Config& cfg, Generator& gen, Dataset* test = nullptr)
 // manual_seed(seed) (or seed + rank with --init per-rank; or, with --init continue, the draws right after
 // the dataset's), then the model: the MLP with state_dict names layers.N, or the --model spec's layers.
 Sequential make_model(const Config& cfg, int64_t rank, Generator& gen);
-std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Module& model);
+// SGD or Adam over the model's parameters; with cfg.zero and a rank (>= 0), that rank's
+// ZeroRedundancyOptimizer (src/ddp/zero.h) over the same parameters, the same optimizer on its shard.
+std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Module& model, int64_t rank = -1);
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx);
 
 // Whether every rank's model initialisation draws the same values (--init same or continue: every rank
@@ -140,9 +142,11 @@ struct TrainLog {
 };
 // `sync_buffers` runs DDP's buffer broadcast over the local replicas when syncs_buffers_before says so.
 using BufferSyncFn = std::function<void(const std::vector<Replica*>&)>;
+// `after_step` (--zero) runs once every local replica has stepped: ZeroRedundancyOptimizer's broadcast.
+using StepFn = std::function<void(const std::vector<Replica*>&)>;
 TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
                     const SyncFn& sync, const BufferSyncFn& sync_buffers, ThreadPool* pool = nullptr,
-                    bool progress = false);
+                    bool progress = false, const StepFn& after_step = nullptr);
 
 // DDP(model) for one replica: with cfg.broadcast, `broadcast(rep)` gives it rank 0's parameters; then its
 // Reducer. simulate() copies from replica 0; train_rank() broadcasts over the communicator.

@@ -37,6 +37,9 @@ inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
   if (cfg.loss != ddp::LossKind::mse) {
     return "--backend nccl keeps the model on the GPU for --loss mse only (got " + ddp::loss_name(cfg.loss) + ")";
   }
+  if (cfg.zero) {  // src/ddp/zero.h steps host parameters; the device graph has no sharded optimizer
+    return "--zero true (ZeroRedundancyOptimizer) runs on --backend gloo and in ddp_sim, not --backend nccl";
+  }
   return "";
 }
 

@@ -39,6 +39,16 @@ CONFIGS = {
                              'flatten,linear(64,32),layernorm(32),gelu,linear(32,10)', '--loss', 'ce',
                              '--optimizer', 'adam', '--lr', '0.01', '--batch-size', '16', '--epochs', '1'],
 }
+# torch.distributed.optim.ZeroRedundancyOptimizer (issue 18): the MLP and the CNN, SGD with momentum and Adam, world
+# sizes 2 and 3; the dumps add "zero": the partition (names per rank) and each rank's optimizer-state floats.
+ZERO_MLP = ['--layers', '32,64,64,10', '--activation', 'relu', '--samples', '48', '--batch-size', '8']
+ZERO_CNN = CNN[:-4] + ['--batch-size', '64', '--epochs', '1']
+for ws in ('2', '3'):
+    for model, common in (('mlp', ZERO_MLP), ('cnn', ZERO_CNN)):
+        CONFIGS[f'zero_{model}_sgd_ws{ws}'] = (['--world-size', ws, '--zero', 'true', '--lr', '0.05', '--momentum', '0.9']
+                                              + common)
+        CONFIGS[f'zero_{model}_adam_ws{ws}'] = (['--world-size', ws, '--zero', 'true', '--optimizer', 'adam', '--lr',
+                                                 '0.002'] + common)
 
 
 def write_json(path, doc):
