@@ -65,7 +65,9 @@ TEST(ModelDdp, CnnOnDigitsIsBitwiseTorchDdp) {
           testing::match(rank + " losses", testing::floats(sim["losses"][r]), testing::floats(torch["losses"][r]));
       EXPECT_EQ(m.equal, m.total) << rank << ": losses are not bitwise torch's";
     }
-    EXPECT_EQ(sim["test_correct"], torch["test_correct"]) << name << ": test predictions differ";
+    // Only the digits have a test set (the zero_mlp_* configs train on random data): absent in both then.
+    EXPECT_EQ(sim.value("test_correct", json()), torch.value("test_correct", json()))
+        << name << ": test predictions differ";
   }
 }
 
