@@ -32,8 +32,8 @@ Seed notebook 004 in C++: every section, 2 ranks by default.
   --part all|dp|ddp|lightning|model|tensor|zero   one section [all]
   --notebook-bugs           tensor parallelism as the notebook wrote it: all_reduce(async_op=True), never waited
   --dp-devices N            DataParallel devices [2]
-  --dump FILE               tensors of the DataParallel and tensor-parallel sections, and under "ddp" every
-                            rank's seed, loss, initial and final parameters of DDP basic (JSON)
+  --dump FILE               tensors of the DataParallel, tensor-parallel and ZeRO sections, and under "ddp"
+                            every rank's seed, loss, initial and final parameters of DDP basic (JSON)
 )";
 
 std::map<std::string, std::vector<float>> g_dump;  // rank 0's sections' tensors
@@ -180,7 +180,7 @@ int body(const Flags& flags, const Parts& parts, comm::Communicator& c) {
     if (auto s = lab004::row_parallel(c); r0) lab004::print(keep(s));
   }
   if (want("zero")) {
-    if (auto s = lab004::zero(c); r0) lab004::print(lab004::render(s));
+    if (auto s = lab004::zero(c); r0) lab004::print(keep(s));
   }
   if (r0 && flags.has("dump")) {
     std::vector<std::string> items;

@@ -1,10 +1,13 @@
 #include "notebooks_ported/004_parallelism/parallel.h"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include <fmt/format.h>
 
 #include "notebooks_ported/lab/lab_report.h"
+#include "src/ddp/zero.h"
 #include "src/kernels.h"
 #include "src/loss.h"
 #include "src/nn.h"
@@ -245,23 +248,10 @@ Section row_parallel(comm::Communicator& c) {
 Section zero(comm::Communicator& c) {
   const int n = c.world_size(), r = c.rank();
   const std::vector<int64_t> sizes = {8, 16, 4};
-  const auto flat = [](MLP& m) {
-    std::vector<float> v;
-    for (Parameter* p : m.parameters()) v.insert(v.end(), p->data(), p->data() + p->numel());
-    return v;
-  };
   const auto flat_grad = [](MLP& m) {
     std::vector<float> v;
     for (Parameter* p : m.parameters()) v.insert(v.end(), p->grad.data(), p->grad.data() + p->numel());
     return v;
-  };
-  const auto unflat = [](MLP& m, const std::vector<float>& v) {
-    size_t o = 0;
-    for (Parameter* p : m.parameters()) {
-      std::copy(v.begin() + static_cast<std::ptrdiff_t>(o), v.begin() + static_cast<std::ptrdiff_t>(o + p->numel()),
-                p->data());
-      o += static_cast<size_t>(p->numel());
-    }
   };
   Generator g(kDefaultSeed);
   const MLP init({8, 16, 4}, true, {"layers.0", "layers.2"}, g);
@@ -295,46 +285,56 @@ Section zero(comm::Communicator& c) {
     }
     ddp_opt.step();
   }
-  // ZeRO: rank r owns the flat range [r*shard, (r+1)*shard): its Adam moments, gradient and parameters.
+  // ZeRO-1 as torch's ZeroRedundancyOptimizer (src/ddp/zero.h): whole parameters partitioned by size, each rank
+  // keeps Adam's moments for its own and steps them, then every parameter is broadcast from its owner.
   MLP zmodel = init;
-  const size_t P = flat(zmodel).size(), shard = (P + static_cast<size_t>(n) - 1) / static_cast<size_t>(n);
-  const size_t lo = std::min(P, static_cast<size_t>(r) * shard), hi = std::min(P, lo + shard);
-  Parameter mine;
-  mine.name = "shard";
-  mine.value = Matrix::Zero(static_cast<Eigen::Index>(shard), 1);
-  const auto params0 = flat(zmodel);
-  std::copy(params0.begin() + static_cast<std::ptrdiff_t>(lo), params0.begin() + static_cast<std::ptrdiff_t>(hi),
-            mine.data());
-  Adam zopt({&mine}, ao);
+  const std::vector<Parameter*> zparams = zmodel.parameters();
+  ddp::ZeroRedundancyOptimizer zopt(
+      zparams, n, r, [&](std::vector<Parameter*> shard) { return std::make_unique<Adam>(std::move(shard), ao); });
   for (int step = 0; step < 3; ++step) {
-    // Stage 3 gathers the parameters before forward; stages 1 and 2 already hold them all.
-    const auto gflat = averaged(zmodel, step);  // reduce-scatter = the ring all-reduce's first half
-    mine.grad = Matrix::Zero(static_cast<Eigen::Index>(shard), 1);
-    std::copy(gflat.begin() + static_cast<std::ptrdiff_t>(lo), gflat.begin() + static_cast<std::ptrdiff_t>(hi),
-              mine.grad.data());
-    mine.has_grad = true;
+    const auto gflat = averaged(zmodel, step);  // DDP's averaged gradient, whole on every rank
+    size_t o = 0;
+    for (Parameter* p : zparams) {
+      std::copy(gflat.begin() + static_cast<std::ptrdiff_t>(o),
+                gflat.begin() + static_cast<std::ptrdiff_t>(o + p->numel()), p->grad.data());
+      o += static_cast<size_t>(p->numel());
+    }
     zopt.step();  // Adam on my shard only
-    std::vector<float> all(shard * static_cast<size_t>(n));
-    c.all_gather(mine.data(), shard * sizeof(float), all.data());  // everyone gets the updated parameters
-    all.resize(P);
-    unflat(zmodel, all);
+    ddp::zero_sync_params(zopt.partition(), [&](size_t i, int64_t owner) {
+      c.broadcast(zparams[i]->data(), static_cast<size_t>(zparams[i]->numel()), static_cast<int>(owner));
+    });
   }
+  const int64_t my_state = zopt.state_numel();
+  std::vector<int64_t> state(static_cast<size_t>(n));
+  c.all_gather(&my_state, sizeof my_state, state.data());
   Section s;
-  s.title = fmt::format("ZeRO (optimizer state, gradients, parameters sharded over {} ranks) vs DDP, Adam, 3 steps", n);
+  s.title = fmt::format(
+      "ZeRO-1 as torch's ZeroRedundancyOptimizer (Adam state sharded over {} ranks) vs DDP + Adam, "
+      "3 steps",
+      n);
   if (r != 0) return s;
-  const auto pz = zmodel.parameters();
   const auto pd = ddp.parameters();
-  for (size_t i = 0; i < pz.size(); ++i)
-    s.rows.push_back(cmp(pz[i]->name, pz[i]->data(), pd[i]->data(), pz[i]->numel()));
-  const double Pd = static_cast<double>(P), sh = static_cast<double>(shard);
+  for (size_t i = 0; i < zparams.size(); ++i) {
+    s.rows.push_back(cmp(zparams[i]->name, zparams[i]->data(), pd[i]->data(), zparams[i]->numel()));
+    s.tensors["zero." + zparams[i]->name] =
+        std::vector<float>(zparams[i]->data(), zparams[i]->data() + zparams[i]->numel());
+  }
+  s.tensors["zero.state_numel"] = std::vector<float>(state.begin(), state.end());
+  int64_t P = 0;
+  for (const Parameter* p : zparams) P += p->numel();
+  const int64_t most = *std::max_element(state.begin(), state.end());
+  const double Pd = static_cast<double>(P), sh = std::ceil(Pd / n);
   s.note = fmt::format(
-      "Bitwise DDP's: Adam is element by element, and each element sees the same averaged gradient. What\n"
-      "changes is memory per rank, in floats (P = {} parameters):\n"
+      "Bitwise DDP's: each parameter is stepped by one rank with DDP's averaged gradient and Adam's formulas, and\n"
+      "the broadcast copies bits.\n{}"
+      "Memory per rank, in floats (P = {} parameters; ZeRO-1 as partitioned above, its largest rank; ZeRO-2 and 3\n"
+      "as an even split of the flat gradients and parameters, which ZeroRedundancyOptimizer does not shard):\n"
       "  DDP     params {:>6} + grads {:>6} + Adam state {:>6} = {:>6}\n"
       "  ZeRO-1  params {:>6} + grads {:>6} + Adam state {:>6} = {:>6}\n"
       "  ZeRO-2  params {:>6} + grads {:>6} + Adam state {:>6} = {:>6}\n"
       "  ZeRO-3  params {:>6} + grads {:>6} + Adam state {:>6} = {:>6}   (parameters all-gathered per use)\n",
-      P, Pd, Pd, 2 * Pd, 4 * Pd, Pd, Pd, 2 * sh, 2 * Pd + 2 * sh, Pd, sh, 2 * sh, Pd + 3 * sh, sh, sh, 2 * sh, 4 * sh);
+      ddp::zero_block(zparams, zopt.partition(), state), P, Pd, Pd, 2 * Pd, 4 * Pd, Pd, Pd, static_cast<double>(most),
+      2 * Pd + static_cast<double>(most), Pd, sh, 2 * sh, Pd + 3 * sh, sh, sh, 2 * sh, 4 * sh);
   return s;
 }
 

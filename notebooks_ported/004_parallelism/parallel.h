@@ -36,9 +36,11 @@ Section model_parallel(comm::Communicator& c);
 Section column_parallel(comm::Communicator& c, bool async_race);
 Section row_parallel(comm::Communicator& c);
 
-// ZeRO stages 1-3 with Adam against DDP + Adam: optimizer state (1), gradients (2) and parameters (3)
-// sharded over the ranks. The arithmetic per element is DDP's, so the result is bitwise DDP's; what
-// changes is the memory each rank holds, printed per stage.
+// ZeRO-1 as torch's ZeroRedundancyOptimizer (src/ddp/zero.h) with Adam against DDP + Adam: each rank keeps
+// and steps the state of its partition, then broadcasts it. The arithmetic per element is DDP's, so the result
+// is bitwise DDP's (and torch's ZeroRedundancyOptimizer's: reference.py --zero); what changes is the memory each
+// rank holds: the partition and state per rank, and the memory of stages 1-3. Tensors: "zero.<name>" (rank 0's
+// final parameters) and "zero.state_numel" (Adam's state floats per rank).
 Section zero(comm::Communicator& c);
 
 }  // namespace ddplab::lab004

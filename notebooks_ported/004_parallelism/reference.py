@@ -12,6 +12,8 @@
     --notebook-seeding seeds nothing, as the notebook (each rank its own random seed); --rank-seeds S0,S1,...
     seeds rank r with Sr (to replay the lab's --notebook-seeding run). Under "ddp": every rank's seed, loss,
     initial (before DDP) and final parameters.
+  - With --zero: the ZeRO section as torch's ZeroRedundancyOptimizer (Adam) runs it on --world-size gloo
+    processes: "zero.<name>" rank 0's final parameters, "zero.state_numel" Adam's state floats per rank.
 Writes every tensor as JSON with --dump FILE; keys match the lab's --dump.
 
     /usr/bin/python3 notebooks_ported/004_parallelism/reference.py --world-size 2 --dp-devices 2 --dump out.json
@@ -94,6 +96,39 @@ def demo_basic(rank, world_size, seeds, init_file, out_dir):
                                 'params': {n: f32(p) for n, p in model.state_dict().items()}})
 
 
+def zero_part(rank, world_size, init_file, out_dir):
+    """ZeRO-1 as torch's ZeroRedundancyOptimizer, as the lab's zero section runs it: an 8-16-ReLU-4 MLP seeded
+    67280421310721, each rank's own 3 batches (Generator seeded 1000 + rank: randn(8, 8), randn(8, 4) per step),
+    DDP's averaged gradient (grad * (1/n) then a SUM all-reduce of the flat gradients), Adam(lr 0.01)."""
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', init_method='file://' + init_file, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=60))
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    torch.manual_seed(67280421310721)
+    model = nn.Module()
+    model.layers = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    g = torch.Generator()
+    g.manual_seed(1000 + rank)
+    batches = [(torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g)) for _ in range(3)]
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optim.Adam, lr=0.01)
+    params = list(model.parameters())
+    for x, y in batches:
+        opt.zero_grad()
+        F.mse_loss(model.layers(x), y).backward()
+        flat = torch.cat([p.grad.flatten() for p in params]) * (1.0 / world_size)
+        dist.all_reduce(flat)
+        o = 0
+        for p in params:
+            p.grad.copy_(flat[o:o + p.numel()].view_as(p))
+            o += p.numel()
+        opt.step()
+    names = {id(p): n for n, p in model.named_parameters()}
+    state = sum(t.numel() for st in opt.optim.state.values() for t in st.values() if torch.is_tensor(t) and t.dim() > 0)
+    finish_rank(rank, out_dir, {'params': {n: f32(p) for n, p in model.named_parameters()}, 'state_numel': state,
+                                'partition': [[names[id(p)] for grp in groups for p in grp['params']]
+                                              for groups in opt._partition_parameters()]})
+
+
 def tp_data(out, inp):
     g = torch.Generator()
     g.manual_seed(2024)
@@ -124,6 +159,7 @@ if __name__ == '__main__':
     ap.add_argument('--ddp', action='store_true', help='also run demo_basic under DDP')
     ap.add_argument('--notebook-seeding', action='store_true', help='--ddp with no manual_seed: each rank its own')
     ap.add_argument('--rank-seeds', help='--ddp with manual_seed(Sr) on rank r: S0,S1,...')
+    ap.add_argument('--zero', action='store_true', help="also run the ZeRO part with ZeroRedundancyOptimizer")
     ap.add_argument('--dump')
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -140,6 +176,15 @@ if __name__ == '__main__':
             ddp_file = os.path.join(d, 'ddp.json')
             spawn_ranks(demo_basic, a.world_size, (a.world_size, seeds), ddp_file)
             doc['ddp'] = json.load(open(ddp_file))
+    if a.zero:
+        with tempfile.TemporaryDirectory() as d:
+            zero_file = os.path.join(d, 'zero.json')
+            spawn_ranks(zero_part, a.world_size, (a.world_size,), zero_file)
+            ranks = json.load(open(zero_file))['ranks']
+        doc.update({'zero.' + n: v for n, v in ranks[0]['params'].items()})
+        doc['zero.state_numel'] = [float(r['state_numel']) for r in ranks]
+        print('ZeroRedundancyOptimizer partition:', ranks[0]['partition'], 'state per rank:',
+              [r['state_numel'] for r in ranks])
     if a.dump:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.dump)))
         with os.fdopen(fd, 'w') as f:
