@@ -95,6 +95,10 @@ def parser():
     # torch.distributed.optim.ZeroRedundancyOptimizer over ddp.parameters() (its defaults), the same optimizer class
     # and arguments; the dump then has "zero": each rank's partition (names) and optimizer state (floats).
     ap.add_argument('--zero', type=bool_flag, default=False)
+    ap.add_argument('--comm-hook', choices=['none', 'allreduce', 'fp16-compress', 'bf16-compress', 'powersgd', 'noop'],
+                    default='none')
+    ap.add_argument('--powersgd-rank', type=int, default=1)
+    ap.add_argument('--powersgd-start-iter', type=int, default=2)
     ap.add_argument('--dump-params')
     return ap
 
@@ -252,6 +256,20 @@ def write_json_atomic(path, doc):
         raise
 
 
+def register_comm_hook(ddp, a):
+    """--comm-hook: DDP.register_comm_hook with torch's own hooks (ddp_comm_hooks), before the first forward."""
+    from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks, powerSGD_hook
+    if a.comm_hook == 'powersgd':
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
+                                            start_powerSGD_iter=a.powersgd_start_iter)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return
+    hooks = {'allreduce': default_hooks.allreduce_hook, 'fp16-compress': default_hooks.fp16_compress_hook,
+             'bf16-compress': default_hooks.bf16_compress_hook, 'noop': debugging_hooks.noop_hook}
+    if a.comm_hook in hooks:
+        ddp.register_comm_hook(None, hooks[a.comm_hook])
+
+
 def worker(rank, a, init_file, result_dir):
     torch.set_num_threads(1)
     ws = a.world_size
@@ -262,6 +280,7 @@ def worker(rank, a, init_file, result_dir):
         torch.manual_seed(a.seed + rank if a.init == 'per-rank' else a.seed)
         model = build_model(a)
         ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers)
+        register_comm_hook(ddp, a)
         if a.seed_per_rank:  # the training script's own seed per rank, after DDP(model)
             torch.manual_seed(a.seed + rank)
         opt_class, kw = ((torch.optim.SGD, dict(lr=a.lr, momentum=a.momentum)) if a.optimizer == 'sgd'

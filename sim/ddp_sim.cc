@@ -6,19 +6,19 @@
 
 #include <fmt/format.h>
 
+#include "sim/gpt_sim.h"
 #include "src/compare.h"
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
 #include "src/ddp/zero.h"
 #include "src/flags.h"
+#include "src/gpt/train.h"
 #include "src/io.h"
 #include "src/parallel.h"
 #include "src/report/explain.h"
 #include "src/report/html_report.h"
 #include "src/report/report.h"
 #include "src/report/timeline.h"
-#include "sim/gpt_sim.h"
-#include "src/gpt/train.h"
 
 namespace {
 
@@ -76,6 +76,7 @@ int run(int argc, char** argv) {
     }
   }
 
+  cfg.compare_hook = explain || !report_path.empty();
   fmt::print("ddp_sim: {}\n", ddp::describe(cfg));
   std::string explanation;
   report::ReportData page;
@@ -116,6 +117,9 @@ int run(int argc, char** argv) {
     fmt::print("\n{}", ddp::zero_block(zero.params(), zero.partition(), state));
   }
   if (!explanation.empty()) fmt::print("\n{}", explanation);
+  std::string hook_table;
+  if (!res.hook_reports.empty()) hook_table = ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports);
+  if (!hook_table.empty()) fmt::print("\n{}", hook_table);
   const std::string tables = report_tables(cfg, res);
   fmt::print("\n{}", tables);
 
@@ -141,6 +145,7 @@ int run(int argc, char** argv) {
     page.config = ddp::describe(cfg);
     report::add_simulation(page, cfg, res);
     page.notes.push_back(tables);
+    if (!hook_table.empty()) page.notes.push_back(hook_table);
     if (cfg.is_mlp()) page.timing = report::timing_of(build_timeline(cfg, cost), cfg.world_size);
     if (std::string why = write_file_atomic(report_path, report::render_html(page)); !why.empty()) {
       std::fprintf(stderr, "ddp_sim: --report: %s\n", why.c_str());

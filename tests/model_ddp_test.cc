@@ -12,17 +12,9 @@
 namespace ddplab {
 namespace {
 
+using testing::expect_bitwise;
 using testing::json;
-
-json sim_dump(std::vector<std::string> args) {
-  const std::string out = testing::temp_dir() + "/dump.json";
-  args.insert(args.begin(), "sim/ddp_sim");
-  for (const char* a : {"--quiet", "--dump-params"}) args.push_back(a);
-  args.push_back(out);
-  const testing::CommandResult r = testing::run_command(args);
-  EXPECT_EQ(r.status, 0) << r.err;
-  return testing::load_json(out);
-}
+using testing::sim_dump;
 
 // The line of `text` that starts at the first `start`.
 std::string line_with(const std::string& text, const std::string& start) {
@@ -34,19 +26,6 @@ std::string fmt_pct(int64_t correct) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", 100.0 * static_cast<double>(correct) / 297.0);
   return buf;
-}
-
-// Every float of every named tensor in `want` equal in bits to `got`'s (num_batches_tracked is an int).
-void expect_bitwise(const std::string& label, const json& got, const json& want) {
-  for (const auto& [name, w] : want.items()) {
-    ASSERT_TRUE(got.contains(name)) << label << ": no " << name;
-    if (w.is_number_integer()) {
-      EXPECT_EQ(got[name], w) << label << " " << name;
-      continue;
-    }
-    const auto m = testing::match(label + " " + name, testing::floats(got[name]), testing::floats(w));
-    EXPECT_EQ(m.equal, m.total) << label << " " << name << " is not bitwise torch's";
-  }
 }
 
 TEST(ModelDdp, CnnOnDigitsIsBitwiseTorchDdp) {

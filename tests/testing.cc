@@ -1,5 +1,7 @@
 #include "tests/testing.h"
 
+#include <gtest/gtest.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -190,6 +192,28 @@ int64_t max_ulps(const std::vector<float>& got, const std::vector<float>& want) 
     worst = std::max(worst, std::abs(ordered(got[k]) - ordered(want[k])));
   }
   return worst;
+}
+
+json sim_dump(std::vector<std::string> args) {
+  const std::string out = temp_dir() + "/dump.json";
+  args.insert(args.begin(), "sim/ddp_sim");
+  for (const char* a : {"--quiet", "--dump-params"}) args.push_back(a);
+  args.push_back(out);
+  const CommandResult r = run_command(args);
+  EXPECT_EQ(r.status, 0) << r.err;
+  return load_json(out);
+}
+
+void expect_bitwise(const std::string& label, const json& got, const json& want) {
+  for (const auto& [name, w] : want.items()) {
+    ASSERT_TRUE(got.contains(name)) << label << ": no " << name;
+    if (w.is_number_integer()) {
+      EXPECT_EQ(got[name], w) << label << " " << name;
+      continue;
+    }
+    const auto m = match(label + " " + name, floats(got[name]), floats(w));
+    EXPECT_EQ(m.equal, m.total) << label << " " << name << " is not bitwise torch's";
+  }
 }
 
 }  // namespace ddplab::testing

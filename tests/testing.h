@@ -61,4 +61,10 @@ Bits print_bits(const std::string& label, const std::vector<float>& got, const s
 // as integers; +0 and -0 are 0 apart; a size mismatch or a NaN against a number counts as INT64_MAX).
 int64_t max_ulps(const std::vector<float>& got, const std::vector<float>& want);
 
+// `sim/ddp_sim ARGS --quiet --dump-params FILE` (the run must succeed), and the dump.
+json sim_dump(std::vector<std::string> args);
+// EXPECTs every float of every named tensor in `want` equal in bits to `got`'s (integers, such as
+// num_batches_tracked, equal as integers); `label` prefixes the failures and the printed match lines.
+void expect_bitwise(const std::string& label, const json& got, const json& want);
+
 }  // namespace ddplab::testing

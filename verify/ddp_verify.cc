@@ -15,6 +15,7 @@
 #include "src/ddp/trainer.h"
 #include "src/ddp/zero.h"
 #include "src/flags.h"
+#include "src/gpt/train.h"
 #include "src/io.h"
 #include "src/launch/run_flags.h"
 #include "src/launch/runner.h"
@@ -24,7 +25,6 @@
 #include "src/report/per_rank.h"
 #include "src/report/report.h"
 #include "src/report/timeline.h"
-#include "src/gpt/train.h"
 #include "verify/gpt_verify.h"
 
 namespace {
@@ -245,6 +245,7 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
     report += ok ? fmt::format("\nverified: every rank{} bitwise identical; the simulator agrees (see exact above)\n",
                                params_only)
                  : "\nNOT verified: a row above is not approximately equal, or ranks differ\n";
+    if (!mine.hook_reports.empty()) report += "\n" + ddp::format_hook_reports(cfg.comm_hook.name, mine.hook_reports);
     fmt::print("{}", report);
     verdict = ok ? 0.0f : 1.0f;
     if (!report_path.empty()) {
@@ -321,6 +322,12 @@ int run(int argc, char** argv) {
                                    collective::algorithm_name(cfg.allreduce)));
     }
     cfg.allreduce = collective::Algorithm::nccl_ring;
+  }
+  if (run.backend == dist::Backend::gloo && cfg.comm_hook.name == "bf16-compress") {
+    throw UsageError(
+        "--comm-hook bf16-compress does not run on Gloo: torch 1.13's register_comm_hook refuses it without "
+        "CUDA and NCCL (\"BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+.\") and "
+        "ProcessGroupGloo has no bfloat16 all-reduce; ddp_sim runs it");
   }
   if (run.backend == dist::Backend::nccl) {  // refused before any rank starts
     if (std::string why = dist::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);

@@ -5,12 +5,29 @@
 
 namespace ddplab::ddp {
 
-void sync_buckets(const Reducer& reducer, SyncOps& ops) {
+std::vector<HookReport> hook_buckets(Reducer& reducer, comm::Communicator& comm, float* flat, size_t num_buckets) {
+  std::vector<HookReport> reports;
+  for (size_t j = 0; j < std::min(reducer.num_buckets(), num_buckets); ++j) {
+    reducer.prepare_bucket(j, flat);
+    GradBucket g = reducer.grad_bucket(j, flat);
+    reports.push_back(reducer.comm_hook()->run(g, comm));
+    reports.back().numel = g.numel;
+    reducer.finalize_bucket(j, flat);
+  }
+  return reports;
+}
+
+std::vector<HookReport> sync_buckets(Reducer& reducer, SyncOps& ops, size_t num_buckets) {
+  if (reducer.comm_hook()) {
+    comm::Communicator* comm = ops.hook_comm();
+    if (!comm) throw RunError("a communication hook runs on host buffers: this trainer keeps its buckets elsewhere");
+    return hook_buckets(reducer, *comm, ops.bucket(reducer.max_bucket_numel()), num_buckets);
+  }
   const bool scale_in = reducer.scales_in();
   const float scale = reducer.prepare_scale();
   const auto ws = static_cast<float>(reducer.world_size());
   const comm::ReduceOp op = reducer.backend_averages() ? comm::ReduceOp::avg : comm::ReduceOp::sum;
-  for (size_t j = 0; j < reducer.num_buckets(); ++j) {
+  for (size_t j = 0; j < std::min(reducer.num_buckets(), num_buckets); ++j) {
     const Bucket& b = reducer.bucket(j);
     float* flat = ops.bucket(b.numel);
     for (size_t k = 0; k < b.params.size(); ++k) {
@@ -27,6 +44,7 @@ void sync_buckets(const Reducer& reducer, SyncOps& ops) {
       ops.copy(ops.grad(b.params[k]), flat + b.offsets[k], reducer.numel(b.params[k]));
     }
   }
+  return {};
 }
 
 float* HostSyncOps::grad(size_t param) {

@@ -32,11 +32,13 @@ struct GradBucket {
 // What one bucket's hook put on the wire, and (with --explain) how far its result is from the built-in
 // average of the same gradients.
 struct HookReport {
-  std::string sent;       // "float16 x 366610", "float32: 138 as is, P 1x64x1 + 1x64x1, Q ...", ...
-  size_t bytes = 0;       // bytes this rank contributed to the bucket's all-reduces
-  int64_t differ = -1;    // values that differ from the built-in average (-1: not compared)
-  int64_t max_ulps = 0;   // the largest difference, in float32 ulps
-  int64_t nonfinite = 0;  // inf or NaN results (float16 overflows): no bitwise claim is made for them
+  std::string sent;        // "float16 x 366610", "float32: 138 as is, P 1x64x1 + 1x64x1, Q ...", ...
+  size_t bytes = 0;        // bytes this rank contributed to the bucket's all-reduces
+  int64_t differ = -1;     // values that differ from the built-in average (-1: not compared)
+  int64_t max_ulps = 0;    // the largest difference, in float32 ulps (large near zero, where sums cancel)
+  float max_abs_diff = 0;  // the largest |hook - built-in|
+  int64_t nonfinite = 0;   // inf or NaN results (float16 overflows): no bitwise claim is made for them
+  size_t numel = 0;        // the bucket's values (set by the caller of run)
 };
 
 class CommHook {
@@ -63,6 +65,9 @@ const std::vector<std::string>& comm_hook_names();
 // One rank's hook (hooks keep per-rank state: PowerSGD's error feedback and warm-started Q), or null for
 // "none". Throws std::invalid_argument for an unknown name.
 std::unique_ptr<CommHook> make_comm_hook(const CommHookOptions& options);
+
+// The table ddp_sim and ddp_verify print: rank 0's buckets, step by step (the first steps and the last).
+std::string format_hook_reports(const std::string& hook, const std::vector<std::vector<HookReport>>& steps);
 
 // --explain: runs `inner`, then the built-in arithmetic (grad * float(1/ws), SUM all-reduce: one extra
 // collective on every rank) on a copy of the same raw gradients, and reports how the two differ.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/collective/allreduce.h"
+#include "src/ddp/comm_hook.h"
 #include "src/ddp/reducer.h"
 #include "src/flags.h"
 #include "src/kernels.h"
@@ -16,10 +17,10 @@
 namespace ddplab::ddp {
 
 // The choice flags, in the order of their names (loss_name() etc.): the value is the name's index.
-enum class LossKind { mse, ce, ce_probs };          // mse | ce | ce-probs
-enum class OptimizerKind { sgd, adam };             // sgd | adam
+enum class LossKind { mse, ce, ce_probs };             // mse | ce | ce-probs
+enum class OptimizerKind { sgd, adam };                // sgd | adam
 enum class DatasetKind { random, toy, rand, digits };  // random | toy | rand | digits
-enum class InitKind { same, per_rank, continue_ };  // same | per-rank | continue
+enum class InitKind { same, per_rank, continue_ };     // same | per-rank | continue
 
 const std::string& loss_name(LossKind k);
 const std::string& dataset_name(DatasetKind k);
@@ -61,18 +62,22 @@ struct Config {
   double bucket_cap_mb = 25.0;
   int64_t no_sync = 1;  // all-reduce every K micro-batches
   collective::Algorithm allreduce = collective::Algorithm::ring;
+  CommHookOptions comm_hook;        // --comm-hook and --powersgd-*: DDP.register_comm_hook
   Kernels kernels = Kernels::fast;  // Linear's products: OpenBLAS (PyTorch's calls) or fixed-order loops
   bool zero = false;  // the optimizer as torch's ZeroRedundancyOptimizer (src/ddp/zero.h): state sharded by rank
   // Not a DDP flag (not in the flag table, to_args or the ranks' agreement): the simulator's threads,
   // --threads (threads_from_flags in src/parallel.h). No result depends on it. 0: every available core.
   int threads = 0;
+  // Not a flag either: with a comm hook, also run the built-in averaging on the same gradients and report
+  // how each bucket's result differs (--explain, --report: one extra all-reduce per bucket).
+  bool compare_hook = false;
 
   int64_t dataset_size() const;  // the training set's: toy 5, digits 1500, else --samples
   bool is_mlp() const { return model == "mlp"; }
-  std::string model_spec() const;                // the layers, as a spec (the presets expanded)
-  std::vector<int64_t> sample_shape() const;     // one input sample's shape: {in}, or {1, 8, 8} for images
-  int64_t num_classes() const;                   // width of y / number of labels
-  int64_t num_samples_per_rank() const;  // DistributedSampler's num_samples
+  std::string model_spec() const;             // the layers, as a spec (the presets expanded)
+  std::vector<int64_t> sample_shape() const;  // one input sample's shape: {in}, or {1, 8, 8} for images
+  int64_t num_classes() const;                // width of y / number of labels
+  int64_t num_samples_per_rank() const;       // DistributedSampler's num_samples
 };
 
 constexpr int64_t kMaxWorldSize = 64;

@@ -59,7 +59,22 @@ size_t Reducer::max_bucket_numel() const {
 }
 
 bool Reducer::scales_in() const {
-  return !(average_ == Average::postdivide || (average_ == Average::avg && backend_averages_));
+  return !(hook_ || average_ == Average::postdivide || (average_ == Average::avg && backend_averages_));
+}
+
+GradBucket Reducer::grad_bucket(size_t b, float* flat) const {
+  const Bucket& bucket = buckets_[b];
+  GradBucket g;
+  g.index = b;
+  g.is_last = b + 1 == buckets_.size();
+  g.buffer = flat;
+  g.numel = bucket.numel;
+  g.offsets = bucket.offsets;
+  for (size_t i : bucket.params) {
+    g.shapes.push_back(params_[i]->shape);
+    g.names.push_back(params_[i]->name);
+  }
+  return g;
 }
 
 void Reducer::set_unused(std::vector<bool> local_unused, std::vector<bool> global_unused) {
@@ -113,7 +128,7 @@ void Reducer::finalize_bucket(size_t b, float* buf, collective::Span span) {
     const size_t i = bucket.params[j];
     Parameter& p = *params_[i];
     if (global_unused_[i]) continue;  // no rank used it: its .grad stays as it was (None stays None)
-    if (!p.has_grad) {  // locally unused, used elsewhere: the grad is created from the bucket
+    if (!p.has_grad) {                // locally unused, used elsewhere: the grad is created from the bucket
       p.grad = Matrix::Zero(p.value.rows(), p.value.cols());
       p.has_grad = true;
     }

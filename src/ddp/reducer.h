@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "src/collective/allreduce.h"
+#include "src/ddp/comm_hook.h"
 #include "src/tensor.h"
 
 namespace ddplab::ddp {
@@ -47,12 +49,21 @@ class Reducer {
   void set_backend_averages(bool v) { backend_averages_ = v; }
   bool backend_averages() const { return backend_averages_; }
 
+  // DDP.register_comm_hook: from now on every bucket holds this rank's raw gradients (prepare copies,
+  // whatever the averaging or gradient_as_bucket_view), and the synchronisation runs `hook` per bucket
+  // instead of the all-reduce; finalize copies the hook's result into .grad as for the built-in path.
+  void register_comm_hook(std::unique_ptr<CommHook> hook) { hook_ = std::move(hook); }
+  CommHook* comm_hook() const { return hook_.get(); }
+  // Bucket b as the hook sees it, its contents in `flat` (prepared by prepare_bucket).
+  GradBucket grad_bucket(size_t b, float* flat) const;
+  const std::vector<Parameter*>& params() const { return params_; }
+
   // The averaging arithmetic, for whoever runs the bucket loop (bucket_sync.h, the simulator):
   // prepare multiplies each gradient by prepare_scale() when scales_in(), else copies it; the all-reduce
   // sums (or averages, when the backend does); finalize divides by world_size when postdivides().
   bool scales_in() const;
   float prepare_scale() const { return static_cast<float>(1.0 / static_cast<double>(world_size_)); }
-  bool postdivides() const { return average_ == Average::postdivide; }
+  bool postdivides() const { return !hook_ && average_ == Average::postdivide; }
   int64_t world_size() const { return world_size_; }
   size_t numel(size_t param) const { return static_cast<size_t>(params_[param]->numel()); }
 
@@ -98,9 +109,10 @@ class Reducer {
   bool rebuilt_ = false;
   bool backend_averages_ = false;
   bool gradient_as_bucket_view_ = false;
-  std::vector<bool> aliased_;                        // grad is its bucket slot (gradient_as_bucket_view)
+  std::vector<bool> aliased_;                       // grad is its bucket slot (gradient_as_bucket_view)
   std::vector<bool> local_unused_, global_unused_;  // find_unused_parameters: this backward's
   std::vector<Bucket> buckets_;
+  std::unique_ptr<CommHook> hook_;
 };
 
 }  // namespace ddplab::ddp

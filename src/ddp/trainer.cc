@@ -5,6 +5,7 @@
 
 #include "src/ddp/bucket_sync.h"
 #include "src/ddp/zero.h"
+#include "src/ddp/hooked_sync.h"
 #include "src/model/spec.h"
 #include "src/progress.h"
 
@@ -211,6 +212,9 @@ void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::
 void init_ddp(const Config& cfg, Replica& rep, const std::function<void(Replica&)>& broadcast) {
   if (cfg.broadcast) broadcast(rep);
   rep.reducer = std::make_unique<Reducer>(rep.model.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
+  if (auto hook = make_comm_hook(cfg.comm_hook)) {
+    rep.reducer->register_comm_hook(cfg.compare_hook ? compared_to_builtin(std::move(hook)) : std::move(hook));
+  }
   // The training script's torch.manual_seed(seed + rank) after DDP(model): only later draws (the loader's,
   // Dropout's) see it.
   if (cfg.seed_per_rank) rep.gen.manual_seed(cfg.seed + static_cast<uint64_t>(rep.rank));
@@ -303,7 +307,6 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
   });
   rep.reducer->set_backend_averages(cfg.average == Average::avg && comm.native_avg());
   HostSyncOps ops(rep.model.parameters(), comm);
-  const SyncFn sync = [&](const std::vector<Reducer*>& reducers) { sync_buckets(*reducers[0], ops); };
   StepFn after_step;
   if (cfg.zero) {  // ZeroRedundancyOptimizer._sync_params: each parameter from its owner, over the communicator
     after_step = [&](const std::vector<Replica*>&) {
@@ -314,6 +317,10 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
       });
     };
   }
+  const SyncFn sync = [&](const std::vector<Reducer*>& reducers) {
+    std::vector<HookReport> reports = sync_buckets(*reducers[0], ops);
+    if (rep.reducer->comm_hook()) res.hook_reports.push_back(std::move(reports));
+  };
   const auto t0 = std::chrono::steady_clock::now();
   TrainLog trained = run_epochs(
       cfg, data, {&rep}, nullptr, sync, [&](const std::vector<Replica*>& local) { broadcast_buffers(*local[0]); },
@@ -372,8 +379,17 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
       hooks.before_allreduce(sync_count, bucket, bufs, n);
     };
   }
+  // A comm hook runs per rank, each on its own thread (hooked_sync.h).
+  std::unique_ptr<HookedAllreduce> hooked;
+  if (cfg.comm_hook.name != "none") {
+    hooked = std::make_unique<HookedAllreduce>(static_cast<int>(cfg.world_size), cfg.allreduce);
+  }
   const SyncFn sync = [&](const std::vector<Reducer*>& reducers) {
-    allreduce.run(reducers, cfg.allreduce, before, &pool);
+    if (hooked) {
+      res.hook_reports.push_back(hooked->run(reducers));
+    } else {
+      allreduce.run(reducers, cfg.allreduce, before, &pool);
+    }
     ++sync_count;
   };
   const BufferSyncFn sync_buffers = [](const std::vector<Replica*>& ranks) {

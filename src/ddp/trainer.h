@@ -103,6 +103,7 @@ struct SimResult {
   std::vector<int64_t> test_correct;  // of test_size
   int64_t single_device_test_correct = 0;
   int64_t test_size = 0;
+  std::vector<std::vector<HookReport>> hook_reports;  // --comm-hook: rank 0's, [synchronised step][bucket]
 };
 
 struct SimHooks {
@@ -121,7 +122,8 @@ struct RankResult {
   std::vector<BatchLog> log;
   int64_t optimizer_steps = 0;
   int64_t test_correct = -1;  // --dataset digits only
-  double train_seconds = 0;  // wall time of the training loop only (no data, model or connection setup)
+  double train_seconds = 0;   // wall time of the training loop only (no data, model or connection setup)
+  std::vector<std::vector<HookReport>> hook_reports;  // --comm-hook: [synchronised step][bucket]
 };
 // `kernels` run Linear: the backend's (dist::Rank::kernels; the NCCL backend runs Linear on the GPU).
 RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels& kernels);
@@ -149,7 +151,8 @@ TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Re
                     bool progress = false, const StepFn& after_step = nullptr);
 
 // DDP(model) for one replica: with cfg.broadcast, `broadcast(rep)` gives it rank 0's parameters; then its
-// Reducer. simulate() copies from replica 0; train_rank() broadcasts over the communicator.
+// Reducer, with cfg.comm_hook registered (compared with the built-in averaging when cfg.compare_hook). simulate()
+// copies from replica 0; train_rank() broadcasts over the communicator.
 void init_ddp(const Config& cfg, Replica& rep, const std::function<void(Replica&)>& broadcast);
 
 // DDP's buffer broadcast (broadcast_buffers=True): before a training forward, when the forward before it

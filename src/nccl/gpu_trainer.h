@@ -40,6 +40,11 @@ inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
   if (cfg.zero) {  // src/ddp/zero.h steps host parameters; the device graph has no sharded optimizer
     return "--zero true (ZeroRedundancyOptimizer) runs on --backend gloo and in ddp_sim, not --backend nccl";
   }
+  if (cfg.comm_hook.name != "none") {  // the hooks run on host buffers (bucket_sync.h's hook_buckets)
+    return "--comm-hook " + cfg.comm_hook.name +
+           " runs in ddp_sim and ddp_verify --backend gloo; the NCCL trainer keeps its buckets on the GPU and has "
+           "no hook path (no GPU was lent to build and check one)";
+  }
   return "";
 }
 

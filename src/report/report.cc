@@ -93,7 +93,11 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
                        cfg.world_size - 1, buffers_why(cfg, false));
   } else {
     out += fmt::format("{} of {} ranks differ from rank 0: {}\n", differing.size(), cfg.world_size - 1,
-                       !cfg.broadcast && cfg.init == ddp::InitKind::per_rank
+                       cfg.comm_hook.name == "noop"
+                           ? "noop_hook sent nothing: every rank stepped with its own\ngradients, so the replicas "
+                             "drift apart from the first step. Averaging the gradients is what\nkeeps DDP's "
+                             "replicas equal."
+                       : !cfg.broadcast && cfg.init == ddp::InitKind::per_rank
                            ? "they started from different weights (--init per-rank)\nand nothing made them "
                              "equal. DDP's broadcast of rank 0's parameters at construction\n(--broadcast true) "
                              "exists for exactly this."

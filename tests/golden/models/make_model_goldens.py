@@ -60,20 +60,24 @@ def write_json(path, doc):
     os.replace(tmp, path)
 
 
-def main():
+def write_goldens(here, configs, only):
+    """Runs sim/ddp_reference.py for every config (or only those named) into here/<name>.json, and configs.json."""
     t0 = time.monotonic()
-    only = sys.argv[1:]  # names to (re)write; all when none
-    for name, args in CONFIGS.items():
+    for name, args in configs.items():
         if only and name not in only:
             continue
-        out = os.path.join(HERE, name + '.json')
+        out = os.path.join(here, name + '.json')
         t = time.monotonic()
         subprocess.run([sys.executable, REF] + args + ['--dump-params', out], check=True, stdout=subprocess.DEVNULL,
                        timeout=900)
         os.chmod(out, 0o644)
         print(f'wrote {os.path.relpath(out, ROOT)} ({time.monotonic() - t:.1f}s)', flush=True)
-    write_json(os.path.join(HERE, 'configs.json'), CONFIGS)
+    write_json(os.path.join(here, 'configs.json'), configs)
     print(f'wrote configs.json; total {time.monotonic() - t0:.1f}s')
+
+
+def main():
+    write_goldens(HERE, CONFIGS, sys.argv[1:])  # names to (re)write; all when none
 
 
 if __name__ == '__main__':
