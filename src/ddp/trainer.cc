@@ -4,8 +4,8 @@
 #include <chrono>
 
 #include "src/ddp/bucket_sync.h"
-#include "src/ddp/zero.h"
 #include "src/ddp/hooked_sync.h"
+#include "src/ddp/zero.h"
 #include "src/model/spec.h"
 #include "src/progress.h"
 
