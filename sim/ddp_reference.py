@@ -36,6 +36,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from comm_hooks import add_comm_hook_flags, register_comm_hook  # noqa: E402
+
 # Wall-clock limit for the whole run (all ranks); a rank that fails or hangs makes the script exit 1.
 TIMEOUT_S = float(os.environ.get('DDP_REFERENCE_TIMEOUT', '600'))
 
@@ -95,10 +98,7 @@ def parser():
     # torch.distributed.optim.ZeroRedundancyOptimizer over ddp.parameters() (its defaults), the same optimizer class
     # and arguments; the dump then has "zero": each rank's partition (names) and optimizer state (floats).
     ap.add_argument('--zero', type=bool_flag, default=False)
-    ap.add_argument('--comm-hook', choices=['none', 'allreduce', 'fp16-compress', 'bf16-compress', 'powersgd', 'noop'],
-                    default='none')
-    ap.add_argument('--powersgd-rank', type=int, default=1)
-    ap.add_argument('--powersgd-start-iter', type=int, default=2)
+    add_comm_hook_flags(ap.add_argument)
     ap.add_argument('--dump-params')
     return ap
 
@@ -254,20 +254,6 @@ def write_json_atomic(path, doc):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-def register_comm_hook(ddp, a):
-    """--comm-hook: DDP.register_comm_hook with torch's own hooks (ddp_comm_hooks), before the first forward."""
-    from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks, powerSGD_hook
-    if a.comm_hook == 'powersgd':
-        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
-                                            start_powerSGD_iter=a.powersgd_start_iter)
-        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-        return
-    hooks = {'allreduce': default_hooks.allreduce_hook, 'fp16-compress': default_hooks.fp16_compress_hook,
-             'bf16-compress': default_hooks.bf16_compress_hook, 'noop': debugging_hooks.noop_hook}
-    if a.comm_hook in hooks:
-        ddp.register_comm_hook(None, hooks[a.comm_hook])
 
 
 def worker(rank, a, init_file, result_dir):

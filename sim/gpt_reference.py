@@ -40,6 +40,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from comm_hooks import add_comm_hook_flags, register_comm_hook  # noqa: E402
 from gpt_model import GPT, GPTConfig, TextData, aux_used, configure_optimizer  # noqa: E402
 
 TIMEOUT_S = float(os.environ.get('GPT_REFERENCE_TIMEOUT', '600'))
@@ -102,6 +103,7 @@ def parser():
     add('--gradient-as-bucket-view', type=bool_flag, default=False)
     add('--zero-grad', choices=['zeros', 'none'], default='none')
     add('--bucket-cap-mb', type=float, default=25.0)
+    add_comm_hook_flags(add)
     add('--single', action='store_true', help='one process, no DDP: initial state, first batch, loss, grads')
     add('--dump-params', metavar='FILE')
     return ap
@@ -317,6 +319,7 @@ def worker(rank, a, port, result_dir):
         # and with find_unused_parameters=True the buckets are never rebuilt.
         ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, find_unused_parameters=a.find_unused_parameters,
                   static_graph=a.static_graph, gradient_as_bucket_view=a.gradient_as_bucket_view)
+        register_comm_hook(ddp, a)
         rec = {'rank': rank, 'micro_losses': [], 'eval': [], 'clip_total_norm': [], 'grad_none': [],
                'grad_all_zero': [], 'unchanged_by_step': [], 'buffer_broadcasts_per_forward': [], 'error': None,
                'broadcasts_at_construction': broadcasts['n']}

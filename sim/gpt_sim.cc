@@ -14,17 +14,19 @@ namespace ddplab {
 
 int run_gpt_sim(int argc, char** argv) {
   auto known = gpt::gpt_flag_names();
-  for (const char* f : {"dump-params", "quiet"}) known.insert(f);
-  const Flags flags(argc, argv, known, {"seed-per-rank", "quiet"});
+  for (const char* f : {"dump-params", "quiet", "explain"}) known.insert(f);
+  const Flags flags(argc, argv, known, {"seed-per-rank", "quiet", "explain"});
   if (flags.help()) {
     std::printf(
         "usage: ddp_sim --model gpt [flags]\n%s  --dump-params FILE   final parameters, losses, evals, "
-        "clip norms per rank (JSON)\n  --quiet              no per-step lines nor cmp tables\n",
+        "clip norms per rank (JSON)\n  --quiet              no per-step lines nor cmp tables\n"
+        "  --explain            with --comm-hook: each bucket's result against the built-in average\n",
         gpt::gpt_usage());
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   gpt::RunConfig cfg = gpt::gpt_config_from_flags(flags);
+  cfg.compare_hook = flags.get_bool("explain", false);
   const std::string dump = flags.get_string("dump-params", "");
   if (!dump.empty()) {
     if (std::string why = check_writable(dump); !why.empty()) throw UsageError("--dump-params: " + why);
@@ -49,6 +51,7 @@ int run_gpt_sim(int argc, char** argv) {
     fmt::print("{}", gpt::gpt_summary(cfg, ranks));
     for (const std::string& n : res.notes) fmt::print("{}\n", n);
   }
+  if (!res.hook_reports.empty()) fmt::print("\n{}", ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports));
   const std::string error = res.error ? gpt::unfinished_reduction_message(*res.error) : "";
   if (!dump.empty()) {
     if (std::string why = write_file_atomic(dump, gpt::gpt_dump_json(cfg, ranks, "", error)); !why.empty()) {

@@ -86,7 +86,11 @@ TEST_P(GptDdp, EqualsTorchDdpOverGloo) { check(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Goldens, GptDdp,
                          ::testing::Values("gpt_ws2_default", "gpt_ws4_dropout_seed_per_rank_nosync2",
                                            "gpt_ws3_clip_bucket_view_zeros", "gpt_ws2_aux_find_unused",
-                                           "gpt_ws2_gelu_tanh_nobias_eval", "gpt_ws2_aux_unused_error"));
+                                           "gpt_ws2_gelu_tanh_nobias_eval", "gpt_ws2_aux_unused_error",
+                                           // torch's comm hooks (issue 18)
+                                           "gpt_ws2_allreduce_hook", "gpt_ws3_allreduce_hook", "gpt_ws2_fp16_hook",
+                                           "gpt_ws3_fp16_hook", "gpt_ws2_powersgd_hook",
+                                           "gpt_ws3_powersgd_rank2_hook"));
 
 // The same against real ranks: ddp_verify --model gpt --backend gloo, one process per rank, its dump.
 void check_verifier(const std::string& name, int expected_status) {
@@ -132,8 +136,9 @@ void check_verifier(const std::string& name, int expected_status) {
 }
 
 TEST(GptDdp, VerifierOverGlooEqualsTorch) {
-  for (const char* name : {"gpt_ws2_default", "gpt_ws4_dropout_seed_per_rank_nosync2", "gpt_ws3_clip_bucket_view_zeros",
-                           "gpt_ws2_aux_find_unused", "gpt_ws2_gelu_tanh_nobias_eval"}) {
+  for (const char* name :
+       {"gpt_ws2_default", "gpt_ws4_dropout_seed_per_rank_nosync2", "gpt_ws3_clip_bucket_view_zeros",
+        "gpt_ws2_aux_find_unused", "gpt_ws2_gelu_tanh_nobias_eval", "gpt_ws3_fp16_hook", "gpt_ws2_powersgd_hook"}) {
     check_verifier(name, 0);
   }
   check_verifier("gpt_ws2_aux_unused_error", 1);  // torch's ranks raise; ours stop at the same step
@@ -151,7 +156,7 @@ TEST(GptDdp, EveryGoldenIsTested) {
   const json configs = testing::load_json("tests/golden/gpt/configs.json");
   int ddp = 0;
   for (const auto& [k, v] : configs.items()) ddp += k.rfind("gpt_single", 0) == 0 ? 0 : 1;
-  EXPECT_EQ(ddp, 6) << "a golden in configs.json is not in the list above";
+  EXPECT_EQ(ddp, 12) << "a golden in configs.json is not in the list above";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "verify/gpt_verify.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "src/compare.h"
+#include "src/ddp/bucket_sync.h"
 #include "src/flags.h"
 #include "src/gpt/output.h"
 #include "src/gpt/train.h"
@@ -49,14 +51,19 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
     return g;
   };
   std::vector<float> buf;
-  sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) {
+  sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) -> std::vector<ddp::HookReport> {
     ddp::Reducer& red = *reducers[0];
+    if (red.comm_hook()) {
+      buf.resize(std::max(buf.size(), red.max_bucket_numel()));
+      return ddp::hook_buckets(red, comm, buf.data(), n);
+    }
     for (size_t j = 0; j < std::min(n, red.num_buckets()); ++j) {
       buf.resize(red.bucket(j).numel);
       red.prepare_bucket(j, buf.data());
       comm.all_reduce(buf.data(), buf.size(), comm::ReduceOp::sum);
       red.finalize_bucket(j, buf.data());
     }
+    return {};
   };
   const auto t0 = std::chrono::steady_clock::now();
   const gpt::GptRunResult res = gpt::run_gpt(cfg, {&me}, sync);
@@ -93,6 +100,7 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
       fmt::print("{}", gpt::gpt_summary(cfg, real));
       for (const std::string& n : res.notes) fmt::print("{}\n", n);
     }
+    if (!res.hook_reports.empty()) fmt::print("{}\n", ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports));
     const auto s0 = std::chrono::steady_clock::now();
     const gpt::GptSimResult sim = gpt::simulate_gpt(cfg, data);
     const double sim_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();

@@ -18,6 +18,30 @@ const std::vector<std::string>& comm_hook_names() {
   return names;
 }
 
+void read_comm_hook_flags(const Flags& f, CommHookOptions& o) {
+  o.name = f.get_choice("comm-hook", o.name, comm_hook_names());
+  o.powersgd_rank = f.get_int("powersgd-rank", o.powersgd_rank, 1, 2);
+  o.powersgd_start_iter = f.get_int("powersgd-start-iter", o.powersgd_start_iter, 2, int64_t{1} << 40);
+}
+
+const char* comm_hook_usage() {
+  return "  --comm-hook none|allreduce|fp16-compress|bf16-compress|powersgd|noop  DDP.register_comm_hook: none keeps "
+         "the\n"
+         "                            built-in grad*(1/ws) then SUM; allreduce_hook divides then sums; "
+         "fp16/bf16_compress_hook\n"
+         "                            send 16-bit values; powerSGD_hook sends low-rank P and Q; noop_hook sends "
+         "nothing [none]\n"
+         "  --powersgd-rank R         PowerSGDState's matrix_approximation_rank, 1..2 [1]  --powersgd-start-iter I  "
+         "start_powerSGD_iter, >= 2 [2]\n";
+}
+
+std::string describe(const CommHookOptions& o) {
+  if (o.name == "powersgd") {
+    return fmt::format("comm_hook=powersgd rank={} start_iter={}", o.powersgd_rank, o.powersgd_start_iter);
+  }
+  return o.name == "none" ? "" : "comm_hook=" + o.name;
+}
+
 std::unique_ptr<CommHook> make_comm_hook(const CommHookOptions& o) {
   if (o.name == "none") return nullptr;
   if (o.name == "allreduce") return make_allreduce_hook();

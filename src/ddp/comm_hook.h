@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/comm/communicator.h"
+#include "src/flags.h"
 
 namespace ddplab::ddp {
 
@@ -62,6 +63,15 @@ struct CommHookOptions {
 
 // "none", "allreduce", ...: the --comm-hook choices.
 const std::vector<std::string>& comm_hook_names();
+// Reads --comm-hook, --powersgd-rank (1..2: torch orthogonalises higher ranks with LAPACK's QR) and
+// --powersgd-start-iter (>= 2: PowerSGDState refuses less with error feedback or warm start); UsageError
+// naming the flag and its limit otherwise. `o` holds the defaults.
+void read_comm_hook_flags(const Flags& f, CommHookOptions& o);
+// The three flags' usage lines.
+const char* comm_hook_usage();
+// What ddp_sim / ddp_verify print as the hook in the config line ("" for none).
+std::string describe(const CommHookOptions& o);
+
 // One rank's hook (hooks keep per-rank state: PowerSGD's error feedback and warm-started Q), or null for
 // "none". Throws std::invalid_argument for an unknown name.
 std::unique_ptr<CommHook> make_comm_hook(const CommHookOptions& options);

@@ -201,25 +201,12 @@ const std::vector<FlagSpec>& flag_table() {
                   "  --allreduce {choices}   the simulator's algorithm; ring "
                   "matches Gloo,\n"
                   "                            nccl-ring matches NCCL pinned by ddp_verify --nccl-exact [{def}]\n"),
-      {"comm-hook",
-       "  --comm-hook {choices}  DDP.register_comm_hook: none keeps the built-in\n"
-       "                            grad*(1/ws) then SUM; allreduce_hook divides then sums; fp16/bf16_compress_hook\n"
-       "                            send 16-bit values; powerSGD_hook sends low-rank P and Q; noop_hook sends nothing "
-       "[{def}]\n",
-       [](const Flags& f, Config& c) {
-         c.comm_hook.name = f.get_choice("comm-hook", c.comm_hook.name, comm_hook_names());
-       },
-       [](const Config& c) { return c.comm_hook.name; }, true, &comm_hook_names()},
-      {"powersgd-rank", "  --powersgd-rank R         PowerSGDState's matrix_approximation_rank, 1..2 [{def}]  ",
-       [](const Flags& f, Config& c) {
-         c.comm_hook.powersgd_rank = f.get_int("powersgd-rank", c.comm_hook.powersgd_rank, 1, 2);
-       },
+      // --comm-hook, --powersgd-rank, --powersgd-start-iter: read together (comm_hook.h), written one by one.
+      {"comm-hook", comm_hook_usage(), [](const Flags& f, Config& c) { read_comm_hook_flags(f, c.comm_hook); },
+       [](const Config& c) { return c.comm_hook.name; }, true},
+      {"powersgd-rank", "", [](const Flags&, Config&) {},
        [](const Config& c) { return std::to_string(c.comm_hook.powersgd_rank); }, true},
-      {"powersgd-start-iter", "--powersgd-start-iter I  start_powerSGD_iter, >= 2 [{def}]\n",
-       [](const Flags& f, Config& c) {
-         c.comm_hook.powersgd_start_iter =
-             f.get_int("powersgd-start-iter", c.comm_hook.powersgd_start_iter, 2, int64_t{1} << 40);
-       },
+      {"powersgd-start-iter", "", [](const Flags&, Config&) {},
        [](const Config& c) { return std::to_string(c.comm_hook.powersgd_start_iter); }, true},
       choice_flag("kernels", &Config::kernels, kernels_names(),
                   "  --kernels {choices}  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that "
@@ -367,12 +354,7 @@ std::string describe(const Config& c) {
   if (c.seed_per_rank) extra += " | seed_per_rank";
   if (!c.broadcast_buffers) extra += " | broadcast_buffers=false";
   if (c.zero) extra += " | ZeroRedundancyOptimizer";
-  if (c.comm_hook.name == "powersgd") {
-    extra += fmt::format(" | comm_hook=powersgd rank={} start_iter={}", c.comm_hook.powersgd_rank,
-                         c.comm_hook.powersgd_start_iter);
-  } else if (c.comm_hook.name != "none") {
-    extra += " | comm_hook=" + c.comm_hook.name;
-  }
+  if (c.comm_hook.name != "none") extra += " | " + describe(c.comm_hook);
   return fmt::format(
       "world_size={} | {} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
       "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}{}",

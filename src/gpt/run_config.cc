@@ -67,10 +67,16 @@ std::set<std::string> gpt_flag_names() {
           "static-graph",
           "gradient-as-bucket-view",
           "zero-grad",
-          "bucket-cap-mb"};
+          "bucket-cap-mb",
+          "comm-hook",
+          "powersgd-rank",
+          "powersgd-start-iter"};
 }
 
-const char* gpt_usage() { return kUsage; }
+const char* gpt_usage() {
+  static const std::string usage = std::string(kUsage) + ddp::comm_hook_usage();
+  return usage.c_str();
+}
 
 RunConfig gpt_config_from_flags(const Flags& f) {
   RunConfig c;
@@ -120,6 +126,7 @@ RunConfig gpt_config_from_flags(const Flags& f) {
   c.gradient_as_bucket_view = parse_bool(f, "gradient-as-bucket-view", false);
   c.zero_grad_set_to_none = f.get_choice("zero-grad", "none", {"none", "zeros"}) == "none";
   c.bucket_cap_mb = f.get_double("bucket-cap-mb", c.bucket_cap_mb, 1e-6, 1e6);
+  ddp::read_comm_hook_flags(f, c.comm_hook);
   if (c.static_graph && m.aux_head_every > 1) {
     throw UsageError("--static-graph true needs the same parameters used every iteration (got --aux-head-every " +
                      std::to_string(m.aux_head_every) + "); use --find-unused-parameters true instead");
@@ -213,6 +220,13 @@ std::vector<std::string> gpt_to_args(const RunConfig& c) {
                                 c.zero_grad_set_to_none ? "none" : "zeros",
                                 "--bucket-cap-mb",
                                 fmt::format("{}", c.bucket_cap_mb)};
+  if (c.comm_hook.name != "none") {  // added after the first goldens: written only when used
+    a.insert(a.end(), {"--comm-hook", c.comm_hook.name});
+    if (c.comm_hook.name == "powersgd") {
+      a.insert(a.end(), {"--powersgd-rank", std::to_string(c.comm_hook.powersgd_rank), "--powersgd-start-iter",
+                         std::to_string(c.comm_hook.powersgd_start_iter)});
+    }
+  }
   return a;
 }
 
@@ -233,6 +247,7 @@ std::string describe(const RunConfig& c) {
   if (c.static_graph) s += " | static_graph";
   if (c.gradient_as_bucket_view) s += " | gradient_as_bucket_view";
   s += c.zero_grad_set_to_none ? " | zero_grad(set_to_none=True)" : " | zero_grad(set_to_none=False)";
+  if (c.comm_hook.name != "none") s += " | " + ddp::describe(c.comm_hook);
   return s;
 }
 

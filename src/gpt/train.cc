@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "src/clip_grad.h"
+#include "src/ddp/hooked_sync.h"
 #include "src/ddp/trainer.h"
 #include "src/torch_sum.h"
 
@@ -22,6 +23,9 @@ GptRank::GptRank(const RunConfig& c, const TextData& d, int64_t r)
 void GptRank::start() {
   reducer = std::make_unique<ddp::Reducer>(params, cfg.world_size, cfg.bucket_cap_mb, ddp::Average::predivide);
   reducer->set_gradient_as_bucket_view(cfg.gradient_as_bucket_view);
+  if (auto hook = ddp::make_comm_hook(cfg.comm_hook)) {
+    reducer->register_comm_hook(cfg.compare_hook ? ddp::compared_to_builtin(std::move(hook)) : std::move(hook));
+  }
   // nanoGPT's configure_optimizers: weight decay on every parameter of 2 or more dimensions (embeddings
   // included), none on biases and LayerNorm weights.
   AdamOptions o;
@@ -161,7 +165,8 @@ GptRunResult run_gpt(const RunConfig& cfg, const std::vector<GptRank*>& local, c
           ++reducible;
         }
       }
-      sync.allreduce(reducers, reducible);
+      std::vector<ddp::HookReport> reports = sync.allreduce(reducers, reducible);
+      if (reducers[0]->comm_hook()) out.hook_reports.push_back(std::move(reports));
       if (rebuilds && !reducers[0]->rebuilt()) {
         for (size_t r = 0; r < local.size(); ++r) {
           // find_unused_parameters (static_graph) marks the unused ready first, before autograd's hooks.
@@ -205,9 +210,16 @@ GptSimResult simulate_gpt(const RunConfig& cfg, const TextData& data,
     }
     return g;
   };
-  sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) {
+  // A comm hook runs per rank, each on its own thread (ddp/hooked_sync.h).
+  std::unique_ptr<ddp::HookedAllreduce> hooked;
+  if (cfg.comm_hook.name != "none") {
+    hooked = std::make_unique<ddp::HookedAllreduce>(static_cast<int>(cfg.world_size), collective::Algorithm::ring);
+  }
+  sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) -> std::vector<ddp::HookReport> {
     if (on_allreduce) on_allreduce(std::min(n, reducers[0]->num_buckets()));
+    if (hooked) return hooked->run(reducers, n);
     allreduce.run(reducers, collective::Algorithm::ring, nullptr, nullptr, n);
+    return {};
   };
   static_cast<GptRunResult&>(out) = run_gpt(cfg, local, sync);
   return out;

@@ -40,6 +40,8 @@ struct RunConfig {
   bool gradient_as_bucket_view = false;
   bool zero_grad_set_to_none = true;  // --zero-grad none (nanoGPT's) | zeros (torch 1.13's default)
   double bucket_cap_mb = 25.0;
+  ddp::CommHookOptions comm_hook;  // --comm-hook, --powersgd-*
+  bool compare_hook = false;       // not a flag: ddp_sim's --explain (comm_hook.h's compared_to_builtin)
 };
 
 // The flags (names as in /notes: --n-layer, --n-embd, ...), their usage text, and parsing with the
@@ -114,8 +116,9 @@ class GptRank {
 struct GptSync {
   // find_unused_parameters: each local rank's unused flags -> the parameters no rank in the world used.
   std::function<std::vector<bool>(const std::vector<std::vector<bool>>& local)> global_unused;
-  // All-reduce the first `num_buckets` buckets of the local ranks' reducers (prepare, sum, finalize).
-  std::function<void(const std::vector<ddp::Reducer*>& reducers, size_t num_buckets)> allreduce;
+  // All-reduce the first `num_buckets` buckets of the local ranks' reducers (prepare, sum, finalize; or
+  // the registered comm hook: then its reports of rank 0's buckets come back).
+  std::function<std::vector<ddp::HookReport>(const std::vector<ddp::Reducer*>& reducers, size_t num_buckets)> allreduce;
   // Where the local ranks' forward/backward and optimizer steps run side by side (null: one after the
   // other). Each rank writes only its own model, generator and log, so the bits do not depend on it.
   ThreadPool* pool = nullptr;
@@ -125,6 +128,7 @@ struct GptRunResult {
   std::string buckets_first, buckets_rebuilt;
   std::vector<std::string> notes;            // what DDP did with parameters that got no grad, step by step
   std::optional<UnfinishedReduction> error;  // set when training stopped on DDP's error
+  std::vector<std::vector<ddp::HookReport>> hook_reports;  // --comm-hook: [synchronised step][bucket]
 };
 
 // nanoGPT's loop over `local` (already started, parameters broadcast): evaluations, micro-steps, the

@@ -28,6 +28,14 @@ CONFIGS = {
     'gpt_ws2_aux_find_unused': ['--aux-head-every', '2', '--find-unused-parameters', 'true'] + SMALL,
     'gpt_ws2_gelu_tanh_nobias_eval': ['--gelu', 'tanh', '--bias', 'false', '--eval-every', '2'] + SMALL,
     'gpt_ws2_aux_unused_error': ['--aux-head-every', '2', '--find-unused-parameters', 'false'] + SMALL,
+    # Communication hooks (issue 18): torch's own, registered before the first forward (sim/comm_hooks.py).
+    'gpt_ws2_allreduce_hook': ['--comm-hook', 'allreduce'] + SMALL,
+    'gpt_ws3_allreduce_hook': ['--world-size', '3', '--comm-hook', 'allreduce'] + SMALL,
+    'gpt_ws2_fp16_hook': ['--comm-hook', 'fp16-compress', '--dropout', '0.1'] + SMALL,
+    'gpt_ws3_fp16_hook': ['--world-size', '3', '--comm-hook', 'fp16-compress', '--clip-grad-norm', '1.0'] + SMALL,
+    'gpt_ws2_powersgd_hook': ['--comm-hook', 'powersgd', '--steps', '5'] + SMALL,
+    'gpt_ws3_powersgd_rank2_hook': ['--world-size', '3', '--comm-hook', 'powersgd', '--powersgd-rank', '2',
+                                    '--steps', '5'] + SMALL,
     # C 20 and T 12: LayerNorm rows and softmax rows that are not whole AVX2 vectors (scalar tails).
     'gpt_single': ['--single', '--n-embd', '20', '--block-size', '12'],
     'gpt_single_dropout_tanh_nobias': ['--single', '--dropout', '0.1', '--gelu', 'tanh', '--bias', 'false'] + SMALL,
