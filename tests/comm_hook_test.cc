@@ -15,7 +15,6 @@
 namespace ddplab {
 namespace {
 
-using testing::expect_bitwise;
 using testing::json;
 using testing::sim_dump;
 
@@ -26,29 +25,14 @@ const json& configs() {
 
 std::vector<std::string> args_of(const std::string& name) { return configs()[name].get<std::vector<std::string>>(); }
 
-// Every rank's parameters, buffers and losses, and the sampler's indices, of `got` (a dump) are torch's.
-void expect_torchs_bits(const std::string& label, const json& got, const json& torch) {
-  EXPECT_EQ(got["sampler_indices"], torch["sampler_indices"]) << label;
-  ASSERT_EQ(got["replicas"].size(), torch["replicas"].size()) << label;
-  for (size_t r = 0; r < torch["replicas"].size(); ++r) {
-    const std::string rank = label + " rank" + std::to_string(r);
-    expect_bitwise(rank, got["replicas"][r], torch["replicas"][r]);
-    if (torch.contains("buffers")) expect_bitwise(rank + " buffer", got["buffers"][r], torch["buffers"][r]);
-    const auto m =
-        testing::match(rank + " losses", testing::floats(got["losses"][r]), testing::floats(torch["losses"][r]));
-    EXPECT_EQ(m.equal, m.total) << rank << ": losses are not bitwise torch's";
-  }
-  if (torch.contains("test_correct")) EXPECT_EQ(got["test_correct"], torch["test_correct"]) << label;
-}
-
 // ddp_sim on every golden of one hook (the configs whose name contains `hook`).
 void sim_equals_torch(const std::string& hook) {
   int cases = 0;
   for (const auto& [name, args] : configs().items()) {
     if (name.find(hook) == std::string::npos) continue;
     ++cases;
-    expect_torchs_bits(name, sim_dump(args.get<std::vector<std::string>>()),
-                       testing::load_json("tests/golden/hooks/" + name + ".json"));
+    testing::expect_dump_bitwise(name, sim_dump(args.get<std::vector<std::string>>()),
+                                 testing::load_json("tests/golden/hooks/" + name + ".json"));
   }
   EXPECT_GE(cases, 2) << "goldens of " << hook << " at two world sizes at least";
 }
@@ -58,7 +42,7 @@ TEST(CommHook, Fp16CompressHookIsBitwiseTorch) { sim_equals_torch("_fp16_"); }
 TEST(CommHook, PowerSgdHookIsBitwiseTorch) { sim_equals_torch("_powersgd_"); }
 TEST(CommHook, NoopHookIsBitwiseTorch) {
   const json torch = testing::load_json("tests/golden/hooks/mlp_noop_ws2.json");
-  expect_torchs_bits("mlp_noop_ws2", sim_dump(args_of("mlp_noop_ws2")), torch);
+  testing::expect_dump_bitwise("mlp_noop_ws2", sim_dump(args_of("mlp_noop_ws2")), torch);
 }
 
 // Real ranks over Gloo, one process each, with the hook: torch's bits, and ddp_sim's dump key for key.
@@ -79,7 +63,7 @@ TEST(CommHook, GlooRanksRunEachHookToTorchsBits) {
     EXPECT_NE(r.out.find(noop ? "NOT verified" : "verified: every rank"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("comm hook "), std::string::npos) << name << ": no hook table\n" << r.out;
     json got = testing::load_json(out);
-    expect_torchs_bits(name + " gloo", got, testing::load_json("tests/golden/hooks/" + name + ".json"));
+    testing::expect_dump_bitwise(name + " gloo", got, testing::load_json("tests/golden/hooks/" + name + ".json"));
     got.erase("backend");
     EXPECT_EQ(got, sim_dump(config)) << name << ": ddp_verify's dump is not ddp_sim's";
   }

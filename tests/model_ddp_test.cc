@@ -34,19 +34,7 @@ TEST(ModelDdp, CnnOnDigitsIsBitwiseTorchDdp) {
   for (const auto& [name, args] : configs.items()) {
     const json sim = sim_dump(args.get<std::vector<std::string>>());
     const json torch = testing::load_json("tests/golden/models/" + name + ".json");
-    EXPECT_EQ(sim["sampler_indices"], torch["sampler_indices"]) << name;
-    ASSERT_EQ(sim["replicas"].size(), torch["replicas"].size()) << name;
-    for (size_t r = 0; r < torch["replicas"].size(); ++r) {
-      const std::string rank = name + " rank" + std::to_string(r);
-      expect_bitwise(rank, sim["replicas"][r], torch["replicas"][r]);
-      if (torch.contains("buffers")) expect_bitwise(rank + " buffer", sim["buffers"][r], torch["buffers"][r]);
-      const auto m =
-          testing::match(rank + " losses", testing::floats(sim["losses"][r]), testing::floats(torch["losses"][r]));
-      EXPECT_EQ(m.equal, m.total) << rank << ": losses are not bitwise torch's";
-    }
-    // Only the digits have a test set (the zero_mlp_* configs train on random data): absent in both then.
-    EXPECT_EQ(sim.value("test_correct", json()), torch.value("test_correct", json()))
-        << name << ": test predictions differ";
+    testing::expect_dump_bitwise(name, sim, torch);
   }
 }
 

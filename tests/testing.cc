@@ -216,4 +216,18 @@ void expect_bitwise(const std::string& label, const json& got, const json& want)
   }
 }
 
+void expect_dump_bitwise(const std::string& label, const json& got, const json& torch) {
+  EXPECT_EQ(got["sampler_indices"], torch["sampler_indices"]) << label;
+  ASSERT_EQ(got["replicas"].size(), torch["replicas"].size()) << label;
+  for (size_t r = 0; r < torch["replicas"].size(); ++r) {
+    const std::string rank = label + " rank" + std::to_string(r);
+    expect_bitwise(rank, got["replicas"][r], torch["replicas"][r]);
+    if (torch.contains("buffers")) expect_bitwise(rank + " buffer", got["buffers"][r], torch["buffers"][r]);
+    const auto m = match(rank + " losses", floats(got["losses"][r]), floats(torch["losses"][r]));
+    EXPECT_EQ(m.equal, m.total) << rank << ": losses are not bitwise torch's";
+  }
+  EXPECT_EQ(got.value("test_correct", json()), torch.value("test_correct", json()))
+      << label << ": test predictions differ";
+}
+
 }  // namespace ddplab::testing

@@ -66,5 +66,8 @@ json sim_dump(std::vector<std::string> args);
 // EXPECTs every float of every named tensor in `want` equal in bits to `got`'s (integers, such as
 // num_batches_tracked, equal as integers); `label` prefixes the failures and the printed match lines.
 void expect_bitwise(const std::string& label, const json& got, const json& want);
+// A ddp_sim/ddp_verify dump against torch's (sim/ddp_reference.py's): the sampler's indices, and every rank's
+// parameters, buffers and losses bitwise, and the test predictions (absent in both without a test set).
+void expect_dump_bitwise(const std::string& label, const json& got, const json& torch);
 
 }  // namespace ddplab::testing

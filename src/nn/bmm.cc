@@ -107,17 +107,7 @@ void addmm_item(float* r, int64_t rows, int64_t cols, Mat m1, Mat m2, std::vecto
 
   // cpublas::gemm: internal::normalize_last_dims, then sgemm when use_blas_gemm holds (it always does for
   // the leading dimensions chosen above).
-  if (n == 1) ldc = m;
-  if (transpose_a) {
-    if (m == 1) lda = k;
-  } else if (k == 1) {
-    lda = m;
-  }
-  if (transpose_b) {
-    if (k == 1) ldb = n;
-  } else if (n == 1) {
-    ldb = k;
-  }
+  gemm::normalize_last_dims(transpose_a, transpose_b, m, n, k, &lda, &ldb, &ldc);
   if (std::max({m, n, k, lda, ldb, ldc}) > INT_MAX || lda < std::max<int64_t>(1, transpose_a ? k : m) ||
       ldb < std::max<int64_t>(1, transpose_b ? n : k) || ldc < std::max<int64_t>(1, m)) {
     throw std::invalid_argument("bmm: a matrix product that torch would not hand to BLAS (m=" + std::to_string(m) +

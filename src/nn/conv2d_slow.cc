@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "src/gemm.h"
 #include "src/nn/conv2d_impl.h"
 #include "src/torch_sum.h"
 
@@ -31,17 +32,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int
           float beta, float* c, int64_t ldc) {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });  // one thread per call, as in src/gemm.cc
-  if (n == 1) ldc = m;
-  if (ta) {
-    if (m == 1) lda = k;
-  } else if (k == 1) {
-    lda = m;
-  }
-  if (tb) {
-    if (k == 1) ldb = n;
-  } else if (n == 1) {
-    ldb = k;
-  }
+  gemm::normalize_last_dims(ta, tb, m, n, k, &lda, &ldb, &ldc);
   const char tra = ta ? 't' : 'n', trb = tb ? 't' : 'n';
   const int m_ = static_cast<int>(m), n_ = static_cast<int>(n), k_ = static_cast<int>(k);
   const int lda_ = static_cast<int>(lda), ldb_ = static_cast<int>(ldb), ldc_ = static_cast<int>(ldc);

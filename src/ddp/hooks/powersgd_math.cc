@@ -77,17 +77,7 @@ void addmm_impl_cpu(const Matrix& result, Matrix m1, Matrix m2) {
   }
   int64_t lda = stride(a, ta == tc ? 1 : 0), ldb = stride(b, tb == tc ? 1 : 0), ldc = stride(c, tc ? 0 : 1);
   // cpublas::gemm's normalize_last_dims: leading dimensions of degenerate (size-1) sides are rewritten.
-  if (n == 1) ldc = m;
-  if (ta) {
-    if (m == 1) lda = k;
-  } else if (k == 1) {
-    lda = m;
-  }
-  if (tb) {
-    if (k == 1) ldb = n;
-  } else if (n == 1) {
-    ldb = k;
-  }
+  gemm::normalize_last_dims(ta, tb, m, n, k, &lda, &ldb, &ldc);
   // cpublas::gemm hands these to BLAS only when they are valid; otherwise it runs its own loops, which this
   // port does not have (PowerSGD's contiguous views always qualify).
   if (lda < std::max<int64_t>(1, ta ? k : m) || ldb < std::max<int64_t>(1, tb ? n : k) || ldc < std::max<int64_t>(1, m))
