@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -317,6 +318,22 @@ TEST(Notebooks, LabsRunOnRealGlooRanks) {
       << d.out;
 }
 
+// Every "check:" line of a lab's golden (what its reference.py printed from real torch) that is a line of `out`:
+// each missing one fails, naming it. Returns {found, total}.
+std::pair<int, int> claims_found(const std::string& out, const std::string& golden_path) {
+  std::ifstream golden(golden_path);
+  EXPECT_TRUE(golden.good()) << golden_path;
+  int matched = 0, total = 0;
+  for (std::string line; std::getline(golden, line);) {
+    if (line.rfind("check: ", 0) != 0) continue;
+    ++total;
+    const bool found = out.find("\n" + line + "\n") != std::string::npos;
+    matched += found;
+    EXPECT_TRUE(found) << "torch says: " << line;
+  }
+  return {matched, total};
+}
+
 // Lab 006 (the tiny GPT): every "check:" line that notebooks_ported/006_tiny_gpt/reference.py printed from real
 // torch 1.13 DDP (tests/golden/notebooks/006_tiny_gpt.txt) is a line of the lab's output, kernels pinned as
 // the reference pinned torch's; the whole lab well under 10 s.
@@ -328,15 +345,7 @@ TEST(Notebooks, Lab006ClaimsAreTorchs) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_LT(s, 10.0) << "lab 006 should stay fast";
-  std::ifstream golden("tests/golden/notebooks/006_tiny_gpt.txt");
-  int matched = 0, total = 0;
-  for (std::string line; std::getline(golden, line);) {
-    if (line.rfind("check: ", 0) != 0) continue;
-    ++total;
-    const bool found = r.out.find("\n" + line + "\n") != std::string::npos;
-    matched += found;
-    EXPECT_TRUE(found) << "torch says: " << line;
-  }
+  const auto [matched, total] = claims_found(r.out, "tests/golden/notebooks/006_tiny_gpt.txt");
   std::printf("lab 006: %d/%d of torch's check lines printed identically (%.2f s)\n", matched, total, s);
   EXPECT_EQ(total, 24) << "reference.py prints 24 claims at the lab's defaults";
   // What torch cannot count from Python: the all-reduces under no_sync, one per optimizer step.
@@ -345,6 +354,28 @@ TEST(Notebooks, Lab006ClaimsAreTorchs) {
   std::ifstream page(report);
   const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
   for (const char* want : {"clip_grad_norm_ total, rank 1", "loss, rank 0", "wte.weight last", "<svg"}) {
+    EXPECT_NE(html.find(want), std::string::npos) << want;
+  }
+}
+
+// Lab 007 (hooks, ZeRO): every "check:" line notebooks_ported/007_comm_hooks/reference.py printed from torch 1.13's
+// own hooks and ZeroRedundancyOptimizer (tests/golden/notebooks/007_comm_hooks.txt) is a line of the lab's output;
+// the report draws the compression error per bucket and the state per rank.
+TEST(Notebooks, Lab007ClaimsAreTorchs) {
+  const std::string report = testing::temp_dir() + "/007.html";
+  const auto t0 = std::chrono::steady_clock::now();
+  const CommandResult r = testing::run_command({"/usr/bin/env", "OPENBLAS_CORETYPE=Prescott", "OPENBLAS_NUM_THREADS=1",
+                                                "notebooks_ported/007_comm_hooks/007_comm_hooks", "--report", report});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_LT(s, 10.0) << "lab 007 should stay fast";
+  const auto [matched, total] = claims_found(r.out, "tests/golden/notebooks/007_comm_hooks.txt");
+  std::printf("lab 007: %d/%d of torch's check lines printed identically (%.2f s)\n", matched, total, s);
+  EXPECT_EQ(total, 14) << "reference.py prints 14 claims at the lab's defaults";
+  std::ifstream page(report);
+  const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  for (const char* want : {"Compression error per bucket", "fp16-compress bucket 0", "Optimizer state per rank",
+                           "ZeRO, rank 2", "aria-label=\"bar chart\""}) {
     EXPECT_NE(html.find(want), std::string::npos) << want;
   }
 }
@@ -366,6 +397,7 @@ TEST(Notebooks, BadFlags) {
       {"004_parallelism", {"--world-size", "64"}, "--batch-size 32 is larger than a rank's shard of 16 samples"},
       {"006_tiny_gpt", {"--world-size", "9"}, "--world-size must be in [2, 8] (got 9)"},
       {"006_tiny_gpt", {"--backend", "gloo"}, "lab 006 runs on the simulator only"},
+      {"007_comm_hooks", {"--world-size", "9"}, "--world-size must be in [2, 8] (got 9)"},
   };
   for (const auto& [which, args, expect] : cases) {
     const CommandResult r = lab(which, args);

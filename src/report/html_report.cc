@@ -262,6 +262,10 @@ std::string render_html(const ReportData& d) {
     }
     out += "</p>\n" + svg::line_chart(d.losses, d.loss_x_label, "loss") + "</section>\n";
   }
+  for (const Figure& f : d.figures) {
+    out += fmt::format("<section class=\"figure\"><h2>{}</h2>\n<p class=\"hint\">{}</p>\n{}</section>\n",
+                       escape(f.title), escape(f.hint), f.svg);
+  }
   if (!d.tables.empty()) {
     out += "<section id=\"cmp\"><h2>Comparisons (the notebook's cmp)</h2>\n" + legend();
     for (const Table& t : d.tables) out += cmp_table(t);

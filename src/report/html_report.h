@@ -69,6 +69,12 @@ struct PerRankTable {
   std::string why;  // why they agree or not: broadcast_buffers, or how the ranks were seeded
 };
 
+// A chart a program draws itself (svg::bar_chart, ...), with a heading and a sentence saying how to read it.
+struct Figure {
+  std::string title, hint;  // plain text
+  std::string svg;          // markup from src/report/svg.h
+};
+
 struct ReportData {
   std::string program;            // "ddp_sim", "ddp_verify", "001_toy_ddp", ...
   std::string title;              // a line saying what ran
@@ -84,6 +90,7 @@ struct ReportData {
   std::vector<std::string> transcript;  // what a lab printed, line by line
   // Models with buffers / Dropout only (src/report/per_rank.h): "buffers per rank", "Dropout masks per rank".
   std::vector<PerRankTable> buffers, masks;
+  std::vector<Figure> figures;  // drawn after the loss chart, in order
 };
 
 std::string render_html(const ReportData& d);

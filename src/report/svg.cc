@@ -230,4 +230,62 @@ std::string gantt(const std::vector<std::string>& lanes, const std::vector<Bar>&
   return out + "</svg>\n";
 }
 
+std::string bar_chart(const std::vector<BarItem>& items, const std::string& x_label, bool log_scale, int width) {
+  const double left = 230, right = 150, top = 10, bar_h = 26, bottom = 46;
+  const double pw = width - left - right;
+  const double height = top + bar_h * static_cast<double>(items.size()) + bottom;
+  // The axis: [0, max] in round ticks, or whole decades [10^lo, 10^hi] around the positive values.
+  double hi = 0, lo_dec = 0, hi_dec = 1;
+  bool any = false;
+  for (const BarItem& b : items) {
+    if (log_scale && b.value > 0) {
+      const double d = std::log10(b.value);
+      lo_dec = any ? std::min(lo_dec, std::floor(d)) : std::floor(d);
+      hi_dec = any ? std::max(hi_dec, std::ceil(d)) : std::ceil(d);
+      any = true;
+    }
+    hi = std::max(hi, b.value);
+  }
+  if (log_scale && hi_dec <= lo_dec) hi_dec = lo_dec + 1;
+  std::vector<double> xt;
+  if (log_scale) {
+    for (double d = lo_dec; d <= hi_dec; ++d) xt.push_back(d);
+  } else {
+    xt = ticks(0, hi > 0 ? hi : 1, 6);
+    hi = std::max(hi, xt.back());
+  }
+  const auto X = [&](double v) {
+    if (log_scale) return left + (std::log10(v) - lo_dec) / (hi_dec - lo_dec) * pw;
+    return left + v / (hi > 0 ? hi : 1) * pw;
+  };
+  std::string out = fmt::format(
+      "<svg class=\"chart\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" height=\"{1}\" role=\"img\" "
+      "aria-label=\"bar chart\">\n",
+      width, height);
+  const double axis_y = top + bar_h * static_cast<double>(items.size());
+  for (const double t : xt) {
+    const double x = log_scale ? left + (t - lo_dec) / (hi_dec - lo_dec) * pw : X(t);
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#ccc\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\" class=\"tick\">{4}</text>\n",
+        x, top, axis_y + 5, axis_y + 19, log_scale ? fmt::format("1e{}", static_cast<int>(t)) : num(t));
+  }
+  out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"axis\">{}</text>\n", left + pw / 2,
+                     height - 6, escape(x_label));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BarItem& b = items[i];
+    const double y = top + bar_h * static_cast<double>(i);
+    const std::string colour = b.colour.empty() ? series_colour(0) : b.colour;
+    const std::string text = b.text.empty() ? num(b.value) : b.text;
+    const double w = (log_scale ? b.value > 0 : b.value != 0) ? std::max(1.0, X(b.value) - left) : 0.0;
+    out += fmt::format(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"lane\">{}</text>"
+        "<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{}: {}</title></rect>"
+        "<text x=\"{:.1f}\" y=\"{}\" class=\"bar\">{}</text>\n",
+        left - 8, y + bar_h / 2 + 4, escape(b.label), left, y + 4, w, bar_h - 8, colour, escape(b.label), escape(text),
+        left + w + 6, y + bar_h / 2 + 4, escape(text));
+  }
+  return out + "</svg>\n";
+}
+
 }  // namespace ddplab::svg

@@ -40,4 +40,16 @@ struct Bar {
 std::string gantt(const std::vector<std::string>& lanes, const std::vector<Bar>& bars, const std::string& unit,
                   int width = 960);
 
+// One horizontal bar per item, top to bottom, from 0 to `value`: a bar chart of a few quantities (lab 007's
+// compression error per hook and bucket, optimizer state per rank). With `log_scale` the axis is in decades
+// (for values spanning many, e.g. float differences from 1e-9 to 1); values <= 0 then draw no bar.
+struct BarItem {
+  std::string label;  // left of the bar
+  double value = 0;
+  std::string text;    // right of the bar ("" = the value)
+  std::string colour;  // "" = series_colour(0)
+};
+std::string bar_chart(const std::vector<BarItem>& items, const std::string& x_label, bool log_scale = false,
+                      int width = 960);
+
 }  // namespace ddplab::svg
