@@ -241,9 +241,10 @@ std::string render_html(const ReportData& d) {
       escape(d.program), kStyle, escape(d.title));
   if (!d.config.empty()) out += fmt::format("<p class=\"sub mono\">{}</p>\n", escape(d.config));
   if (!d.losses.empty()) {
-    out +=
-        "<section id=\"loss\"><h2>Loss per rank, step by step</h2>\n<p class=\"hint\">Each rank trains on its own "
-        "shard, so its losses differ; after every all-reduce all ranks hold the same weights.";
+    out += d.loss_hint.empty()
+               ? "<section id=\"loss\"><h2>Loss per rank, step by step</h2>\n<p class=\"hint\">Each rank trains on its "
+                 "own shard, so its losses differ; after every all-reduce all ranks hold the same weights."
+               : "<section id=\"loss\"><h2>Loss, step by step</h2>\n<p class=\"hint\">" + escape(d.loss_hint);
     for (const auto& s : d.losses) {
       if (s.dashed) {
         out +=

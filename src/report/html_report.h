@@ -82,6 +82,7 @@ struct ReportData {
   std::string config;             // ddp::describe(cfg), when there is one
   std::vector<svg::Series> losses;
   std::string loss_x_label = "step (batch)";
+  std::string loss_hint;  // what the lines are, when not one per rank ("" = the per-rank sentence)
   std::vector<Table> tables;
   std::vector<std::string> notes;  // the sentences the program printed under its tables, the verdict
   std::vector<BucketLayout> layouts;
