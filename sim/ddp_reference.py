@@ -19,6 +19,7 @@ Floats are float32 values printed with 9 significant digits (they read back to t
 Must be run with Debian's python3-torch (1.13); `python3` on PATH may not have torch.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -33,6 +34,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
@@ -99,6 +101,11 @@ def parser():
     # and arguments; the dump then has "zero": each rank's partition (names) and optimizer state (floats).
     ap.add_argument('--zero', type=bool_flag, default=False)
     add_comm_hook_flags(ap.add_argument)
+    # Uneven inputs: rank r trains on the first B - K*r batches of each epoch; --join wraps each epoch's loop
+    # in torch.distributed.algorithms.Join([ddp], divide_by_initial_world_size=(--join-divide initial)).
+    ap.add_argument('--uneven', type=int, default=0)
+    ap.add_argument('--join', type=bool_flag, default=False)
+    ap.add_argument('--join-divide', choices=['initial', 'active'], default='initial')
     ap.add_argument('--dump-params')
     return ap
 
@@ -122,6 +129,16 @@ def parse(argv):
         ap.error('--dataset digits trains with --loss ce')
     if a.dataset == 'toy' and (a.layers[0] != 2 or a.layers[-1] != 2):
         ap.error('--dataset toy needs --layers 2,...,2')
+    if a.uneven < 0:
+        ap.error('--uneven must be >= 0')
+    if a.uneven > 0 and not a.join:
+        ap.error('--uneven without --join true blocks in an all-reduce until the timeout: not an oracle')
+    if (a.uneven > 0 or a.join) and a.no_sync != 1:
+        ap.error('--uneven and --join run with --no-sync 1 only')
+    if (a.uneven > 0 or a.join) and a.zero:
+        ap.error('--zero with --uneven or --join is not modelled')
+    if a.join and a.comm_hook != 'none':
+        ap.error('--join with a --comm-hook is not modelled')
     return a
 
 
@@ -256,6 +273,26 @@ def write_json_atomic(path, doc):
         raise
 
 
+def run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses):
+    for b, (x, t) in enumerate(batches):
+        sync = (b + 1) % a.no_sync == 0 or b == len(batches) - 1
+        if sync:
+            loss = loss_fn(ddp(x), t)
+            loss.backward()
+        else:
+            with ddp.no_sync():
+                loss = loss_fn(ddp(x), t)
+                loss.backward()
+        if sync:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        losses.append(f32(loss.item()))
+        # One write per line so that the ranks' lines do not interleave mid-line.
+        sys.stdout.write(f'[rank{rank}] Epoch: {epoch + 1:03d}/{a.epochs:03d} | Batch size {len(x):03d} | '
+                         f'Loss: {loss.item():.2f}\n')
+        sys.stdout.flush()
+
+
 def worker(rank, a, init_file, result_dir):
     torch.set_num_threads(1)
     ws = a.world_size
@@ -288,23 +325,11 @@ def worker(rank, a, init_file, result_dir):
                 sampler.set_epoch(epoch)
             indices.append([int(i) for i in sampler])
             batches = list(loader)
-            for b, (x, t) in enumerate(batches):
-                sync = (b + 1) % a.no_sync == 0 or b == len(batches) - 1
-                if sync:
-                    loss = loss_fn(ddp(x), t)
-                    loss.backward()
-                else:
-                    with ddp.no_sync():
-                        loss = loss_fn(ddp(x), t)
-                        loss.backward()
-                if sync:
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                losses.append(f32(loss.item()))
-                # One write per line so that the ranks' lines do not interleave mid-line.
-                sys.stdout.write(f'[rank{rank}] Epoch: {epoch + 1:03d}/{a.epochs:03d} | Batch size {len(x):03d} | '
-                                 f'Loss: {loss.item():.2f}\n')
-                sys.stdout.flush()
+            batches = batches[:len(batches) - a.uneven * rank]  # a loop that breaks early
+            join = (Join([ddp], divide_by_initial_world_size=a.join_divide == 'initial') if a.join
+                    else contextlib.nullcontext())
+            with join:
+                run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses)
 
         doc = {'indices': indices, 'losses': losses}
         if a.dataset == 'digits':  # DDP(model).eval() under no_grad, as a training script evaluates

@@ -9,6 +9,7 @@
 #include "sim/gpt_sim.h"
 #include "src/compare.h"
 #include "src/ddp/config.h"
+#include "src/ddp/join.h"
 #include "src/ddp/trainer.h"
 #include "src/ddp/zero.h"
 #include "src/flags.h"
@@ -91,6 +92,7 @@ int run(int argc, char** argv) {
   }
   const ddp::SimResult res = ddp::simulate(cfg, single, hooks);
   fmt::print("buckets at iteration 0: {}\n", res.buckets_first);
+  if (const std::string j = ddp::join_summary(cfg); !j.empty()) fmt::print("{}\n", j);
   if (!quiet) {
     size_t next = 0;
     for (int64_t e = 0; e < cfg.epochs; ++e) {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "src/ddp/config.h"
+#include "src/ddp/join.h"
 #include "src/ddp/trainer.h"
 #include "src/ddp/zero.h"
 #include "src/flags.h"
@@ -111,16 +112,20 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
   const int64_t my_state = mine.replica->optimizer->state_numel();
   std::vector<int64_t> state_numel(static_cast<size_t>(env.world_size));
   if (cfg.zero) comm->all_gather(&my_state, sizeof(int64_t), state_numel.data());
-  // Every rank logs as many batches (DistributedSampler gives each the same number of samples).
+  // Every rank logs as many batches (DistributedSampler gives each the same number of samples), but with
+  // --uneven rank r logs epochs x rank_batches(r): gathered padded to rank 0's count (every rank knows all).
   std::vector<float> my_losses;
   for (const auto& l : mine.log) my_losses.push_back(l.loss);
+  const size_t most = static_cast<size_t>(cfg.epochs * ddp::rank_batches(cfg, 0));
+  my_losses.resize(std::max(most, my_losses.size()));
   std::vector<float> all_losses(my_losses.size() * static_cast<size_t>(env.world_size));
   comm->all_gather(my_losses.data(), my_losses.size() * sizeof(float), all_losses.data());
   std::vector<std::vector<float>> losses(static_cast<size_t>(env.world_size));
   std::vector<std::string> losses_json;
   for (size_t r = 0; r < losses.size(); ++r) {
     const auto first = all_losses.begin() + static_cast<std::ptrdiff_t>(r * my_losses.size());
-    losses[r].assign(first, first + static_cast<std::ptrdiff_t>(my_losses.size()));
+    const auto count = static_cast<std::ptrdiff_t>(cfg.epochs * ddp::rank_batches(cfg, static_cast<int64_t>(r)));
+    losses[r].assign(first, first + count);
     std::vector<std::string> items;
     for (float l : losses[r]) items.push_back(json_float(l));
     losses_json.push_back(fmt::format("[{}]", fmt::join(items, ", ")));
@@ -331,6 +336,7 @@ int run(int argc, char** argv) {
   }
   if (run.backend == dist::Backend::nccl) {  // refused before any rank starts
     if (std::string why = dist::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
+    if (cfg.uneven > 0 || cfg.join) throw UsageError("--uneven and --join run on --backend gloo only");
   }
   return dist::run_ddp_ranks(flags, run, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
     return body(flags, ranks_cfg, rank, std::vector<std::string>(argv, argv + argc));

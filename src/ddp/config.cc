@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "src/data.h"
+#include "src/ddp/join.h"
 #include "src/limits.h"
 #include "src/model/spec.h"
 #include "src/nn.h"
@@ -38,6 +39,11 @@ int64_t Config::num_samples_per_rank() const {
   return (n + world_size - 1) / world_size;
 }
 
+int64_t Config::batches_per_epoch() const {
+  const int64_t per_rank = num_samples_per_rank();
+  return loader_drop_last ? per_rank / batch_size : (per_rank + batch_size - 1) / batch_size;
+}
+
 namespace {
 
 size_t index_of(const std::vector<std::string>& names, const std::string& s, const char* what) {
@@ -50,7 +56,7 @@ size_t index_of(const std::vector<std::string>& names, const std::string& s, con
 // The names of every choice flag, each list in the order of its enum (the value is the name's index); the
 // all-reduce algorithms' and the kernels' live beside their enums.
 struct ChoiceNames {
-  std::vector<std::string> activation, loss, optimizer, dataset, init, average;
+  std::vector<std::string> activation, loss, optimizer, dataset, init, average, join_divide;
 };
 const ChoiceNames& choice_names() {
   static const ChoiceNames n = {{"none", "relu"},
@@ -58,7 +64,8 @@ const ChoiceNames& choice_names() {
                                 {"sgd", "adam"},
                                 {"random", "toy", "rand", "digits"},
                                 {"same", "per-rank", "continue"},
-                                {"predivide", "postdivide", "avg"}};
+                                {"predivide", "postdivide", "avg"},
+                                {"initial", "active"}};
   return n;
 }
 
@@ -218,6 +225,28 @@ const std::vector<FlagSpec>& flag_table() {
        "[{def}]\n",
        [](const Flags& f, Config& c) { c.zero = f.get_bool("zero", c.zero); },
        [](const Config& c) { return std::string(c.zero ? "true" : "false"); }, true},
+      // Issue 18's Join: added after the goldens, so left out of to_args at their defaults.
+      {"uneven",
+       "uneven inputs (torch.distributed.algorithms.Join):\n"
+       "  --uneven K                rank r trains on the first B - K*r of its B batches per epoch [{def}]\n",
+       [](const Flags& f, Config& c) { c.uneven = f.get_int("uneven", c.uneven, 0, 1 << 22); },
+       [](const Config& c) { return std::to_string(c.uneven); }, true},
+      {"join",
+       "  --join true|false         inside Join([ddp]) (one per epoch): ranks out of batches shadow the\n"
+       "                            all-reduces with zeros; without it the run stops where PyTorch's would hang "
+       "[{def}]\n",
+       [](const Flags& f, Config& c) { c.join = f.get_bool("join", c.join); },
+       [](const Config& c) { return std::string(c.join ? "true" : "false"); }, true},
+      {"join-divide",
+       "  --join-divide {choices}    divide by the world size (divide_by_initial_world_size=True) or by the\n"
+       "                            ranks not yet joined (False) [{def}]\n",
+       [](const Flags& f, Config& c) {
+         const auto& names = choice_names().join_divide;
+         c.join_divide_active =
+             index_of(names, f.get_choice("join-divide", names[c.join_divide_active], names), "join-divide") == 1;
+       },
+       [](const Config& c) { return choice_names().join_divide[c.join_divide_active]; }, true,
+       &choice_names().join_divide},
   };
   return table;
 }
@@ -302,6 +331,7 @@ void validate(const Config& c) {
                                  c.comm_hook.name, choice_names().average[static_cast<size_t>(c.average)]));
   }
   check_footprint(footprint(c), "--layers, --world-size, --samples, --batch-size");
+  validate_uneven(c);
 }
 
 Footprint footprint(const Config& c) {
@@ -355,6 +385,8 @@ std::string describe(const Config& c) {
   if (!c.broadcast_buffers) extra += " | broadcast_buffers=false";
   if (c.zero) extra += " | ZeroRedundancyOptimizer";
   if (c.comm_hook.name != "none") extra += " | " + describe(c.comm_hook);
+  if (c.uneven > 0) extra += fmt::format(" | uneven={}", c.uneven);
+  if (c.join) extra += fmt::format(" | join divide_by_initial_world_size={}", c.join_divide_active ? "False" : "True");
   return fmt::format(
       "world_size={} | {} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
       "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}{}",

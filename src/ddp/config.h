@@ -62,7 +62,13 @@ struct Config {
   double bucket_cap_mb = 25.0;
   int64_t no_sync = 1;  // all-reduce every K micro-batches
   collective::Algorithm allreduce = collective::Algorithm::ring;
-  CommHookOptions comm_hook;        // --comm-hook and --powersgd-*: DDP.register_comm_hook
+  CommHookOptions comm_hook;  // --comm-hook and --powersgd-*: DDP.register_comm_hook
+  // Uneven inputs (src/ddp/join.h): rank r trains on the first B - uneven*r of its B batches per epoch; with
+  // `join`, inside torch.distributed.algorithms.Join([ddp]) (one per epoch), the divisor the world size
+  // (divide_by_initial_world_size=True) or, with join_divide_active, the ranks not yet joined.
+  int64_t uneven = 0;
+  bool join = false;
+  bool join_divide_active = false;
   Kernels kernels = Kernels::fast;  // Linear's products: OpenBLAS (PyTorch's calls) or fixed-order loops
   bool zero = false;  // the optimizer as torch's ZeroRedundancyOptimizer (src/ddp/zero.h): state sharded by rank
   // Not a DDP flag (not in the flag table, to_args or the ranks' agreement): the simulator's threads,
@@ -78,6 +84,7 @@ struct Config {
   std::vector<int64_t> sample_shape() const;  // one input sample's shape: {in}, or {1, 8, 8} for images
   int64_t num_classes() const;                // width of y / number of labels
   int64_t num_samples_per_rank() const;       // DistributedSampler's num_samples
+  int64_t batches_per_epoch() const;          // the DataLoader's batches per rank and epoch (before --uneven)
 };
 
 constexpr int64_t kMaxWorldSize = 64;

@@ -30,6 +30,7 @@ Reducer::Reducer(std::vector<Parameter*> params, int64_t world_size, double buck
       world_size_(world_size),
       cap_bytes_(static_cast<size_t>(bucket_cap_mb * 1024 * 1024)),
       average_(average),
+      div_factor_(world_size),
       aliased_(params_.size(), false),
       local_unused_(params_.size(), false),
       global_unused_(params_.size(), false) {
@@ -92,7 +93,11 @@ void Reducer::prepare_bucket(size_t b, float* buf, collective::Span span) const 
   // at::mul_out(bucket_view, grad, 1.0 / world_size): a float multiply by the rounded reciprocal.
   const float scale = prepare_scale();
   const bool copy = !scales_in();
-  const auto ws = static_cast<float>(world_size_);
+  const auto ws = static_cast<float>(div_factor_);
+  if (joined_) {
+    std::fill(buf, buf + (span.hi - span.lo), 0.0f);
+    return;
+  }
   for (size_t j = 0; j < bucket.params.size(); ++j) {
     const size_t i = bucket.params[j];
     const Parameter& p = *params_[i];
@@ -120,6 +125,7 @@ void Reducer::prepare_bucket(size_t b, float* buf, collective::Span span) const 
 
 void Reducer::finalize_bucket(size_t b, float* buf, collective::Span span) {
   const Bucket& bucket = buckets_[b];
+  if (joined_) return;  // the shadowing all-reduce's result is not used
   if (postdivides()) {
     const auto ws = static_cast<float>(world_size_);
     for (size_t k = 0; k < span.hi - span.lo; ++k) buf[k] = buf[k] / ws;

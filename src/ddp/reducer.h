@@ -62,10 +62,20 @@ class Reducer {
   // prepare multiplies each gradient by prepare_scale() when scales_in(), else copies it; the all-reduce
   // sums (or averages, when the backend does); finalize divides by world_size when postdivides().
   bool scales_in() const;
-  float prepare_scale() const { return static_cast<float>(1.0 / static_cast<double>(world_size_)); }
+  float prepare_scale() const { return static_cast<float>(1.0 / static_cast<double>(div_factor_)); }
   bool postdivides() const { return !hook_ && average_ == Average::postdivide; }
   int64_t world_size() const { return world_size_; }
   size_t numel(size_t param) const { return static_cast<size_t>(params_[param]->numel()); }
+  const std::string& param_name(size_t param) const { return params_[param]->name; }
+
+  // Join (src/ddp/join.h), per synchronised backward: div_factor_ in reducer.cpp, the world size or the
+  // ranks not yet joined (divide_by_initial_world_size=False); and whether this rank has joined: a joined
+  // rank all-reduces zeros in the current layout (_match_all_reduce_for_bwd_pass) and its grads stay.
+  void set_join_state(bool joined, int64_t div_factor) {
+    joined_ = joined;
+    div_factor_ = div_factor;
+  }
+  bool joined() const { return joined_; }
 
   // mark_variable_ready: copy every gradient of bucket b into `flat` (bucket(b).numel floats), times
   // float(1/ws) unless postdivide. The caller all-reduces `flat`: buffers are the caller's, so a simulator
@@ -107,6 +117,8 @@ class Reducer {
   size_t cap_bytes_;
   Average average_;
   bool rebuilt_ = false;
+  bool joined_ = false;
+  int64_t div_factor_;
   bool backend_averages_ = false;
   bool gradient_as_bucket_view_ = false;
   std::vector<bool> aliased_;                       // grad is its bucket slot (gradient_as_bucket_view)

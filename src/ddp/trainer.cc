@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "src/ddp/bucket_sync.h"
 #include "src/ddp/hooked_sync.h"
+#include "src/ddp/join.h"
 #include "src/ddp/zero.h"
+#include "src/errors.h"
 #include "src/model/spec.h"
 #include "src/progress.h"
 
@@ -222,7 +225,7 @@ void init_ddp(const Config& cfg, Replica& rep, const std::function<void(Replica&
 
 TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
                     const SyncFn& sync, const BufferSyncFn& sync_buffers, ThreadPool* pool, bool progress,
-                    const StepFn& after_step) {
+                    const StepFn& after_step, const OutOfBatchesFn& out_of_batches) {
   TrainLog out;
   auto& sampler_indices = out.sampler_indices;
   // What one item of parallel work costs, for parallel_for: a replica's forward and backward (~6 flops per
@@ -231,12 +234,7 @@ TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Re
   const double step_work = 6.0 * static_cast<double>(fp.parameters * cfg.batch_size);
   const double update_work = 4.0 * static_cast<double>(fp.parameters);
   const bool has_buffers = !local[0]->model.buffers().empty();  // DDP syncs none when the model has none
-  std::vector<Replica*> all(local);                             // the replicas, then the single device
-  if (single) all.push_back(single);
-  const int64_t per_rank = cfg.num_samples_per_rank();
-  const int64_t per_epoch =
-      cfg.loader_drop_last ? per_rank / cfg.batch_size : (per_rank + cfg.batch_size - 1) / cfg.batch_size;
-  Progress shown("batch", progress ? cfg.epochs * per_epoch : 0);
+  Progress shown("batch", progress ? cfg.epochs * cfg.batches_per_epoch() : 0);
   int64_t done = 0;
   for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
     std::vector<std::vector<std::vector<int64_t>>> batches;
@@ -248,32 +246,70 @@ TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Re
     }
     const size_t nb = batches[0].size();  // DistributedSampler gives every rank as many samples
     for (size_t b = 0; b < nb; ++b) {
-      std::vector<int64_t> union_idx;
+      // --uneven: the local replicas that still have batch b, and how many ranks in all.
+      const auto bi = static_cast<int64_t>(b);
+      const int64_t active = active_ranks(cfg, bi);
+      std::vector<size_t> running;  // indexes into local; then the single device
       for (size_t k = 0; k < local.size(); ++k) {
-        union_idx.insert(union_idx.end(), batches[k][b].begin(), batches[k][b].end());
+        if (bi < rank_batches(cfg, local[k]->rank)) running.push_back(k);
       }
-      if (has_buffers && syncs_buffers_before(cfg, b, nb)) sync_buffers(local);
-      std::vector<float> losses(all.size());
-      parallel_for(pool, all.size(), step_work, [&](size_t k) {
-        losses[k] = all[k]->forward_backward(data, k < local.size() ? batches[k][b] : union_idx);
+      if (active < cfg.world_size && !cfg.join) {  // PyTorch's ranks would block in the next all-reduce
+        const std::string line = no_join_line(cfg, epoch, bi, *local[0]->reducer);
+        if (running.empty() && out_of_batches) out_of_batches(line);
+        if (running.size() == local.size()) {  // a real rank that has the batch: its all-reduce fails
+          try {
+            for (size_t k : running) local[k]->forward_backward(data, batches[k][b]);
+            std::vector<Reducer*> reducers;
+            for (Replica* rep : local) reducers.push_back(rep->reducer.get());
+            sync(reducers);
+          } catch (const std::exception& e) {
+            throw RunError(line + "; here: " + e.what());
+          }
+        }
+        throw RunError(line);
+      }
+      if (single) running.push_back(local.size());
+      const auto rep_of = [&](size_t k) { return k < local.size() ? local[k] : single; };
+      std::vector<int64_t> union_idx;
+      for (size_t k : running) {
+        if (k < local.size()) union_idx.insert(union_idx.end(), batches[k][b].begin(), batches[k][b].end());
+      }
+      if (has_buffers && syncs_buffers_before(cfg, b, nb)) sync_buffers(local, buffer_source(cfg, bi), false);
+      std::vector<float> losses(running.size());
+      parallel_for(pool, running.size(), step_work, [&](size_t i) {
+        const size_t k = running[i];
+        losses[i] = rep_of(k)->forward_backward(data, k < local.size() ? batches[k][b] : union_idx);
       });
-      for (size_t k = 0; k < local.size(); ++k) {
-        out.log.push_back({epoch, local[k]->rank, static_cast<int64_t>(batches[k][b].size()), losses[k]});
+      for (size_t i = 0; i < running.size(); ++i) {
+        const size_t k = running[i];
+        if (k < local.size()) {
+          out.log.push_back({epoch, local[k]->rank, static_cast<int64_t>(batches[k][b].size()), losses[i]});
+        }
       }
       if (single) out.single_losses.push_back(losses.back());
       shown.advance(++done);
       if (!is_sync_batch(cfg, b, nb)) continue;
-      // The synchronised backward: every bucket all-reduced in order, then one optimizer step per rank.
+      // The synchronised backward: every bucket all-reduced in order, then one optimizer step per rank that
+      // had the batch (a joined rank's all-reduces are zeros, and it does not step).
       std::vector<Reducer*> reducers;
-      for (Replica* rep : local) reducers.push_back(rep->reducer.get());
+      for (Replica* rep : local) {
+        const bool joined = bi >= rank_batches(cfg, rep->rank);
+        rep->reducer->set_join_state(joined, cfg.join_divide_active ? active : cfg.world_size);
+        reducers.push_back(rep->reducer.get());
+      }
       sync(reducers);
-      parallel_for(pool, all.size(), update_work, [&](size_t k) {
-        if (k < local.size()) all[k]->reducer->finish_sync(all[k]->ready);
-        all[k]->optimizer->step();
-        all[k]->optimizer->zero_grad(true);
+      parallel_for(pool, running.size(), update_work, [&](size_t i) {
+        const size_t k = running[i];
+        if (k < local.size()) local[k]->reducer->finish_sync(local[k]->ready);
+        rep_of(k)->optimizer->step();
+        rep_of(k)->optimizer->zero_grad(true);
       });
       if (after_step) after_step(local);
       ++out.optimizer_steps;
+    }
+    if (cfg.join) {  // Join's post_hook: the last joiner's parameters and buffers to everyone
+      for (Replica* rep : local) rep->reducer->set_join_state(false, cfg.world_size);
+      sync_buffers(local, authoritative_rank(cfg), true);
     }
   }
   return out;
@@ -291,13 +327,14 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
   res.replica = std::make_unique<Replica>(cfg, comm.rank());
   Replica& rep = *res.replica;
   rep.model.set_kernels(kernels);
-  // DDP's buffer broadcast: rank 0's bits to everyone (num_batches_tracked's int64 travels as its 8 bytes).
-  const auto broadcast_buffers = [&](Replica& r) {
+  // DDP's buffer broadcast: rank 0's bits to everyone (num_batches_tracked's int64 travels as its 8 bytes);
+  // under Join from the highest active rank.
+  const auto broadcast_buffers = [&](Replica& r, int root = 0) {
     for (Buffer* b : r.model.buffers()) {
       if (b->is_int64) {
-        comm.broadcast(reinterpret_cast<float*>(&b->count), sizeof b->count / sizeof(float), 0);
+        comm.broadcast(reinterpret_cast<float*>(&b->count), sizeof b->count / sizeof(float), root);
       } else {
-        comm.broadcast(b->value.data(), static_cast<size_t>(b->value.size()), 0);
+        comm.broadcast(b->value.data(), static_cast<size_t>(b->value.size()), root);
       }
     }
   };
@@ -307,6 +344,23 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
   });
   rep.reducer->set_backend_averages(cfg.average == Average::avg && comm.native_avg());
   HostSyncOps ops(rep.model.parameters(), comm);
+  const BufferSyncFn sync_state = [&](const std::vector<Replica*>& local, int64_t src, bool with_params) {
+    const int root = static_cast<int>(src);
+    if (with_params) {  // Join's final model: parameters, then buffers (_sync_module_states)
+      for (Parameter* p : local[0]->model.parameters())
+        comm.broadcast(p->data(), static_cast<size_t>(p->numel()), root);
+    }
+    broadcast_buffers(*local[0], root);
+  };
+  // --uneven without --join, on the rank that ran out: it stays alive and silent, as a rank of a script whose
+  // loop ended would at its next collective; the others' all-reduce fails after the timeout.
+  const OutOfBatchesFn out_of_batches = [&](const std::string& line) {
+    // The others' timeout, their blame window (at most 1.5 s) and a margin: they fail and say so first.
+    const auto wait = comm.timeout + std::chrono::seconds(3);
+    std::this_thread::sleep_for(wait);
+    throw RunError(
+        fmt::format("{}; here: rank {} waited {} ms instead of joining it", line, comm.rank(), wait.count()));
+  };
   StepFn after_step;
   if (cfg.zero) {  // ZeroRedundancyOptimizer._sync_params: each parameter from its owner, over the communicator
     after_step = [&](const std::vector<Replica*>&) {
@@ -318,19 +372,29 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
     };
   }
   const SyncFn sync = [&](const std::vector<Reducer*>& reducers) {
+    if (reducers[0]->joined()) {
+      // A joined rank (Join's _match_all_reduce_for_bwd_pass): one all-reduce of zeros per bucket of the
+      // current layout, in bucket order.
+      std::vector<float> zeros;
+      for (size_t j = 0; j < reducers[0]->num_buckets(); ++j) {
+        zeros.assign(reducers[0]->bucket(j).numel, 0.0f);
+        comm.all_reduce(zeros.data(), zeros.size(), comm::ReduceOp::sum);
+      }
+      return;
+    }
     std::vector<HookReport> reports = sync_buckets(*reducers[0], ops);
     if (rep.reducer->comm_hook()) res.hook_reports.push_back(std::move(reports));
   };
   const auto t0 = std::chrono::steady_clock::now();
-  TrainLog trained = run_epochs(
-      cfg, data, {&rep}, nullptr, sync, [&](const std::vector<Replica*>& local) { broadcast_buffers(*local[0]); },
-      nullptr, comm.rank() == 0, after_step);
+  TrainLog trained =
+      run_epochs(cfg, data, {&rep}, nullptr, sync, sync_state, nullptr, comm.rank() == 0, after_step, out_of_batches);
   res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
   for (auto& e : trained.sampler_indices) res.sampler_indices.push_back(e[0]);
   if (test.size() > 0) {  // DDP(model).eval() forward: the buffers are rank 0's again first
-    if (cfg.broadcast_buffers && !rep.model.buffers().empty()) broadcast_buffers(rep);
+    if (cfg.broadcast_buffers && !rep.model.buffers().empty())
+      broadcast_buffers(rep, cfg.join ? comm.world_size() - 1 : 0);
     res.test_correct = test_correct(cfg, rep.model, test);
   }
   return res;
@@ -392,8 +456,13 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
     }
     ++sync_count;
   };
-  const BufferSyncFn sync_buffers = [](const std::vector<Replica*>& ranks) {
-    for (size_t r = 1; r < ranks.size(); ++r) copy_buffers(ranks[0]->model, ranks[r]->model);
+  const BufferSyncFn sync_buffers = [](const std::vector<Replica*>& ranks, int64_t src, bool with_params) {
+    const Replica& from = *ranks[static_cast<size_t>(src)];
+    for (Replica* to : ranks) {
+      if (to == &from) continue;
+      if (with_params) copy_parameters(from.model, to->model);
+      copy_buffers(from.model, to->model);
+    }
   };
   StepFn after_step;
   if (cfg.zero) {  // ZeroRedundancyOptimizer._sync_params: each rank takes each parameter's bits from its owner
@@ -414,7 +483,8 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   res.single_device_losses = std::move(trained.single_losses);
   res.buckets_rebuilt = res.replicas[0]->reducer->describe();
   if (test.size() > 0) {
-    if (cfg.broadcast_buffers) sync_buffers(local);  // DDP(model).eval() forward broadcasts first
+    // DDP(model).eval() forward broadcasts first (under Join from the highest rank: all are active)
+    if (cfg.broadcast_buffers) sync_buffers(local, cfg.join ? cfg.world_size - 1 : 0, false);
     res.test_size = test.size();
     for (Replica* rep : local) res.test_correct.push_back(test_correct(cfg, rep->model, test));
     if (res.single_device) res.single_device_test_correct = test_correct(cfg, res.single_device->model, test);

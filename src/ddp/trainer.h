@@ -142,13 +142,20 @@ struct TrainLog {
   int64_t optimizer_steps = 0;
   std::vector<float> single_losses;  // `single`'s loss per batch
 };
-// `sync_buffers` runs DDP's buffer broadcast over the local replicas when syncs_buffers_before says so.
-using BufferSyncFn = std::function<void(const std::vector<Replica*>&)>;
+// `sync_buffers(local, src, false)` runs DDP's buffer broadcast from rank `src` over the local replicas when
+// syncs_buffers_before says so; `sync_buffers(local, src, true)` is Join's final model broadcast (parameters
+// and buffers). --uneven: a rank past its last batch of the epoch computes nothing and, with --join, its
+// Reducer shadows the all-reduces with zeros (Reducer::set_join_state); without --join the loop stops at
+// the first all-reduce a rank never reaches: `out_of_batches(line)` runs on a real rank that ran out (it
+// must not pair a collective with the others' all-reduce), a RunError(line) everywhere else.
+using BufferSyncFn = std::function<void(const std::vector<Replica*>&, int64_t src, bool with_params)>;
 // `after_step` (--zero) runs once every local replica has stepped: ZeroRedundancyOptimizer's broadcast.
 using StepFn = std::function<void(const std::vector<Replica*>&)>;
+using OutOfBatchesFn = std::function<void(const std::string& line)>;
 TrainLog run_epochs(const Config& cfg, const Dataset& data, const std::vector<Replica*>& local, Replica* single,
                     const SyncFn& sync, const BufferSyncFn& sync_buffers, ThreadPool* pool = nullptr,
-                    bool progress = false, const StepFn& after_step = nullptr);
+                    bool progress = false, const StepFn& after_step = nullptr,
+                    const OutOfBatchesFn& out_of_batches = nullptr);
 
 // DDP(model) for one replica: with cfg.broadcast, `broadcast(rep)` gives it rank 0's parameters; then its
 // Reducer, with cfg.comm_hook registered (compared with the built-in averaging when cfg.compare_hook). simulate()
