@@ -238,7 +238,7 @@ const std::vector<FlagSpec>& flag_table() {
        [](const Flags& f, Config& c) { c.join = f.get_bool("join", c.join); },
        [](const Config& c) { return std::string(c.join ? "true" : "false"); }, true},
       {"join-divide",
-       "  --join-divide {choices}    divide by the world size (divide_by_initial_world_size=True) or by the\n"
+       "  --join-divide {choices}  divide by the world size (divide_by_initial_world_size=True) or by the\n"
        "                            ranks not yet joined (False) [{def}]\n",
        [](const Flags& f, Config& c) {
          const auto& names = choice_names().join_divide;
