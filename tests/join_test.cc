@@ -138,6 +138,7 @@ TEST(Join, BadInputGetsOneLineAndExit2) {
       {{"--join-divide", "half"}, "--join-divide"},
       {{"--uneven", "1", "--no-sync", "2"}, "--uneven and --join are modelled with --no-sync 1 only"},
       {{"--join", "true", "--average", "postdivide"}, "--join follows DDP's predivide"},
+      {{"--uneven", "1", "--join", "true", "--zero", "true"}, "--zero with --uneven or --join is not modelled"},
   };
   for (const auto& [args, want] : cases) {
     std::vector<std::string> cmd = {"sim/ddp_sim"};
