@@ -139,6 +139,7 @@ TEST(Join, BadInputGetsOneLineAndExit2) {
       {{"--uneven", "1", "--no-sync", "2"}, "--uneven and --join are modelled with --no-sync 1 only"},
       {{"--join", "true", "--average", "postdivide"}, "--join follows DDP's predivide"},
       {{"--uneven", "1", "--join", "true", "--zero", "true"}, "--zero with --uneven or --join is not modelled"},
+      {{"--join", "true", "--comm-hook", "allreduce"}, "--join with --comm-hook allreduce is not modelled"},
   };
   for (const auto& [args, want] : cases) {
     std::vector<std::string> cmd = {"sim/ddp_sim"};
