@@ -7,17 +7,21 @@
 // issue 17's tiny GPT (nanoGPT's train.py step under simulated DDP, src/gpt/train.h).
 // `bazel run //bench:sim_step -- --model cnn` (or mlp, gpt) runs one model's cases only.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "src/collective/allreduce.h"
+#include "src/ddp/hooked_sync.h"
 #include "src/ddp/trainer.h"
 #include "src/gemm.h"
 #include "src/gpt/train.h"
@@ -40,6 +44,7 @@ struct Case {
   std::string name;
   std::vector<int64_t> layers;  // the MLP's sizes; empty for the cnn
   int64_t replicas, batch, steps;
+  bool relu = false;
   bool cnn() const { return layers.empty(); }
 };
 
@@ -90,13 +95,15 @@ double step_shapes_gflops_one_core(const Case& c) {
 struct Measured {
   double median_ms;
   long rss_after_first_mb, rss_after_last_mb;
-  std::vector<float> params;  // gpt: every rank's parameters after the last step
+  std::vector<float> params;  // every rank's parameters after the last step (gpt, --comm-hook)
 };
 
 // The simulator's step as run_epochs runs it: replicas side by side, then the pooled all-reduce, then the
 // replicas' optimizer steps side by side.
-Measured measure(const Case& c, int threads) {
+Measured measure(const Case& c, int threads, const std::string& hook = "none") {
   ddp::Config cfg;
+  cfg.comm_hook.name = hook;  // init_ddp registers it on every rank's Reducer
+  cfg.relu = c.relu;
   cfg.world_size = c.replicas;
   cfg.batch_size = c.batch;
   cfg.shuffle = false;
@@ -126,6 +133,9 @@ Measured measure(const Case& c, int threads) {
   std::vector<double> times;
   Measured m{};
   ddp::InProcessAllreduce allreduce;
+  // With a hook, run_epochs' path: each rank's hook on a thread of its own over a LocalGroup (hooked_sync.h).
+  std::unique_ptr<ddp::HookedAllreduce> hooked;
+  if (hook != "none") hooked = std::make_unique<ddp::HookedAllreduce>(static_cast<int>(c.replicas), cfg.allreduce);
   std::vector<ddp::Reducer*> reducers;
   for (auto& rep : reps) reducers.push_back(rep->reducer.get());
   for (int64_t s = 0; s < c.steps + 1; ++s) {  // step 0 warms up (and rebuilds the buckets)
@@ -133,7 +143,11 @@ Measured measure(const Case& c, int threads) {
     // DDP's broadcast_buffers before each training forward (the cnn's BatchNorm buffers).
     for (size_t r = 1; r < reps.size(); ++r) ddp::copy_buffers(reps[0]->model, reps[r]->model);
     parallel_for(&pool, reps.size(), work, [&](size_t r) { reps[r]->forward_backward(data, batch[r]); });
-    allreduce.run(reducers, collective::Algorithm::ring, nullptr, &pool);
+    if (hooked) {
+      hooked->run(reducers);
+    } else {
+      allreduce.run(reducers, collective::Algorithm::ring, nullptr, &pool);
+    }
     parallel_for(&pool, reps.size(), work, [&](size_t r) {
       reps[r]->reducer->finish_sync(reps[r]->ready);
       reps[r]->optimizer->step();
@@ -145,6 +159,9 @@ Measured measure(const Case& c, int threads) {
   m.rss_after_last_mb = peak_rss_mb();
   std::sort(times.begin(), times.end());
   m.median_ms = times[times.size() / 2];
+  for (auto& rep : reps) {  // every rank's parameters after the run, to compare with PyTorch's
+    for (Parameter* p : rep->model.parameters()) m.params.insert(m.params.end(), p->data(), p->data() + p->numel());
+  }
   return m;
 }
 
@@ -184,6 +201,7 @@ Measured measure_gpt(const GptCase& c, int threads) {
   sync.global_unused = [](const std::vector<std::vector<bool>>& l) { return l[0]; };  // never asked (no aux head)
   sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) {
     allreduce.run(reducers, collective::Algorithm::ring, nullptr, nullptr, n);
+    return std::vector<ddp::HookReport>{};  // no hook: nothing to report
   };
   std::vector<double> times;
   Measured m{};
@@ -228,22 +246,71 @@ double torch_ms(const std::string& reference, const Case& c, int threads) {
   return run_reference(cmd);
 }
 
+// --comm-hook: ddplab's DDP step with a comm hook against torch 1.13 DDP with the same hook registered, on real
+// Gloo ranks (one single-threaded process per rank, bench/sim_step_reference.py --ddp); ddplab runs the ranks side
+// by side on one thread per rank. The MLP's 201,226 gradients fit one bucket (0.77 MB < the first rebuilt
+// bucket's 1 MiB): torch 1.13's powerSGD_hook on Gloo runs with one bucket only (README.md, PowerSGD).
+// Same data, initialisation and batches on both sides, so the parameters after the run are compared bitwise.
+void run_hooks(const std::string& reference, const std::vector<std::string>& hooks) {
+  const Case c{"MLP 128-384-384-10 relu, 2 ranks, batch 64", {128, 384, 384, 10}, 2, 64, 50, true};
+  const int threads = static_cast<int>(c.replicas);
+  fmt::print("{}, {} steps after one warm-up; ddplab {} threads, PyTorch {} Gloo processes of 1 thread\n", c.name,
+             c.steps, threads, c.replicas);
+  fmt::print("{:<14} {:>11} {:>11} {:>15}   parameters after {} steps, every rank\n", "--comm-hook", "ddplab ms",
+             "PyTorch ms", "PyTorch/ddplab", c.steps + 1);
+  for (const std::string& hook : hooks) {
+    const Measured m = measure(c, threads, hook);
+    const std::string dump = fmt::format("/tmp/sim_step_hook.{}.{}.f32", getpid(), hook);
+    const double t =
+        run_reference(fmt::format("OPENBLAS_NUM_THREADS=1 timeout 600 /usr/bin/python3 {} --ddp --layers {} "
+                                  "--activation relu --replicas {} --batch {} "
+                                  "--steps {} --comm-hook {} --dump {} 2>&1",
+                                  reference, fmt::join(c.layers, ","), c.replicas, c.batch, c.steps, hook, dump));
+    std::ifstream in(dump, std::ios::binary);
+    const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(dump.c_str());
+    size_t differ = 0;
+    const size_t bytes = m.params.size() * sizeof(float);
+    if (got.size() == bytes) {
+      for (size_t i = 0; i < m.params.size(); ++i) differ += std::memcmp(&m.params[i], got.data() + i * 4, 4) != 0;
+    }
+    fmt::print("{:<14} {:>11.4f} {:>11} {:>15}   {}\n", hook, m.median_ms, t > 0 ? fmt::format("{:.4f}", t) : "n/a",
+               t > 0 ? fmt::format("{:.2f}x", t / m.median_ms) : "n/a",
+               got.size() != bytes ? fmt::format("n/a (PyTorch wrote {} bytes, expected {})", got.size(), bytes)
+               : differ == 0       ? fmt::format("bitwise equal ({} floats)", m.params.size())
+                                   : fmt::format("DIFFERENT: {} of {} floats", differ, m.params.size()));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // sim_step [REFERENCE.py] [--model mlp|cnn|gpt]: --model runs only that model's cases.
+  // sim_step [REFERENCE.py] [--model mlp|cnn|gpt] [--comm-hook none|allreduce|fp16-compress|powersgd|all]:
+  // --model runs only that model's cases, --comm-hook only the hooked DDP step.
   std::string reference = "bench/sim_step_reference.py", model;
+  std::vector<std::string> hooks;
+  const std::vector<std::string> all_hooks = {"none", "allreduce", "fp16-compress", "powersgd"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const std::string next = i + 1 < argc ? argv[i + 1] : "";
     if (a == "--model" && (next == "mlp" || next == "cnn" || next == "gpt")) {
       model = argv[++i];
+    } else if (a == "--comm-hook" && (next == "all" || std::count(all_hooks.begin(), all_hooks.end(), next))) {
+      hooks = next == "all" ? all_hooks : std::vector<std::string>{next};
+      ++i;
     } else if (a.rfind("--", 0) == 0) {
-      fmt::print(stderr, "sim_step: unknown argument '{}' (usage: sim_step [REFERENCE.py] [--model mlp|cnn|gpt])\n", a);
+      fmt::print(stderr,
+                 "sim_step: unknown argument '{}' (usage: sim_step [REFERENCE.py] [--model mlp|cnn|gpt] "
+                 "[--comm-hook none|allreduce|fp16-compress|powersgd|all])\n",
+                 a);
       return 2;
     } else {
       reference = a;
     }
+  }
+  if (!hooks.empty()) {
+    run_hooks(reference, hooks);
+    return 0;
   }
   const int cores = available_cores();
   const double core_gflops = sgemm_gflops_one_core();
