@@ -10,21 +10,14 @@ tests/golden/join/<name>.json (parameters, buffers, losses, sampler indices and 
 rank), plus configs.json (name -> argument list). Without Join torch blocks in an all-reduce until the timeout:
 there is no golden of that (README, "Uneven inputs and Join"). Nothing here is hand-edited.
 """
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-REF = os.path.join(ROOT, 'sim', 'ddp_reference.py')
-
-# The kernels pinned as tests/golden/models/make_model_goldens.py pins them (oneDNN's ISA for the CNN's
-# convolutions); tests/BUILD pins the same for the tests.
-os.environ.update(OPENBLAS_CORETYPE='Prescott', OPENBLAS_NUM_THREADS='1', ATEN_CPU_CAPABILITY='avx2',
-                  ONEDNN_MAX_CPU_ISA='AVX2')
+sys.path.insert(0, os.path.join(HERE, '..', 'models'))
+# The writer of tests/golden/models/, which also pins the kernels (oneDNN's ISA for the CNN's convolutions) as
+# tests/BUILD pins them for the tests.
+from make_model_goldens import write_goldens  # noqa: E402
 
 # MLP: 96 samples, batch 8: B = 6 batches per rank at ws 2, 4 at ws 3; two epochs (a Join per epoch, momentum
 # carried over: a joined rank's momentum is not synchronised).
@@ -46,30 +39,5 @@ CONFIGS = {
 }
 
 
-def write_json(path, doc):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.golden.')
-    with os.fdopen(fd, 'w') as f:
-        json.dump(doc, f, separators=(',', ':'))
-        f.write('\n')
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
-def main():
-    t0 = time.monotonic()
-    only = sys.argv[1:]  # names to (re)write; all when none
-    for name, args in CONFIGS.items():
-        if only and name not in only:
-            continue
-        out = os.path.join(HERE, name + '.json')
-        t = time.monotonic()
-        subprocess.run([sys.executable, REF] + args + ['--dump-params', out], check=True, stdout=subprocess.DEVNULL,
-                       timeout=900)
-        os.chmod(out, 0o644)
-        print(f'wrote {os.path.relpath(out, ROOT)} ({time.monotonic() - t:.1f}s)', flush=True)
-    write_json(os.path.join(HERE, 'configs.json'), CONFIGS)
-    print(f'wrote configs.json; total {time.monotonic() - t0:.1f}s')
-
-
 if __name__ == '__main__':
-    sys.exit(main())
+    write_goldens(HERE, CONFIGS, sys.argv[1:])
