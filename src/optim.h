@@ -43,6 +43,12 @@ class SGD : public Optimizer {
   // Each "a + alpha * b" is one fused multiply-add, as PyTorch's vectorized add kernel computes it.
   void step() override;
   int64_t state_numel() const override;
+  // optimizer.state[p]['momentum_buffer'] as a recorded run had it before a step (ddp_check replays
+  // one step from a trace); i indexes the parameters as given.
+  void set_momentum_buffer(size_t i, const Matrix& buf) {
+    momentum_buffer_[i] = buf;
+    has_buffer_[i] = true;
+  }
 
  private:
   SGDOptions options_;
@@ -77,6 +83,13 @@ class Adam : public Optimizer {
   explicit Adam(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), false) {}
   void step() override;
   int64_t state_numel() const override;
+  // optimizer.state[p] as a recorded run had it before a step: exp_avg, exp_avg_sq and 'step' (ddp_check
+  // replays one step from a trace); i indexes the parameters in group order.
+  void set_state(size_t i, const Matrix& exp_avg, const Matrix& exp_avg_sq, int64_t step) {
+    exp_avg_[i] = exp_avg;
+    exp_avg_sq_[i] = exp_avg_sq;
+    steps_[i] = step;
+  }
 
  protected:
   Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay);

@@ -105,6 +105,11 @@ class Reducer {
   // model's backward recorded it; parameters it misses follow in reverse model order) with limits
   // [1 MiB, bucket_cap_mb]. Iteration 0 used one bucket holding every parameter in model order.
   void finish_sync(const std::vector<Parameter*>& ready = {});
+  // A layout given from outside (ddp_check: torch's own, as a recorded run reported it), kept from now on.
+  void set_layout(const std::vector<std::vector<size_t>>& assignment) {
+    set_buckets(assignment);
+    rebuilt_ = true;
+  }
 
   // "[layers.1.bias layers.1.weight] 38 floats" per bucket, for learners.
   std::string describe() const;

@@ -1,0 +1,125 @@
+#include "src/check/check.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "src/check/findings.h"
+#include "src/check/replay.h"
+
+namespace ddplab::check {
+namespace {
+
+CmpResult compare(const std::string& name, const std::vector<float>& got, const float* want) {
+  return cmp(name, got.data(), want, static_cast<int64_t>(got.size()));
+}
+
+int64_t nonfinite(const std::vector<float>& v) {
+  int64_t n = 0;
+  for (float x : v) n += !std::isfinite(x);
+  return n;
+}
+
+}  // namespace
+
+void Counts::add(const CmpResult& r) {
+  ++checked;
+  if (r.exact) {
+    ++exact;
+  } else if (r.approximate) {
+    ++allclose;
+  } else {
+    ++different;
+  }
+}
+
+bool CheckResult::problems() const {
+  for (const Finding& f : findings)
+    if (f.severity == "problem") return true;
+  return false;
+}
+
+CheckResult check_run(const Run& run) {
+  const Manifest& m = run.first();
+  const int ws = run.world_size();
+  CheckResult res;
+  res.world_size = ws;
+  res.backend = m.backend;
+  res.torch_version = m.torch_version;
+  res.run_dir = run.dir;
+  res.steps = run.steps;
+  GradReplay replay(run);
+  res.order_known = replay.exact_expected();
+  res.order = replay.order();
+  Findings found(run);
+
+  std::vector<StepRecord> prev;  // the previous recorded step of every rank
+  for (int64_t step : run.steps) {
+    std::vector<StepRecord> recs;
+    for (int r = 0; r < ws; ++r) recs.push_back(read_step(run, r, step));
+    StepLine line;
+    line.step = step;
+
+    // 1. DDP's synchronised backward: predicted .grad against what each rank recorded.
+    std::string why;
+    const bool predicted = replay.predict(recs, &why);
+    for (const std::string& note : replay.take_notes()) found.add("buckets-not-as-predicted", "note", "", step, -1, "", note);
+    if (!predicted) found.add("not-checked", "note", "", step, -1, "", "gradients of step " + std::to_string(step) + " not predicted: " + why);
+    for (int r = 0; r < ws && predicted; ++r) {
+      std::vector<CmpResult> rows;
+      for (size_t i = 0; i < m.params.size(); ++i) {
+        const Parameter& p = replay.param(r, i);
+        const safetensors::Tensor* got = recs[r].find("grad", p.name);
+        if (!got) continue;
+        line.nonfinite += nonfinite(got->data);
+        if (!p.has_grad) {
+          found.add("grad-not-as-predicted", "problem", "", step, r, p.name,
+                    fmt::format("step {}, rank {}: '{}' has a .grad after backward, but DDP's replay leaves it None",
+                                step, r, p.name));
+          continue;
+        }
+        CmpResult c = compare(p.name, got->data, p.grad.data());
+        line.grads.add(c);
+        rows.push_back(c);
+      }
+      found.grads_vs_prediction(step, r, rows, res.order_known, &res.first_divergence);
+    }
+
+    // 2. The replica invariant, stage by stage, and the optimizer step against torch.optim's arithmetic.
+    for (int r = 0; r < ws; ++r) {
+      std::vector<Matrix> after;
+      std::string opt_why;
+      const bool stepped = predict_step(m, recs[r], &after, &opt_why);
+      if (!stepped && r == 0) found.add("not-checked", "note", "", step, -1, "", "optimizer step not predicted: " + opt_why);
+      std::vector<CmpResult> rows;
+      for (size_t i = 0; i < m.params.size() && stepped; ++i) {
+        const std::string& name = m.params[i].name;
+        CmpResult c = compare(name, recs[r].find("param_after", name)->data, after[i].data());
+        line.params.add(c);
+        rows.push_back(c);
+      }
+      if (stepped) found.step_vs_prediction(step, r, rows, &res.first_divergence);
+    }
+    line.replicas_equal = found.replicas(recs, prev, &res.first_divergence);
+    found.per_step(recs);
+    res.grads.checked += line.grads.checked, res.grads.exact += line.grads.exact;
+    res.grads.allclose += line.grads.allclose, res.grads.different += line.grads.different;
+    res.params.checked += line.params.checked, res.params.exact += line.params.exact;
+    res.params.allclose += line.params.allclose, res.params.different += line.params.different;
+    if (line.nonfinite > 0)
+      found.add("nonfinite", "note", "", step, -1, "",
+                fmt::format("step {}: {} NaN/Inf values in the recorded gradients (compared as values: NaN equals "
+                            "nothing, so such tensors are never exact)",
+                            step, line.nonfinite));
+    res.lines.push_back(line);
+    prev = std::move(recs);
+  }
+  res.buckets = replay.buckets();
+  found.after_run();
+  res.findings = found.take();
+  return res;
+}
+
+}  // namespace ddplab::check

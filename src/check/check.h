@@ -1,0 +1,69 @@
+// ddp_check: replays DDP from a recorded run's own local gradients (src/check/trace.h) with ddplab's
+// Reducer, collectives, comm hooks and optimizers, compares every rank's recorded .grad and parameters
+// with the prediction, and names what went wrong (the finding kinds below) with its step, rank and
+// parameter.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/check/trace.h"
+#include "src/compare.h"
+
+namespace ddplab::check {
+
+// kinds: replicas-diverged (cause: gradients | gradients-changed | optimizer | outside-step),
+// grad-not-as-predicted, step-not-as-predicted, same-data-on-all-ranks, same-order-every-epoch,
+// overlapping-data, buffers-differ, grads-changed-before-step, unused-parameters, buckets-not-as-predicted,
+// not-checked. severity: "problem" or "note".
+struct Finding {
+  std::string kind, severity, cause, name, message;
+  int64_t step = -1;
+  int rank = -1;
+};
+
+struct Counts {
+  int64_t checked = 0, exact = 0, allclose = 0, different = 0;  // tensors (one per parameter, rank, step)
+  void add(const CmpResult& r);
+};
+
+struct StepLine {
+  int64_t step = 0;
+  Counts grads, params;
+  bool replicas_equal = true;
+  int64_t nonfinite = 0;  // NaN/Inf values seen in this step's recorded gradients
+};
+
+// The cmp table at the first divergence: predicted (or rank 0's) against recorded, per parameter.
+struct Divergence {
+  int64_t step = -1;
+  int rank = -1;
+  std::string title;
+  std::vector<CmpResult> rows;
+};
+
+struct CheckResult {
+  int world_size = 0;
+  std::string backend, torch_version, run_dir;
+  std::vector<int64_t> steps;
+  bool order_known = false;  // the run's addition order is known: gradients are predicted bit for bit
+  std::string order;         // which order, or why it is unknown
+  std::string buckets;       // the layout the replay used, from iteration 1 on
+  Counts grads, params;
+  std::vector<StepLine> lines;
+  std::vector<Finding> findings;
+  Divergence first_divergence;
+  bool problems() const;
+};
+
+// Reads every step of `run` (one step of all ranks in memory at a time) and checks it.
+CheckResult check_run(const Run& run);
+
+// The program's outputs: a line per step, the summary and the cmp table at the first divergence; the
+// --json document; the --report page.
+std::string format_text(const CheckResult& r);
+std::string format_json(const CheckResult& r);
+std::string format_html(const CheckResult& r);
+
+}  // namespace ddplab::check

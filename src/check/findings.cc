@@ -1,0 +1,262 @@
+#include "src/check/findings.h"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace ddplab::check {
+namespace {
+
+const std::vector<float>* tensor(const StepRecord& rec, const char* kind, const std::string& name) {
+  const safetensors::Tensor* t = rec.find(kind, name);
+  return t ? &t->data : nullptr;
+}
+
+// The first parameter whose `kind` tensor differs between two records (a tensor absent on one side
+// differs; +0 equals -0), or "".
+std::string first_difference(const Manifest& m, const StepRecord& a, const char* kind_a, const StepRecord& b,
+                             const char* kind_b) {
+  for (const TensorInfo& p : m.params) {
+    const auto* x = tensor(a, kind_a, p.name);
+    const auto* y = tensor(b, kind_b, p.name);
+    if ((x == nullptr) != (y == nullptr) || (x && *x != *y)) return p.name;
+  }
+  return "";
+}
+
+std::vector<CmpResult> table(const Manifest& m, const StepRecord& got, const char* kind_got, const StepRecord& want,
+                             const char* kind_want) {
+  std::vector<CmpResult> rows;
+  for (const TensorInfo& p : m.params) {
+    const auto* x = tensor(got, kind_got, p.name);
+    const auto* y = tensor(want, kind_want, p.name);
+    if (x && y) rows.push_back(cmp(p.name, x->data(), y->data(), static_cast<int64_t>(x->size())));
+  }
+  return rows;
+}
+
+std::string maxdiff(const CmpResult& c) { return python_float_repr(c.maxdiff); }
+
+}  // namespace
+
+void Findings::add(const std::string& kind, const std::string& severity, const std::string& cause, int64_t step,
+                   int rank, const std::string& name, const std::string& message) {
+  const auto key = std::make_tuple(kind, cause + "|" + (kind == "unused-parameters" ? name : ""), rank);
+  auto it = first_.find(key);
+  if (it != first_.end()) {
+    ++repeats_[it->second];
+    return;
+  }
+  first_[key] = list_.size();
+  list_.push_back({kind, severity, cause, name, message, step, rank});
+}
+
+std::vector<Finding> Findings::take() {
+  for (const auto& [i, n] : repeats_)
+    list_[i].message += fmt::format(" (and {} more time{} later)", n, n == 1 ? "" : "s");
+  repeats_.clear();
+  return std::move(list_);
+}
+
+void Findings::grads_vs_prediction(int64_t step, int r, const std::vector<CmpResult>& rows, bool order_known,
+                                   Divergence* div) {
+  for (const CmpResult& c : rows) {
+    if (c.exact || (!order_known && c.approximate)) continue;
+    if (div->step < 0) *div = {step, r, fmt::format("rank {}'s .grad after backward vs DDP's predicted average", r), rows};
+    if (!c.approximate) {
+      add("grad-not-as-predicted", "problem", "", step, r, c.name,
+          fmt::format("step {}, rank {}: '{}'.grad after backward is not DDP's average of the ranks' local gradients "
+                      "({} of {} values differ, maxdiff {}). Usually a custom comm hook that does not average "
+                      "(all-reduce SUM without dividing, no all-reduce at all), or a hook on the parameter that "
+                      "changes its gradient inside backward",
+                      step, r, c.name, c.num_different, c.numel, maxdiff(c)));
+    } else {
+      add("grad-not-as-predicted", "note", "bits", step, r, c.name,
+          fmt::format("step {}, rank {}: '{}'.grad is allclose to the prediction but not bit for bit ({} of {} "
+                      "values differ, maxdiff {}) although the addition order is known: a backend or torch build "
+                      "that adds in another order",
+                      step, r, c.name, c.num_different, c.numel, maxdiff(c)));
+    }
+  }
+}
+
+void Findings::step_vs_prediction(int64_t step, int r, const std::vector<CmpResult>& rows, Divergence* div) {
+  for (const CmpResult& c : rows) {
+    if (c.exact) continue;
+    if (div->step < 0) *div = {step, r, fmt::format("rank {}'s parameters after optimizer.step() vs torch.optim's arithmetic", r), rows};
+    add("step-not-as-predicted", c.approximate ? "note" : "problem", "", step, r, c.name,
+        fmt::format("step {}, rank {}: '{}' after optimizer.step() is not what {} computes from the gradient it saw "
+                    "and its state ({} of {} values differ, maxdiff {}): an optimizer ddplab models another way, "
+                    "or the parameter was changed inside step()",
+                    step, r, c.name, run_.first().optimizer_class, c.num_different, c.numel, maxdiff(c)));
+  }
+}
+
+bool Findings::replicas(const std::vector<StepRecord>& recs, const std::vector<StepRecord>& prev, Divergence* div) {
+  const Manifest& m = run_.first();
+  const bool consecutive = !prev.empty() && prev[0].step + 1 == recs[0].step;
+  // Parameters changed between two steps on some rank (outside optimizer.step()).
+  std::vector<std::string> moved(recs.size());
+  for (size_t r = 0; r < recs.size() && consecutive; ++r)
+    moved[r] = first_difference(m, recs[r], "param_before", prev[r], "param_after");
+  bool equal = true;
+  for (size_t r = 1; r < recs.size(); ++r) {
+    const std::string after = first_difference(m, recs[r], "param_after", recs[0], "param_after");
+    if (after.empty()) continue;
+    equal = false;
+    const int rank = static_cast<int>(r);
+    const std::string before = first_difference(m, recs[r], "param_before", recs[0], "param_before");
+    const auto note_div = [&](const std::string& title, const char* kind) {
+      if (div->step < 0) *div = {recs[0].step, rank, title, table(m, recs[r], kind, recs[0], kind)};
+    };
+    if (!before.empty()) {
+      if (diverged_ && moved[r].empty() && moved[0].empty()) continue;  // an earlier divergence carried on
+      const int who = !moved[r].empty() ? rank : !moved[0].empty() ? 0 : rank;
+      const std::string name = !moved[r].empty() ? moved[r] : !moved[0].empty() ? moved[0] : before;
+      note_div(fmt::format("rank {}'s parameters before optimizer.step() vs rank 0's", r), "param_before");
+      add("replicas-diverged", "problem", "outside-step", recs[0].step, who, name,
+          fmt::format("step {}: rank {}'s '{}' changed outside optimizer.step() (it differs from what the previous "
+                      "step left{}), so the replicas no longer agree. Usually code that edits parameters on some "
+                      "ranks only (under torch.no_grad(), a rank-dependent init or load after DDP(...))",
+                      recs[0].step, who, name, consecutive ? "" : ", or from rank 0's at the first recorded step"));
+    } else if (!first_difference(m, recs[r], "grad", recs[0], "grad").empty()) {
+      const std::string name = first_difference(m, recs[r], "grad", recs[0], "grad");
+      note_div(fmt::format("rank {}'s .grad after DDP's backward vs rank 0's", r), "grad");
+      add("replicas-diverged", "problem", "gradients", recs[0].step, rank, name,
+          fmt::format("step {}: after backward rank {}'s '{}'.grad differs from rank 0's: DDP's all-reduce did not "
+                      "leave the same average on every rank. Usually a comm hook that does not all-reduce, "
+                      "no_sync() on some ranks only, or ranks that ran different backwards",
+                      recs[0].step, r, name));
+    } else if (!first_difference(m, recs[r], "grad_step", recs[0], "grad_step").empty()) {
+      const std::string name = first_difference(m, recs[r], "grad_step", recs[0], "grad_step");
+      note_div(fmt::format("rank {}'s .grad at optimizer.step() vs rank 0's", r), "grad_step");
+      add("replicas-diverged", "problem", "gradients-changed", recs[0].step, rank, name,
+          fmt::format("step {}: DDP left equal gradients on every rank, but rank {}'s '{}'.grad was changed before "
+                      "optimizer.step() differently from rank 0's. Usually rank-dependent gradient code after "
+                      "backward (scaling, clipping with a per-rank norm, an `if rank == ...` branch)",
+                      recs[0].step, r, name));
+    } else {
+      note_div(fmt::format("rank {}'s parameters after optimizer.step() vs rank 0's", r), "param_after");
+      add("replicas-diverged", "problem", "optimizer", recs[0].step, rank, after,
+          fmt::format("step {}: every rank's optimizer saw the same parameters and gradients, but rank {}'s '{}' "
+                      "stepped to other values than rank 0's. Usually rank-dependent optimizer settings (lr, "
+                      "weight decay, a scheduler stepped on some ranks) or optimizer state that differs",
+                      recs[0].step, r, after));
+    }
+  }
+  if (!equal) diverged_ = true;
+  return equal;
+}
+
+void Findings::per_step(const std::vector<StepRecord>& recs) {
+  const Manifest& m = run_.first();
+  const int64_t step = recs[0].step;
+  for (const StepRecord& rec : recs) {
+    // .grad changed between the end of backward and the step: the factor, and whether it is one factor.
+    double gg = 0, gs = 0, ss = 0;
+    std::string first;
+    for (const TensorInfo& p : m.params) {
+      const auto* g = tensor(rec, "grad", p.name);
+      const auto* s = tensor(rec, "grad_step", p.name);
+      if (!g || !s || *g == *s) continue;
+      if (first.empty()) first = p.name;
+      for (size_t k = 0; k < g->size(); ++k) {
+        gg += double((*g)[k]) * (*g)[k];
+        gs += double((*g)[k]) * (*s)[k];
+        ss += double((*s)[k]) * (*s)[k];
+      }
+    }
+    if (!first.empty()) {
+      const double factor = gg > 0 ? gs / gg : 0.0;
+      const bool uniform = gg > 0 && std::abs(ss - factor * factor * gg) <= 1e-6 * ss + 1e-30;
+      add("grads-changed-before-step", "note", "", step, rec.rank, first,
+          uniform ? fmt::format("step {}, rank {}: .grad was scaled by {:.6g} between backward and optimizer.step() "
+                                "(first '{}'): clip_grad_norm_, or a manual rescale such as loss scaling",
+                                step, rec.rank, factor, first)
+                  : fmt::format("step {}, rank {}: .grad was changed between backward and optimizer.step() (first '{}'), "
+                                "not by one factor: clip_grad_value_, or code that edits gradients",
+                                step, rec.rank, first));
+    }
+    for (size_t k = 0; k < rec.backwards.size(); ++k) {
+      std::set<size_t> ready(rec.backwards[k].ready.begin(), rec.backwards[k].ready.end());
+      for (size_t i = 0; i < m.params.size(); ++i)
+        if (!ready.count(i))
+          add("unused-parameters", "note", "", step, rec.rank, m.params[i].name,
+              fmt::format("step {}, rank {}: '{}' got no gradient in backward {} (find_unused_parameters={}): a "
+                          "branch of the model the forward did not take; DDP then {}",
+                          step, rec.rank, m.params[i].name, k, m.ddp.find_unused_parameters ? "True" : "False",
+                          m.ddp.find_unused_parameters ? "all-reduces zeros in its place"
+                                                       : "waits for it (find_unused_parameters=True is needed)"));
+    }
+    for (const auto& fwd : rec.inputs)
+      for (const std::string& fp : fwd) seq_[static_cast<size_t>(rec.rank)].push_back({step, fp});
+  }
+  for (size_t r = 1; r < recs.size(); ++r)
+    for (const TensorInfo& b : m.buffers) {
+      const auto* x = tensor(recs[r], "buffer", b.name);
+      const auto* y = tensor(recs[0], "buffer", b.name);
+      if (x && y && *x != *y)
+        add("buffers-differ", "note", "", step, static_cast<int>(r), b.name,
+            fmt::format("step {}: rank {}'s buffer '{}' differs from rank 0's{}: each rank keeps the running "
+                        "statistics of its own batches, and evaluation on different ranks gives different results",
+                        step, r, b.name, m.ddp.broadcast_buffers ? "" : " (broadcast_buffers=False)"));
+    }
+  if (recs[0].inputs.empty()) return;
+  ++steps_with_inputs_;
+  bool identical = recs.size() > 1;
+  for (size_t r = 1; r < recs.size(); ++r) identical = identical && recs[r].inputs == recs[0].inputs;
+  if (identical) identical_steps_.push_back(step);
+}
+
+void Findings::after_run() {
+  const int ws = run_.world_size();
+  if (ws > 1 && !identical_steps_.empty() && 2 * static_cast<int64_t>(identical_steps_.size()) >= steps_with_inputs_) {
+    add("same-data-on-all-ranks", "problem", "", identical_steps_[0], -1, "",
+        fmt::format("step {}: every rank was fed the very same samples ({} of {} recorded steps): DDP then "
+                    "computes the same gradient {} times. Use a DistributedSampler (DataLoader(dataset, "
+                    "sampler=DistributedSampler(dataset)))",
+                    identical_steps_[0], identical_steps_.size(), steps_with_inputs_, ws));
+    return;
+  }
+  // Per rank: its first epoch is what it was fed up to the first sample it sees again.
+  std::map<std::string, std::set<int>> owners;
+  std::map<std::string, int64_t> where;
+  for (int r = 0; r < ws; ++r) {
+    const auto& s = seq_[static_cast<size_t>(r)];
+    std::set<std::string> seen;
+    size_t p = 0;
+    while (p < s.size() && seen.insert(s[p].second).second) ++p;
+    for (size_t i = 0; i < p; ++i) {
+      owners[s[i].second].insert(r);
+      if (!where.count(s[i].second)) where[s[i].second] = s[i].first;
+    }
+    // The second epoch begins with the first epoch's order again: set_epoch was not called.
+    if (p >= 2 && p < s.size() && run_.first().every == 1) {
+      size_t k = 0;
+      while (p + k < s.size() && k < p && s[p + k].second == s[k].second) ++k;
+      if (k >= std::min<size_t>(p, s.size() - p) && k >= 2)
+        add("same-order-every-epoch", "problem", "", s[p].first, r, "",
+            fmt::format("step {}: rank {} is fed its first epoch's {} samples again in the same order: "
+                        "DistributedSampler(shuffle=True) without sampler.set_epoch(epoch) at the start of each "
+                        "epoch shuffles every epoch alike",
+                        s[p].first, r, p));
+    }
+  }
+  if (ws < 2) return;
+  int64_t shared = 0, first_step = -1;
+  for (const auto& [fp, ranks] : owners)
+    if (ranks.size() > 1) {
+      ++shared;
+      if (first_step < 0 || where[fp] < first_step) first_step = where[fp];
+    }
+  // DistributedSampler pads an epoch with at most world_size - 1 repeated samples.
+  if (shared > ws - 1)
+    add("overlapping-data", "problem", "", first_step, -1, "",
+        fmt::format("{} samples were fed to more than one rank within an epoch (first at step {}): the ranks' "
+                    "shards overlap. Each rank needs its own part of the data: DistributedSampler with "
+                    "num_replicas=world_size and rank=rank, the same seed on every rank",
+                    shared, first_step));
+}
+
+}  // namespace ddplab::check

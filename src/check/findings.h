@@ -1,0 +1,47 @@
+// What ddp_check says went wrong, from the recorded run's own data: the replica invariant stage by stage
+// (DDP's gradients, the gradients the optimizer saw, the step, the parameters between steps), gradients
+// and steps against the prediction, gradients changed before the step, buffers, unused parameters, and
+// the data the ranks were fed (per-sample fingerprints). One finding per kind, cause and rank, at its
+// first step, with how many later steps repeat it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "src/check/check.h"
+
+namespace ddplab::check {
+
+class Findings {
+ public:
+  explicit Findings(const Run& run) : run_(run), seq_(static_cast<size_t>(run.world_size())) {}
+
+  void add(const std::string& kind, const std::string& severity, const std::string& cause, int64_t step, int rank,
+           const std::string& name, const std::string& message);
+  // Rank r's recorded .grad against the predicted one, per parameter.
+  void grads_vs_prediction(int64_t step, int r, const std::vector<CmpResult>& rows, bool order_known, Divergence* div);
+  // Rank r's recorded parameters after optimizer.step() against torch.optim's arithmetic.
+  void step_vs_prediction(int64_t step, int r, const std::vector<CmpResult>& rows, Divergence* div);
+  // The replica invariant; `prev` is the previous recorded step (empty at the first). True when every
+  // rank's parameters after the step equal rank 0's.
+  bool replicas(const std::vector<StepRecord>& recs, const std::vector<StepRecord>& prev, Divergence* div);
+  // Gradients changed before the step, buffers, unused parameters; collects the input fingerprints.
+  void per_step(const std::vector<StepRecord>& recs);
+  // The data findings, from every step's fingerprints.
+  void after_run();
+  std::vector<Finding> take();
+
+ private:
+  const Run& run_;
+  std::vector<Finding> list_;
+  std::map<std::tuple<std::string, std::string, int>, size_t> first_;  // (kind, cause, rank) -> index
+  std::map<size_t, int64_t> repeats_;
+  std::vector<std::vector<std::pair<int64_t, std::string>>> seq_;  // [rank]: (step, fingerprint) fed
+  std::vector<int64_t> identical_steps_;  // steps whose inputs were the same on every rank
+  int64_t steps_with_inputs_ = 0;
+  bool diverged_ = false;
+};
+
+}  // namespace ddplab::check

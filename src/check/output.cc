@@ -1,0 +1,132 @@
+// ddp_check's three outputs: the text a learner reads, the --json document, the --report page.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "src/check/check.h"
+
+namespace ddplab::check {
+namespace {
+
+std::string counts_text(const Counts& c, const char* what) {
+  if (c.checked == 0) return fmt::format("{} not checked", what);
+  return fmt::format("{} {}/{} exact{}{}", what, c.exact, c.checked,
+                     c.allclose ? fmt::format(", {} allclose", c.allclose) : "",
+                     c.different ? fmt::format(", {} DIFFERENT", c.different) : "");
+}
+
+std::string where(const Finding& f) {
+  std::string s = f.step >= 0 ? fmt::format("step {}", f.step) : "";
+  if (f.rank >= 0) s += fmt::format("{}rank {}", s.empty() ? "" : ", ", f.rank);
+  if (!f.name.empty()) s += fmt::format("{}'{}'", s.empty() ? "" : ", ", f.name);
+  return s;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+nlohmann::json counts_json(const Counts& c) {
+  return {{"checked", c.checked}, {"exact", c.exact}, {"allclose", c.allclose}, {"different", c.different}};
+}
+
+}  // namespace
+
+std::string format_text(const CheckResult& r) {
+  std::string out = fmt::format("ddp_check {}: world_size {}, backend {}, torch {}, {} steps recorded\n", r.run_dir,
+                                r.world_size, r.backend, r.torch_version, r.steps.size());
+  out += fmt::format("addition order: {}\n", r.order);
+  out += fmt::format("buckets (from iteration 1): {}\n", r.buckets);
+  for (const StepLine& l : r.lines)
+    out += fmt::format("step {:>4} | {} | {} | replicas {}\n", l.step, counts_text(l.grads, "grads"),
+                       counts_text(l.params, "params"), l.replicas_equal ? "equal" : "DIFFER");
+  out += fmt::format("\nsummary: {}; {}\n", counts_text(r.grads, "grads"), counts_text(r.params, "params"));
+  if (r.findings.empty()) out += "findings: none\n";
+  for (const Finding& f : r.findings)
+    out += fmt::format("{} {}{} ({}): {}\n", f.severity == "problem" ? "PROBLEM" : "note", f.kind,
+                       f.cause.empty() || f.cause == "bits" ? "" : "/" + f.cause, where(f), f.message);
+  if (r.first_divergence.step >= 0) {
+    out += fmt::format("\n# first divergence, step {}: {}\n", r.first_divergence.step, r.first_divergence.title);
+    for (const CmpResult& c : r.first_divergence.rows) out += format_cmp(c) + "\n";
+  }
+  out += fmt::format("verdict: {}\n", r.problems() ? "problems" : "as-predicted");
+  return out;
+}
+
+std::string format_json(const CheckResult& r) {
+  nlohmann::json findings = nlohmann::json::array();
+  for (const Finding& f : r.findings) {
+    findings.push_back({{"kind", f.kind}, {"severity", f.severity}, {"step", f.step}, {"rank", f.rank},
+                        {"name", f.name}, {"cause", f.cause}, {"message", f.message}});
+  }
+  nlohmann::json steps = nlohmann::json::array();
+  for (const StepLine& l : r.lines)
+    steps.push_back({{"step", l.step}, {"grads", counts_json(l.grads)}, {"params", counts_json(l.params)},
+                     {"replicas_equal", l.replicas_equal}});
+  nlohmann::json j = {{"verdict", r.problems() ? "problems" : "as-predicted"},
+                      {"world_size", r.world_size},
+                      {"steps", r.steps.size()},
+                      {"backend", r.backend},
+                      {"torch_version", r.torch_version},
+                      {"order_known", r.order_known},
+                      {"order", r.order},
+                      {"grads", counts_json(r.grads)},
+                      {"params", counts_json(r.params)},
+                      {"findings", findings},
+                      {"per_step", steps}};
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string format_html(const CheckResult& r) {
+  std::string out =
+      "<!doctype html><html><head><meta charset=\"utf-8\"><title>ddp_check</title><style>"
+      "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}"
+      "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td.l,th.l{text-align:left}"
+      ".bad{background:#fdd}.ok{background:#dfd}.note{background:#ffe}code{font-size:90%}</style></head><body>";
+  out += fmt::format("<h1>ddp_check: {}</h1>", r.problems() ? "problems" : "as predicted");
+  out += fmt::format("<p><code>{}</code>: world_size {}, backend {}, torch {}, {} steps recorded.</p>",
+                     html_escape(r.run_dir), r.world_size, html_escape(r.backend), html_escape(r.torch_version),
+                     r.steps.size());
+  out += fmt::format("<p>Addition order: {}.<br>Buckets from iteration 1: <code>{}</code></p>", html_escape(r.order),
+                     html_escape(r.buckets));
+  out += "<h2>Findings</h2>";
+  if (r.findings.empty()) out += "<p>None: every rank did what DDP's semantics say.</p>";
+  out += "<table><tr><th class=l>severity</th><th class=l>kind</th><th class=l>where</th><th class=l>what</th></tr>";
+  for (const Finding& f : r.findings)
+    out += fmt::format("<tr class={}><td class=l>{}</td><td class=l>{}{}</td><td class=l>{}</td><td class=l>{}</td></tr>",
+                       f.severity == "problem" ? "bad" : "note", f.severity, f.kind,
+                       f.cause.empty() ? "" : " / " + html_escape(f.cause), html_escape(where(f)), html_escape(f.message));
+  out += "</table><h2>Per step: predicted vs recorded</h2><table><tr><th>step</th><th>grads exact</th><th>allclose</th>"
+         "<th>different</th><th>params exact</th><th>allclose</th><th>different</th><th>replicas</th></tr>";
+  for (const StepLine& l : r.lines)
+    out += fmt::format("<tr class={}><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td>"
+                       "<td>{}</td></tr>",
+                       l.replicas_equal && !l.grads.different && !l.params.different ? "ok" : "bad", l.step,
+                       l.grads.exact, l.grads.checked, l.grads.allclose, l.grads.different, l.params.exact,
+                       l.params.checked, l.params.allclose, l.params.different, l.replicas_equal ? "equal" : "differ");
+  out += "</table>";
+  if (r.first_divergence.step >= 0) {
+    out += fmt::format("<h2>First divergence, step {}</h2><p>{}</p><table><tr><th class=l>tensor</th><th>exact</th>"
+                       "<th>approximate</th><th>maxdiff</th><th>values differing</th></tr>",
+                       r.first_divergence.step, html_escape(r.first_divergence.title));
+    for (const CmpResult& c : r.first_divergence.rows)
+      out += fmt::format("<tr class={}><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} of {}</td></tr>",
+                         c.exact ? "ok" : "bad", html_escape(c.name), c.exact ? "True" : "False",
+                         c.approximate ? "True" : "False", python_float_repr(c.maxdiff), c.num_different, c.numel);
+    out += "</table>";
+  }
+  out += "</body></html>\n";
+  return out;
+}
+
+}  // namespace ddplab::check

@@ -1,0 +1,289 @@
+#include "src/check/replay.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "src/ddp/comm_hook.h"
+#include "src/optim.h"
+
+namespace ddplab::check {
+namespace {
+
+using nlohmann::json;
+
+Matrix as_matrix(const std::vector<float>& v) {
+  Matrix m(1, static_cast<Eigen::Index>(v.size()));
+  std::copy(v.begin(), v.end(), m.data());
+  return m;
+}
+
+// The run's comm hook as ddplab's (null: none, or one ddplab does not know).
+std::unique_ptr<ddp::CommHook> known_hook(const DdpOptions& d, bool* known) {
+  *known = true;
+  ddp::CommHookOptions o;
+  if (d.comm_hook.empty()) return nullptr;
+  if (d.comm_hook == "allreduce") {
+    o.name = "allreduce";
+  } else if (d.comm_hook == "fp16_compress") {
+    o.name = "fp16-compress";
+  } else if (d.comm_hook == "bf16_compress") {
+    o.name = "bf16-compress";
+  } else if (d.comm_hook == "powerSGD") {
+    const json& s = d.comm_hook_state;
+    o.name = "powersgd";
+    o.powersgd_rank = s.value("matrix_approximation_rank", int64_t{1});
+    o.powersgd_start_iter = s.value("start_powerSGD_iter", int64_t{1000});
+    o.powersgd_min_compression_rate = static_cast<int64_t>(s.value("min_compression_rate", 2.0));
+    o.powersgd_error_feedback = s.value("use_error_feedback", true);
+    o.powersgd_warm_start = s.value("warm_start", true);
+    o.powersgd_random_seed = s.value("random_seed", uint64_t{0});
+    if (o.powersgd_rank > 2) {
+      *known = false;  // torch orthogonalises with LAPACK's QR above rank 2: not modelled
+      return nullptr;
+    }
+  } else {
+    *known = false;
+    return nullptr;
+  }
+  return ddp::make_comm_hook(o);
+}
+
+// NCCL's order is ddplab's nccl_ring only when the run pinned it to one ring channel and the Simple protocol.
+bool nccl_pinned(const std::map<std::string, std::string>& env) {
+  const auto is = [&](const char* k, const char* v) {
+    auto it = env.find(k);
+    return it != env.end() && it->second == v;
+  };
+  return is("NCCL_ALGO", "Ring") && is("NCCL_PROTO", "Simple") &&
+         (is("NCCL_MAX_NCHANNELS", "1") || is("NCCL_MAX_NCHANNELS", "1"));
+}
+
+}  // namespace
+
+GradReplay::GradReplay(const Run& run) : run_(run) {
+  const Manifest& m = run.first();
+  const int ws = run.world_size();
+  if (m.backend == "gloo") {
+    order_ = "Gloo's ring (each bucket chunked as Gloo chunks it), after grad * float(1/world_size)";
+  } else if (m.backend == "nccl" && nccl_pinned(m.env)) {
+    algorithm_ = collective::Algorithm::nccl_ring;
+    order_ = "NCCL's ring, pinned by NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MAX_NCHANNELS=1";
+  } else {
+    exact_ = false;
+    order_ = m.backend == "nccl"
+                 ? "unknown: NCCL picks its algorithm, protocol and channels by size and topology; run with "
+                   "NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MAX_NCHANNELS=1 to pin it (compared allclose)"
+                 : "unknown for backend '" + m.backend + "' (compared allclose)";
+  }
+  if (ws == 1) order_ = "one rank: nothing to add";
+  params_.resize(static_cast<size_t>(ws));
+  bool hook_known = true;
+  for (int r = 0; r < ws; ++r) {
+    auto& ps = params_[static_cast<size_t>(r)];
+    for (const TensorInfo& t : m.params) {
+      Parameter p;
+      p.name = t.name;
+      p.shape = t.shape;
+      p.value = Matrix::Zero(1, t.numel);
+      ps.push_back(std::move(p));
+    }
+    std::vector<Parameter*> ptrs;
+    for (Parameter& p : ps) ptrs.push_back(&p);
+    auto red = std::make_unique<ddp::Reducer>(ptrs, ws, m.ddp.bucket_cap_mb, ddp::Average::predivide);
+    red->set_gradient_as_bucket_view(m.ddp.gradient_as_bucket_view);
+    if (auto hook = known_hook(m.ddp, &hook_known)) red->register_comm_hook(std::move(hook));
+    // find_unused_parameters=True (not static_graph): DDP never rebuilds; its one layout is
+    // _compute_bucket_assignment_by_size over the parameters in order with limits [1 MiB, cap], reversed.
+    if (m.ddp.find_unused_parameters && !m.ddp.static_graph) {
+      std::vector<size_t> order, bytes;
+      for (size_t i = 0; i < ps.size(); ++i) {
+        order.push_back(i);
+        bytes.push_back(static_cast<size_t>(ps[i].numel()) * sizeof(float));
+      }
+      auto layout = ddp::assign_buckets(order, bytes,
+                                        {ddp::Reducer::kFirstBucketBytes,
+                                         static_cast<size_t>(m.ddp.bucket_cap_mb * 1024 * 1024)});
+      std::reverse(layout.begin(), layout.end());
+      red->set_layout(layout);
+    }
+    reducers_.push_back(std::move(red));
+  }
+  if (reducers_[0]->comm_hook()) hooked_ = std::make_unique<ddp::HookedAllreduce>(ws, algorithm_);
+  if (!hook_known) {
+    exact_ = false;
+    order_ = "comm hook '" + m.ddp.comm_hook +
+             "' is not one ddplab models (allreduce, fp16_compress, bf16_compress, powerSGD up to rank 2): "
+             "predicted as DDP's built-in average, compared allclose";
+  } else if (hooked_ && m.ddp.comm_hook == "powerSGD" && m.every != 1) {
+    exact_ = false;
+    order_ += "; PowerSGD keeps state across steps and every=" + std::to_string(m.every) +
+              " skips steps: compared allclose";
+  } else if (hooked_) {
+    order_ = "comm hook " + m.ddp.comm_hook + " (ddplab's port of torch's) over " + order_;
+  }
+}
+
+void GradReplay::sync(int64_t step) {
+  std::vector<ddp::Reducer*> reds;
+  for (auto& r : reducers_) reds.push_back(r.get());
+  if (hooked_) {
+    hooked_->run(reds);
+  } else {
+    builtin_.run(reds, algorithm_);
+  }
+  if (first_sync_done_) return;
+  first_sync_done_ = true;
+  const Manifest& m = run_.first();
+  const bool rebuilds = !m.ddp.find_unused_parameters || m.ddp.static_graph;
+  if (rebuilds) {
+    // rebuilt_params_: the order the first synchronised backward marked gradients ready.
+    for (size_t r = 0; r < reducers_.size(); ++r) {
+      std::vector<Parameter*> ready;
+      for (size_t i : m.first_ready_order) ready.push_back(&params_[r][i]);
+      reducers_[r]->finish_sync(ready);
+    }
+  }
+  if (!m.torch_buckets.empty()) {
+    std::vector<std::vector<size_t>> mine;
+    for (size_t b = 0; b < reducers_[0]->num_buckets(); ++b) mine.push_back(reducers_[0]->bucket(b).params);
+    if (mine != m.torch_buckets) {
+      for (auto& r : reducers_) r->set_layout(m.torch_buckets);
+      notes_.push_back(fmt::format("after step {} torch's bucket layout differs from the one predicted from the "
+                                   "ready order; the replay uses torch's: {}",
+                                   step, reducers_[0]->describe()));
+    }
+  }
+}
+
+bool GradReplay::predict(const std::vector<StepRecord>& recs, std::string* why) {
+  const Manifest& m = run_.first();
+  const size_t np = m.params.size(), ws = recs.size();
+  const size_t nb = recs[0].backwards.size();
+  for (const StepRecord& rec : recs) {
+    if (rec.backwards.size() != nb) {
+      *why = fmt::format("rank {} ran {} backwards before step {}, rank 0 ran {}: DDP's all-reduces do not pair",
+                         rec.rank, rec.backwards.size(), rec.step, nb);
+      return false;
+    }
+    for (size_t k = 0; k < nb; ++k)
+      if (rec.backwards[k].sync != recs[0].backwards[k].sync) {
+        *why = fmt::format("backward {} of step {} synchronised on rank 0 but not on rank {}", k, rec.step, rec.rank);
+        return false;
+      }
+  }
+  for (size_t r = 0; r < ws; ++r) {
+    // .grad as the step found it: the recorded prior, or None.
+    bool any_prior = false;
+    for (size_t i = 0; i < np; ++i) {
+      Parameter& p = params_[r][i];
+      const safetensors::Tensor* prior = recs[r].find("prior", p.name);
+      p.has_grad = prior != nullptr;
+      if (prior) {
+        p.grad = as_matrix(prior->data);
+        any_prior = true;
+      }
+    }
+    if (!any_prior) reducers_[r]->grads_set_to_none();
+  }
+  std::vector<std::vector<bool>> used(ws, std::vector<bool>(np, false));
+  for (size_t k = 0; k < nb; ++k) {
+    const std::string kind = "local/" + std::to_string(k);
+    for (size_t r = 0; r < ws; ++r)
+      for (size_t i = 0; i < np; ++i) {
+        Parameter& p = params_[r][i];
+        if (const safetensors::Tensor* g = recs[r].find(kind, p.name)) {
+          p.accumulate_grad(as_matrix(g->data));  // AccumulateGrad: grad += new, or grad = new
+          used[r][i] = true;
+        }
+      }
+    if (!recs[0].backwards[k].sync) continue;
+    if (m.ddp.find_unused_parameters) {
+      std::vector<bool> global(np, true);
+      for (size_t r = 0; r < ws; ++r)
+        for (size_t i = 0; i < np; ++i) global[i] = global[i] && !used[r][i];
+      for (size_t r = 0; r < ws; ++r) {
+        std::vector<bool> local(np);
+        for (size_t i = 0; i < np; ++i) local[i] = !used[r][i];
+        reducers_[r]->set_unused(local, global);
+      }
+    } else {
+      for (size_t r = 0; r < ws; ++r)
+        for (size_t i = 0; i < np; ++i)
+          if (!params_[r][i].has_grad) {
+            *why = fmt::format("parameter '{}' got no gradient on rank {} in step {}, and find_unused_parameters "
+                               "is False (torch would have raised)",
+                               params_[r][i].name, r, recs[r].step);
+            return false;
+          }
+    }
+    sync(recs[0].step);
+    for (auto& u : used) std::fill(u.begin(), u.end(), false);  // local_used_map resets per sync
+  }
+  return true;
+}
+
+bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why) {
+  const std::string& cls = m.optimizer_class;
+  if (cls != "SGD" && cls != "Adam" && cls != "AdamW") {
+    *why = "optimizer " + cls + " is not modelled (SGD, Adam, AdamW are)";
+    return false;
+  }
+  std::vector<Parameter> ps(m.params.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ps[i].name = m.params[i].name;
+    ps[i].shape = m.params[i].shape;
+    ps[i].value = as_matrix(rec.find("param_before", ps[i].name)->data);
+    const safetensors::Tensor* g = rec.find("grad_step", ps[i].name);
+    ps[i].has_grad = g != nullptr;
+    if (g) ps[i].grad = as_matrix(g->data);
+  }
+  for (size_t gi = 0; gi < m.param_groups.size(); ++gi) {
+    const nlohmann::json& g = m.param_groups[gi];
+    for (const char* flag : {"amsgrad", "maximize", "capturable", "differentiable", "fused"}) {
+      if (g.contains(flag) && g.at(flag).is_boolean() && g.at(flag).get<bool>()) {
+        *why = cls + " with " + flag + "=True is not modelled";
+        return false;
+      }
+    }
+    const double lr = gi < rec.lr.size() ? rec.lr[gi] : g.value("lr", 0.0);
+    std::vector<Parameter*> group;
+    for (const auto& idx : g.at("params")) group.push_back(&ps[idx.get<size_t>()]);
+    const auto state = [&](const Parameter* p, const char* key) { return rec.find("state", p->name + "/" + key); };
+    if (cls == "SGD") {
+      SGDOptions o;
+      o.lr = lr;
+      o.momentum = g.value("momentum", 0.0);
+      o.dampening = g.value("dampening", 0.0);
+      o.weight_decay = g.value("weight_decay", 0.0);
+      o.nesterov = g.value("nesterov", false);
+      SGD sgd(group, o);
+      for (size_t j = 0; j < group.size(); ++j)
+        if (const safetensors::Tensor* buf = state(group[j], "momentum_buffer")) sgd.set_momentum_buffer(j, as_matrix(buf->data));
+      sgd.step();
+    } else {
+      AdamOptions o;
+      o.lr = lr;
+      if (g.contains("betas") && g.at("betas").is_array() && g.at("betas").size() == 2) {
+        o.beta1 = g.at("betas")[0].get<double>();
+        o.beta2 = g.at("betas")[1].get<double>();
+      }
+      o.eps = g.value("eps", 1e-8);
+      o.weight_decay = g.value("weight_decay", 0.0);
+      std::unique_ptr<Adam> adam = cls == "AdamW" ? std::make_unique<AdamW>(group, o) : std::make_unique<Adam>(group, o);
+      for (size_t j = 0; j < group.size(); ++j) {
+        const safetensors::Tensor* m1 = state(group[j], "exp_avg");
+        const safetensors::Tensor* m2 = state(group[j], "exp_avg_sq");
+        auto it = rec.state_steps.find(group[j]->name);
+        if (m1 && m2 && it != rec.state_steps.end() && it->second > 0)
+          adam->set_state(j, as_matrix(m1->data), as_matrix(m2->data), it->second);
+      }
+      adam->step();
+    }
+  }
+  after->clear();
+  for (Parameter& p : ps) after->push_back(std::move(p.value));
+  return true;
+}
+
+}  // namespace ddplab::check

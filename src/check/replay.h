@@ -1,0 +1,55 @@
+// The two halves of a step ddp_check predicts: DDP's synchronised backward (every rank's accumulated
+// local gradients through a Reducer per rank, its buckets and the backend's all-reduce order, or a comm
+// hook) and the optimizer step (torch.optim's arithmetic from the recorded parameters, gradients and
+// state).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/check/trace.h"
+#include "src/collective/allreduce.h"
+#include "src/ddp/hooked_sync.h"
+#include "src/ddp/reducer.h"
+#include "src/ddp/trainer.h"
+#include "src/tensor.h"
+
+namespace ddplab::check {
+
+class GradReplay {
+ public:
+  explicit GradReplay(const Run& run);
+
+  // Every rank's .grad after the step's backwards (local gradients accumulated, each synchronised backward
+  // reduced as DDP reduces it). false (and `why` set) when the step cannot be predicted.
+  bool predict(const std::vector<StepRecord>& recs, std::string* why);
+  // Rank r's predicted parameter i (.grad meaningful when has_grad).
+  const Parameter& param(int r, size_t i) const { return params_[static_cast<size_t>(r)][i]; }
+
+  bool exact_expected() const { return exact_; }
+  const std::string& order() const { return order_; }
+  std::string buckets() const { return reducers_[0]->describe(); }
+  // Notes from the replay (a layout that differed from torch's), drained by the caller.
+  std::vector<std::string> take_notes() { return std::move(notes_); }
+
+ private:
+  void sync(int64_t step);
+
+  const Run& run_;
+  collective::Algorithm algorithm_ = collective::Algorithm::ring;
+  bool exact_ = true;
+  std::string order_;
+  bool first_sync_done_ = false;
+  std::vector<std::vector<Parameter>> params_;              // [rank][param]
+  std::vector<std::unique_ptr<ddp::Reducer>> reducers_;     // one per rank
+  std::unique_ptr<ddp::HookedAllreduce> hooked_;            // a known comm hook, per rank on threads
+  ddp::InProcessAllreduce builtin_;
+  std::vector<std::string> notes_;
+};
+
+// torch.optim's step for one rank from the recorded param_before, grad_step, state and lr; the predicted
+// parameters in manifest order. false (and `why`) for an optimizer ddp_check does not model.
+bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why);
+
+}  // namespace ddplab::check

@@ -1,0 +1,365 @@
+#include "src/check/trace.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "src/flags.h"
+
+namespace ddplab::check {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxManifestBytes = 64 << 20;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw TraceError(escape_control(path + ": " + what));
+}
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+json read_json_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(path, "missing (the rank did not call DDPTrace.close(), or this is not a trace directory)");
+  if (!S_ISREG(st.st_mode)) fail(path, "is not a regular file");
+  if (static_cast<size_t>(st.st_size) > kMaxManifestBytes)
+    fail(path, fmt::format("{} bytes, over the limit of {} for a manifest", st.st_size, kMaxManifestBytes));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::exception& e) {
+    fail(path, std::string("not valid JSON (") + e.what() + ")");
+  }
+}
+
+// Typed field access: a missing or mistyped field is one line naming it.
+const json& field(const json& j, const std::string& key, const std::string& path) {
+  if (!j.is_object() || !j.contains(key)) fail(path, "has no \"" + key + "\"");
+  return j.at(key);
+}
+std::string str(const json& j, const std::string& key, const std::string& path) {
+  const json& v = field(j, key, path);
+  if (!v.is_string()) fail(path, "\"" + key + "\" is not a string");
+  return v.get<std::string>();
+}
+int64_t integer(const json& v, const std::string& what, const std::string& path, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) fail(path, what + " is not an integer");
+  const auto x = v.get<int64_t>();
+  if (x < lo || x > hi) fail(path, fmt::format("{} = {} is outside [{}, {}]", what, x, lo, hi));
+  return x;
+}
+bool boolean(const json& j, const std::string& key, const std::string& path, bool def) {
+  if (!j.contains(key) || j.at(key).is_null()) return def;
+  if (!j.at(key).is_boolean()) fail(path, "\"" + key + "\" is not true or false");
+  return j.at(key).get<bool>();
+}
+std::vector<size_t> indices(const json& v, const std::string& what, const std::string& path, size_t n) {
+  if (!v.is_array()) fail(path, what + " is not a list");
+  std::vector<size_t> out;
+  for (const json& x : v) out.push_back(static_cast<size_t>(integer(x, what + " entry", path, 0, static_cast<int64_t>(n) - 1)));
+  return out;
+}
+
+std::vector<TensorInfo> tensor_infos(const json& v, const std::string& what, const std::string& path) {
+  if (!v.is_array()) fail(path, "\"" + what + "\" is not a list");
+  if (v.size() > kMaxTensors) fail(path, fmt::format("{} {}, over the limit of {}", v.size(), what, kMaxTensors));
+  std::vector<TensorInfo> out;
+  std::set<std::string> seen;
+  for (const json& t : v) {
+    TensorInfo info;
+    info.name = str(t, "name", path);
+    if (!seen.insert(info.name).second) fail(path, what + " name '" + info.name + "' appears twice");
+    const json& shape = field(t, "shape", path);
+    if (!shape.is_array() || shape.size() > 8) fail(path, "shape of '" + info.name + "' is not a list of at most 8 sizes");
+    info.numel = 1;
+    for (const json& d : shape) {
+      const int64_t s = integer(d, "a size of '" + info.name + "'", path, 0, int64_t{1} << 40);
+      info.shape.push_back(s);
+      if (s != 0 && info.numel > (int64_t{1} << 40) / s) fail(path, "'" + info.name + "' has over 2^40 elements");
+      info.numel *= s;
+    }
+    if (t.contains("dtype") && t.at("dtype") != "float32")
+      fail(path, "'" + info.name + "' is " + t.at("dtype").dump() + "; ddp_check reads float32 parameters only");
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Manifest parse_manifest_fields(const std::string& path);
+
+// The hyperparameters replay reads, typed: numbers, booleans, betas a pair of numbers; nulls dropped.
+void check_param_groups(json& groups, size_t num_params, const std::string& path) {
+  if (!groups.is_array() || groups.empty()) fail(path, "optimizer.param_groups is not a non-empty list");
+  for (json& g : groups) {
+    if (!g.is_object()) fail(path, "a param group is not an object");
+    indices(field(g, "params", path), "a param group's params", path, num_params);
+    for (auto it = g.begin(); it != g.end();) {
+      if (it.value().is_null()) {
+        it = g.erase(it);
+        continue;
+      }
+      const std::string& k = it.key();
+      if ((k == "lr" || k == "momentum" || k == "dampening" || k == "weight_decay" || k == "eps") && !it.value().is_number())
+        fail(path, "optimizer param group's \"" + k + "\" is not a number");
+      if ((k == "nesterov" || k == "amsgrad" || k == "maximize" || k == "foreach" || k == "capturable" ||
+           k == "differentiable" || k == "fused") && !it.value().is_boolean())
+        fail(path, "optimizer param group's \"" + k + "\" is not true or false");
+      if (k == "betas" && !(it.value().is_array() && it.value().size() == 2 && it.value()[0].is_number() &&
+                            it.value()[1].is_number()))
+        fail(path, "optimizer param group's \"betas\" is not a pair of numbers");
+      ++it;
+    }
+  }
+}
+
+// PowerSGDState's fields the replay reads: integers, booleans, a number.
+void check_hook_state(const json& s, const std::string& path) {
+  if (!s.is_object()) fail(path, "ddp.comm_hook_state is not an object");
+  for (const char* k : {"matrix_approximation_rank", "start_powerSGD_iter", "random_seed"})
+    if (s.contains(k)) integer(s.at(k), std::string("comm_hook_state.") + k, path, 0, int64_t{1} << 40);
+  for (const char* k : {"use_error_feedback", "warm_start"})
+    if (s.contains(k) && !s.at(k).is_boolean()) fail(path, std::string("comm_hook_state.") + k + " is not true or false");
+  if (s.contains("min_compression_rate") && !s.at("min_compression_rate").is_number())
+    fail(path, "comm_hook_state.min_compression_rate is not a number");
+}
+
+Manifest parse_manifest(const std::string& path) {
+  try {
+    return parse_manifest_fields(path);
+  } catch (const json::exception& e) {  // a field of an unexpected type the checks above did not name
+    fail(path, std::string("unexpected content (") + e.what() + ")");
+  }
+}
+
+Manifest parse_manifest_fields(const std::string& path) {
+  const json j = read_json_file(path);
+  Manifest m;
+  m.path = path;
+  if (!j.is_object() || j.value("format", "") != "ddplab-trace")
+    fail(path, "not a ddplab trace manifest (\"format\" is not \"ddplab-trace\")");
+  if (integer(field(j, "version", path), "version", path, 0, 1000) != 1)
+    fail(path, "trace format version " + j.at("version").dump() + "; this ddp_check reads version 1");
+  m.run_id = str(j, "run_id", path);
+  m.world_size = static_cast<int>(integer(field(j, "world_size", path), "world_size", path, 1, kMaxWorldSize));
+  m.rank = static_cast<int>(integer(field(j, "rank", path), "rank", path, 0, m.world_size - 1));
+  m.backend = str(j, "backend", path);
+  m.device = j.contains("device") && j.at("device").is_string() ? j.at("device").get<std::string>() : "cpu";
+  m.torch_version = str(j, "torch_version", path);
+  m.every = integer(field(j, "every", path), "every", path, 1, kMaxSteps);
+  const json& steps = field(j, "steps", path);
+  if (!steps.is_array() || steps.size() > static_cast<size_t>(kMaxSteps)) fail(path, "\"steps\" is not a list of step numbers");
+  for (const json& s : steps) {
+    m.steps.push_back(integer(s, "a step", path, 0, kMaxSteps));
+    if (m.steps.size() > 1 && m.steps.back() <= m.steps[m.steps.size() - 2]) fail(path, "\"steps\" is not ascending");
+  }
+  const json& ddp = field(j, "ddp", path);
+  if (ddp.contains("bucket_cap_mb")) {
+    if (!ddp.at("bucket_cap_mb").is_number()) fail(path, "ddp.bucket_cap_mb is not a number");
+    m.ddp.bucket_cap_mb = ddp.at("bucket_cap_mb").get<double>();
+    if (!(m.ddp.bucket_cap_mb > 0 && m.ddp.bucket_cap_mb <= 1 << 20)) fail(path, "ddp.bucket_cap_mb is outside (0, 2^20]");
+  }
+  m.ddp.broadcast_buffers = boolean(ddp, "broadcast_buffers", path, true);
+  m.ddp.find_unused_parameters = boolean(ddp, "find_unused_parameters", path, false);
+  m.ddp.gradient_as_bucket_view = boolean(ddp, "gradient_as_bucket_view", path, false);
+  m.ddp.static_graph = boolean(ddp, "static_graph", path, false);
+  if (ddp.contains("comm_hook") && !ddp.at("comm_hook").is_null()) {
+    if (!ddp.at("comm_hook").is_string()) fail(path, "ddp.comm_hook is not a string");
+    m.ddp.comm_hook = ddp.at("comm_hook").get<std::string>();
+  }
+  if (ddp.contains("comm_hook_state") && !ddp.at("comm_hook_state").is_null()) m.ddp.comm_hook_state = ddp.at("comm_hook_state");
+  check_hook_state(m.ddp.comm_hook_state, path);
+  m.params = tensor_infos(field(j, "params", path), "params", path);
+  if (m.params.empty()) fail(path, "\"params\" is empty");
+  if (j.contains("buffers")) m.buffers = tensor_infos(j.at("buffers"), "buffers", path);
+  const json& opt = field(j, "optimizer", path);
+  m.optimizer_class = str(opt, "class", path);
+  m.param_groups = field(opt, "param_groups", path);
+  check_param_groups(m.param_groups, m.params.size(), path);
+  if (j.contains("first_ready_order") && !j.at("first_ready_order").is_null())
+    m.first_ready_order = indices(j.at("first_ready_order"), "first_ready_order", path, m.params.size());
+  if (j.contains("buckets") && j.at("buckets").is_object() && j.at("buckets").contains("rebuilt")) {
+    const json& b = j.at("buckets").at("rebuilt");
+    if (!b.is_array()) fail(path, "buckets.rebuilt is not a list");
+    for (const json& bucket : b) m.torch_buckets.push_back(indices(bucket, "a bucket's entry", path, m.params.size()));
+  }
+  if (j.contains("env") && j.at("env").is_object())
+    for (const auto& [k, v] : j.at("env").items())
+      if (v.is_string()) m.env[k] = v.get<std::string>();
+  return m;
+}
+
+std::string describe_shape(const std::vector<int64_t>& s) {
+  return "[" + fmt::format("{}", fmt::join(s, ", ")) + "]";
+}
+
+}  // namespace
+
+std::string step_path(const std::string& dir, int rank, int64_t step) {
+  return fmt::format("{}/rank{}/step{:06d}.safetensors", dir, rank, step);
+}
+
+const safetensors::Tensor* StepRecord::find(const std::string& kind, const std::string& name) const {
+  auto it = tensors.find(kind + "/" + name);
+  return it == tensors.end() ? nullptr : &it->second;
+}
+
+Run open_run(const std::string& dir_in) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  Run run;
+  run.dir = dir;
+  if (!is_dir(dir)) fail(dir, "is not a directory (give the RUN_DIR that DDPTrace wrote)");
+  if (!is_dir(dir + "/rank0")) fail(dir, "has no rank0/ (empty, or not a directory DDPTrace wrote)");
+  Manifest first = parse_manifest(dir + "/rank0/manifest.json");
+  run.ranks.reserve(static_cast<size_t>(first.world_size));  // m0 below must not move
+  run.ranks.push_back(std::move(first));
+  const Manifest& m0 = run.ranks[0];
+  if (m0.rank != 0) fail(m0.path, fmt::format("says rank {}, but lies in rank0/", m0.rank));
+  for (int r = 1; r < m0.world_size; ++r) {
+    const std::string rd = fmt::format("{}/rank{}", dir, r);
+    if (!is_dir(rd)) fail(rd, fmt::format("missing: the run has world_size {} but rank {} left no trace", m0.world_size, r));
+    Manifest m = parse_manifest(rd + "/manifest.json");
+    const auto differs = [&](const std::string& what) {
+      fail(m.path, "its " + what + " differs from rank 0's (" + m0.path + "): a manifest of another run?");
+    };
+    if (m.run_id != m0.run_id) differs("run_id");
+    if (m.rank != r) fail(m.path, fmt::format("says rank {}, but lies in rank{}/", m.rank, r));
+    if (m.world_size != m0.world_size) differs("world_size");
+    if (m.steps != m0.steps) differs("list of recorded steps");
+    if (m.params.size() != m0.params.size()) differs("number of parameters");
+    for (size_t i = 0; i < m.params.size(); ++i)
+      if (m.params[i].name != m0.params[i].name || m.params[i].shape != m0.params[i].shape)
+        differs("parameter " + std::to_string(i) + " ('" + m.params[i].name + "')");
+    if (m.backend != m0.backend) differs("backend");
+    if (m.ddp.bucket_cap_mb != m0.ddp.bucket_cap_mb || m.ddp.comm_hook != m0.ddp.comm_hook ||
+        m.ddp.find_unused_parameters != m0.ddp.find_unused_parameters ||
+        m.ddp.gradient_as_bucket_view != m0.ddp.gradient_as_bucket_view)
+      differs("DDP options");
+    run.ranks.push_back(std::move(m));
+  }
+  if (is_dir(fmt::format("{}/rank{}", dir, m0.world_size)))
+    fail(fmt::format("{}/rank{}", dir, m0.world_size), fmt::format("exists, but the run's world_size is {}", m0.world_size));
+  run.steps = m0.steps;
+  if (run.steps.empty()) fail(m0.path, "records no step (was optimizer.step() called between DDPTrace() and close()?)");
+  return run;
+}
+
+StepRecord read_step_fields(const Run& run, int rank, int64_t step);
+
+StepRecord read_step(const Run& run, int rank, int64_t step) {
+  try {
+    return read_step_fields(run, rank, step);
+  } catch (const nlohmann::json::exception& e) {
+    throw TraceError(escape_control(step_path(run.dir, rank, step) + ": unexpected metadata (" + e.what() + ")"));
+  }
+}
+
+StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
+  StepRecord rec;
+  rec.path = step_path(run.dir, rank, step);
+  rec.rank = rank;
+  rec.step = step;
+  const Manifest& m = run.ranks[static_cast<size_t>(rank)];
+  struct stat st {};
+  if (::stat(rec.path.c_str(), &st) != 0)
+    fail(rec.path, fmt::format("missing: the manifest lists step {} for rank {}", step, rank));
+  safetensors::LoadInfo info;
+  try {
+    rec.tensors = safetensors::load(rec.path, &info);
+  } catch (const safetensors::FormatError& e) {
+    throw TraceError(e.what());
+  }
+  auto meta_it = info.metadata.find("ddplab");
+  if (meta_it == info.metadata.end()) fail(rec.path, "has no \"ddplab\" entry in __metadata__ (not written by ddplab_trace)");
+  json meta;
+  try {
+    meta = json::parse(meta_it->second);
+  } catch (const json::exception& e) {
+    fail(rec.path, std::string("__metadata__.ddplab is not valid JSON (") + e.what() + ")");
+  }
+  if (integer(field(meta, "step", rec.path), "metadata step", rec.path, 0, kMaxSteps) != step)
+    fail(rec.path, "its metadata names step " + meta.at("step").dump());
+  if (meta.contains("run_id") && meta.at("run_id") != m.run_id)
+    fail(rec.path, "belongs to another run (run_id " + meta.at("run_id").dump() + ", the manifest's " + m.run_id + ")");
+  const size_t np = m.params.size();
+  for (const json& b : field(meta, "backwards", rec.path)) {
+    Backward bw;
+    bw.sync = boolean(b, "sync", rec.path, true);
+    bw.ready = indices(field(b, "ready", rec.path), "a backward's ready order", rec.path, np);
+    rec.backwards.push_back(std::move(bw));
+  }
+  if (meta.contains("inputs") && meta.at("inputs").is_array()) {
+    for (const json& fwd : meta.at("inputs")) {
+      std::vector<std::string> fps;
+      if (fwd.is_array())
+        for (const json& f : fwd)
+          if (f.is_string()) fps.push_back(f.get<std::string>());
+      rec.inputs.push_back(std::move(fps));
+    }
+  }
+  if (meta.contains("state_steps") && meta.at("state_steps").is_object())
+    for (const auto& [k, v] : meta.at("state_steps").items())
+      if (v.is_number()) rec.state_steps[k] = static_cast<int64_t>(v.get<double>());
+  if (meta.contains("lr") && meta.at("lr").is_array())
+    for (const json& v : meta.at("lr"))
+      if (v.is_number()) rec.lr.push_back(v.get<double>());
+  if (meta.contains("int_buffers") && meta.at("int_buffers").is_object())
+    for (const auto& [k, v] : meta.at("int_buffers").items())
+      if (v.is_number_integer()) rec.int_buffers[k] = v.get<int64_t>();
+
+  // Every tensor must name a known parameter or buffer and have its shape.
+  std::map<std::string, const TensorInfo*> params, buffers;
+  for (const TensorInfo& t : m.params) params[t.name] = &t;
+  for (const TensorInfo& t : m.buffers) buffers[t.name] = &t;
+  for (const auto& [key, t] : rec.tensors) {
+    const size_t slash = key.find('/');
+    if (slash == std::string::npos) fail(rec.path, "tensor '" + key + "' has no kind (expected <kind>/<name>)");
+    std::string kind = key.substr(0, slash), name = key.substr(slash + 1);
+    const TensorInfo* info = nullptr;
+    if (kind == "buffer") {
+      auto it = buffers.find(name);
+      if (it == buffers.end()) fail(rec.path, "tensor '" + key + "' names no buffer of the manifest");
+      info = it->second;
+    } else {
+      if (kind == "local") {  // local/<k>/<name>
+        const size_t s2 = name.find('/');
+        if (s2 == std::string::npos) fail(rec.path, "tensor '" + key + "' should be local/<backward>/<name>");
+        const int64_t k = parse_int("backward index of '" + key + "'", name.substr(0, s2));
+        if (k < 0 || static_cast<size_t>(k) >= rec.backwards.size())
+          fail(rec.path, fmt::format("tensor '{}' names backward {}, but the step has {}", key, k, rec.backwards.size()));
+        name = name.substr(s2 + 1);
+      } else if (kind == "state") {  // state/<name>/<key>
+        const size_t s2 = name.rfind('/');
+        if (s2 == std::string::npos) fail(rec.path, "tensor '" + key + "' should be state/<name>/<key>");
+        name = name.substr(0, s2);
+      } else if (kind != "prior" && kind != "grad" && kind != "grad_step" && kind != "param_before" &&
+                 kind != "param_after") {
+        fail(rec.path, "tensor '" + key + "' has an unknown kind '" + kind + "'");
+      }
+      auto it = params.find(name);
+      if (it == params.end()) fail(rec.path, "tensor '" + key + "' names no parameter of the manifest");
+      info = it->second;
+    }
+    if (static_cast<int64_t>(t.data.size()) != info->numel)
+      fail(rec.path, "tensor '" + key + "' has shape " + describe_shape(t.shape) + " but the manifest says " +
+                         describe_shape(info->shape));
+  }
+  for (const TensorInfo& p : m.params)
+    for (const char* kind : {"param_before", "param_after"})
+      if (!rec.find(kind, p.name)) fail(rec.path, std::string("has no ") + kind + "/" + p.name);
+  return rec;
+}
+
+}  // namespace ddplab::check

@@ -1,0 +1,100 @@
+// Reading a run recorded by verify/ddplab_trace.py (docs/trace_format.md): one manifest per rank, one
+// safetensors file per rank and recorded optimizer step. Everything read is checked before it is used:
+// a missing or empty directory, a rank or step that is missing, a manifest of another run, shapes that
+// disagree with the manifest, a truncated or corrupt tensor file: each is a TraceError of one line,
+// "<file>: <what is wrong>", which ddp_check turns into exit status 2. Steps are read one at a time, so
+// memory is one step of all ranks' tensors, whatever the length of the run.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "src/errors.h"
+#include "src/safetensors.h"
+
+namespace ddplab::check {
+
+struct TraceError : UsageError {
+  using UsageError::UsageError;
+};
+
+// Ceilings on what a manifest may claim, so an absurd one is refused before anything is allocated.
+constexpr int kMaxWorldSize = 1024;
+constexpr size_t kMaxTensors = 100000;
+constexpr int64_t kMaxSteps = 10'000'000;
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+};
+
+struct DdpOptions {
+  double bucket_cap_mb = 25.0;
+  bool broadcast_buffers = true;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+  bool static_graph = false;
+  std::string comm_hook;             // "" (none), "allreduce", "fp16_compress", "powerSGD", or a hook's name
+  nlohmann::json comm_hook_state = nlohmann::json::object();    // PowerSGDState's fields
+};
+
+struct Manifest {
+  std::string path;  // of manifest.json, for messages
+  std::string run_id, backend, device, torch_version;
+  int rank = 0, world_size = 0;
+  int64_t every = 1;
+  std::vector<int64_t> steps;
+  DdpOptions ddp;
+  std::vector<TensorInfo> params, buffers;
+  std::string optimizer_class;
+  nlohmann::json param_groups;  // torch's param_groups, "params" as indices into params
+  std::vector<size_t> first_ready_order;
+  std::vector<std::vector<size_t>> torch_buckets;  // torch's rebuilt layout, when the recorder saw it
+  std::map<std::string, std::string> env;
+};
+
+struct Backward {
+  bool sync = true;
+  std::vector<size_t> ready;  // parameter indices in the order their gradients became ready
+};
+
+// One rank's record of one optimizer step.
+struct StepRecord {
+  std::string path;
+  int rank = 0;
+  int64_t step = 0;
+  std::vector<Backward> backwards;
+  std::vector<std::vector<std::string>> inputs;  // per forward, one fingerprint per sample
+  std::map<std::string, int64_t> state_steps;    // Adam's step count before this step
+  std::vector<double> lr;                        // per param group
+  std::map<std::string, int64_t> int_buffers;
+  safetensors::TensorMap tensors;
+
+  // The tensor "<kind>/<name>", or null when the recorder did not write it.
+  const safetensors::Tensor* find(const std::string& kind, const std::string& name) const;
+};
+
+struct Run {
+  std::string dir;
+  std::vector<Manifest> ranks;  // ranks[r].rank == r
+  std::vector<int64_t> steps;   // recorded on every rank
+  int world_size() const { return static_cast<int>(ranks.size()); }
+  const Manifest& first() const { return ranks.front(); }
+};
+
+// Reads and cross-checks every rank's manifest: one run id, one world size, ranks 0..N-1 all present,
+// the same parameters, options and steps. Throws TraceError.
+Run open_run(const std::string& dir);
+
+// rank's record of `step`, its tensors checked against the manifest's shapes. Throws TraceError.
+StepRecord read_step(const Run& run, int rank, int64_t step);
+
+// The step file's path.
+std::string step_path(const std::string& dir, int rank, int64_t step);
+
+}  // namespace ddplab::check

@@ -1,0 +1,224 @@
+// ddp_check's reader and replay on traces written here, by hand, in the format ddplab_trace.py writes
+// (docs/trace_format.md), with no torch: a two-rank SGD run whose every value is a small binary fraction
+// (sums exact in any order, as nccl-tests chooses its data), checked as predicted; then each kind of bad
+// trace the issue names, refused with one line naming the file; then a seeded mutation fuzzer over the
+// manifest and the step files: every case must end in TraceError or a result, never a crash, another
+// exception or an allocation sized by the input (this suite also runs under ASan and UBSan in CI).
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "src/check/check.h"
+#include "tests/fuzz.h"
+#include "tests/testing.h"
+
+namespace ddplab {
+namespace {
+
+using nlohmann::json;
+
+std::string f32(const std::vector<float>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
+
+void write(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string step_file(const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>& tensors,
+                      const json& meta) {
+  json header = json::object();
+  std::string data;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", "F32"}, {"shape", t.first}, {"data_offsets", {data.size(), data.size() + 4 * t.second.size()}}};
+    data += f32(t.second);
+  }
+  header["__metadata__"] = {{"ddplab", meta.dump()}};
+  return fuzz::le64(header.dump().size()) + header.dump() + data;
+}
+
+// A run of two ranks, parameters w [2, 2] and b [2], plain SGD lr 0.5, two steps; `tamper` may change
+// rank 1's gradient after DDP (a finding) before the files are written.
+std::string make_trace(const std::string& dir, bool tamper = false) {
+  const std::vector<float> local[2][2] = {{{0.5f, -1.0f, 0.25f, 2.0f}, {1.0f, -0.5f}},
+                                          {{1.5f, 1.0f, -0.75f, 0.0f}, {0.0f, 0.5f}}};
+  std::vector<float> w = {1.0f, 2.0f, -1.0f, 0.5f}, b = {0.25f, -0.25f};
+  ::mkdir(dir.c_str(), 0755);
+  for (int r = 0; r < 2; ++r) ::mkdir((dir + "/rank" + std::to_string(r)).c_str(), 0755);
+  for (int step = 0; step < 2; ++step) {
+    std::vector<float> avg_w(4), avg_b(2);
+    for (size_t k = 0; k < 4; ++k) avg_w[k] = local[0][0][k] * 0.5f + local[1][0][k] * 0.5f;
+    for (size_t k = 0; k < 2; ++k) avg_b[k] = local[0][1][k] * 0.5f + local[1][1][k] * 0.5f;
+    std::vector<float> w2 = w, b2 = b;
+    for (size_t k = 0; k < 4; ++k) w2[k] = std::fma(avg_w[k], -0.5f, w[k]);
+    for (size_t k = 0; k < 2; ++k) b2[k] = std::fma(avg_b[k], -0.5f, b[k]);
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> seen_w = avg_w;
+      if (tamper && r == 1) seen_w[0] *= 2.0f;
+      std::vector<float> after_w = w2;
+      if (tamper && r == 1) after_w[0] = std::fma(seen_w[0], -0.5f, w[0]);
+      const json meta = {{"step", step}, {"rank", r}, {"run_id", "abc"},
+                         {"backwards", {{{"sync", true}, {"ready", {1, 0}}}}},
+                         {"inputs", {{r ? "02" : "01", r ? "04" : "03"}}}, {"lr", {0.5}}};
+      const std::string bytes = step_file({{"local/0/w", {{2, 2}, local[r][0]}}, {"local/0/b", {{2}, local[r][1]}},
+                                           {"grad/w", {{2, 2}, avg_w}}, {"grad/b", {{2}, avg_b}},
+                                           {"grad_step/w", {{2, 2}, seen_w}}, {"grad_step/b", {{2}, avg_b}},
+                                           {"param_before/w", {{2, 2}, w}}, {"param_before/b", {{2}, b}},
+                                           {"param_after/w", {{2, 2}, after_w}}, {"param_after/b", {{2}, b2}}},
+                                          meta);
+      char name[64];
+      std::snprintf(name, sizeof name, "/rank%d/step%06d.safetensors", r, step);
+      write(dir + name, bytes);
+    }
+    w = w2;
+    b = b2;
+    if (tamper) break;  // one step is enough to see it
+  }
+  for (int r = 0; r < 2; ++r) {
+    const json manifest = {
+        {"format", "ddplab-trace"}, {"version", 1}, {"run_id", "abc"}, {"rank", r}, {"world_size", 2},
+        {"backend", "gloo"}, {"torch_version", "test"}, {"every", 1},
+        {"steps", tamper ? json::array({0}) : json::array({0, 1})},
+        {"ddp", {{"bucket_cap_mb", 25.0}, {"comm_hook", nullptr}}},
+        {"params", {{{"name", "w"}, {"shape", {2, 2}}, {"dtype", "float32"}}, {{"name", "b"}, {"shape", {2}}, {"dtype", "float32"}}}},
+        {"buffers", json::array()},
+        {"optimizer", {{"class", "SGD"}, {"param_groups", {{{"params", {0, 1}}, {"lr", 0.5}, {"momentum", 0.0}}}}}},
+        {"first_ready_order", {1, 0}}};
+    write(dir + "/rank" + std::to_string(r) + "/manifest.json", manifest.dump(1));
+  }
+  return dir;
+}
+
+TEST(CheckTrace, HandMadeRunIsAsPredicted) {
+  const std::string dir = make_trace(testing::temp_dir() + "/run");
+  const check::CheckResult r = check::check_run(check::open_run(dir));
+  std::printf("%s", check::format_text(r).c_str());
+  EXPECT_FALSE(r.problems());
+  EXPECT_EQ(r.grads.checked, 8);  // 2 steps x 2 ranks x 2 parameters
+  EXPECT_EQ(r.grads.exact, 8);
+  EXPECT_EQ(r.params.exact, 8);
+  EXPECT_TRUE(r.order_known);
+}
+
+TEST(CheckTrace, GradientChangedOnOneRankIsNamed) {
+  const std::string dir = make_trace(testing::temp_dir() + "/run", true);
+  const check::CheckResult r = check::check_run(check::open_run(dir));
+  std::printf("%s", check::format_text(r).c_str());
+  ASSERT_TRUE(r.problems());
+  bool found = false;
+  for (const check::Finding& f : r.findings)
+    found = found || (f.kind == "replicas-diverged" && f.cause == "gradients-changed" && f.rank == 1 && f.name == "w" && f.step == 0);
+  EXPECT_TRUE(found);
+}
+
+// One bad trace: `damage` breaks a fresh copy; open_run + check_run must throw one TraceError line that
+// contains `expect` (a file name and what is wrong).
+void expect_refused(const std::string& label, const std::function<void(const std::string&)>& damage,
+                    const std::string& expect) {
+  const std::string dir = make_trace(testing::temp_dir() + "/" + label);
+  damage(dir);
+  try {
+    check::check_run(check::open_run(dir));
+    ADD_FAILURE() << label << ": accepted";
+  } catch (const check::TraceError& e) {
+    const std::string msg = e.what();
+    std::printf("%-22s %s\n", label.c_str(), msg.c_str());
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << label;
+    EXPECT_NE(msg.find(expect), std::string::npos) << label << ": " << msg;
+  }
+}
+
+TEST(CheckTrace, BadTracesGetOneLineNamingTheFile) {
+  expect_refused("missing_dir", [](const std::string& d) { std::system(("rm -rf " + d).c_str()); }, "is not a directory");
+  expect_refused("empty_dir", [](const std::string& d) { std::system(("rm -rf " + d + "/rank0 " + d + "/rank1").c_str()); },
+                 "has no rank0/");
+  expect_refused("missing_rank", [](const std::string& d) { std::system(("rm -rf " + d + "/rank1").c_str()); },
+                 "rank1: missing");
+  expect_refused("missing_step", [](const std::string& d) { std::remove((d + "/rank1/step000001.safetensors").c_str()); },
+                 "step000001.safetensors: missing");
+  expect_refused("truncated", [](const std::string& d) {
+    const std::string p = d + "/rank0/step000000.safetensors";
+    const std::string s = slurp(p);
+    write(p, s.substr(0, s.size() - 5));
+  }, "step000000.safetensors");
+  expect_refused("corrupt_header", [](const std::string& d) {
+    const std::string p = d + "/rank1/step000001.safetensors";
+    std::string s = slurp(p);
+    s[10] = '\x01';
+    write(p, s);
+  }, "step000001.safetensors");
+  expect_refused("absurd_header", [](const std::string& d) {
+    const std::string p = d + "/rank0/step000000.safetensors";
+    write(p, fuzz::le64(uint64_t{1} << 62) + slurp(p).substr(8));
+  }, "header says");
+  expect_refused("other_run", [](const std::string& d) {
+    const std::string p = d + "/rank1/manifest.json";
+    json m = json::parse(slurp(p));
+    m["run_id"] = "other";
+    write(p, m.dump());
+  }, "another run");
+  expect_refused("shapes_disagree", [](const std::string& d) {
+    for (const char* r : {"/rank0/manifest.json", "/rank1/manifest.json"}) {
+      json m = json::parse(slurp(d + r));
+      m["params"][0]["shape"] = {4, 1, 2};
+      write(d + r, m.dump());
+    }
+  }, "but the manifest says [4, 1, 2]");
+  expect_refused("not_json", [](const std::string& d) { write(d + "/rank0/manifest.json", "{\"format\": "); }, "not valid JSON");
+  expect_refused("huge_world", [](const std::string& d) {
+    json m = json::parse(slurp(d + "/rank0/manifest.json"));
+    m["world_size"] = 1000000000;
+    write(d + "/rank0/manifest.json", m.dump());
+  }, "world_size = 1000000000 is outside");
+}
+
+// The fuzzer: mutations of a valid trace's manifest (JSON-level) and step files (byte- and JSON-level).
+TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
+  constexpr int kCases = 1500;
+  fuzz::Rng rng(fuzz::kSeed);
+  const std::string base = make_trace(testing::temp_dir() + "/base");
+  const std::vector<std::string> files = {"/rank0/manifest.json", "/rank1/manifest.json", "/rank0/step000000.safetensors",
+                                          "/rank1/step000001.safetensors"};
+  int refused = 0, loaded = 0;
+  for (int c = 0; c < kCases; ++c) {
+    const std::string dir = testing::temp_dir() + "/case";
+    std::system(("rm -rf " + dir + " && cp -r " + base + " " + dir).c_str());
+    const std::string file = dir + fuzz::pick(rng, files);
+    std::string bytes = slurp(file), what;
+    if (file.find("manifest") != std::string::npos) {
+      fuzz::Parts p{bytes, ""};
+      what = fuzz::mutate_header(rng, p, fuzz::pick(rng, 2) == 0);
+      bytes = p.header;
+    } else if (fuzz::pick(rng, 2) == 0) {
+      fuzz::Parts p = fuzz::split(bytes);
+      what = fuzz::mutate_header(rng, p, true);
+      bytes = p.bytes();
+    } else {
+      what = fuzz::mutate_bytes(rng, bytes, 8 + fuzz::split(bytes).header.size());
+    }
+    write(file, bytes);
+    g_largest = 0;
+    try {
+      check::check_run(check::open_run(dir));
+      ++loaded;
+    } catch (const check::TraceError&) {
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "case " << c << " (" << file << ": " << what << "): " << typeid(e).name() << ": " << e.what();
+    }
+    ASSERT_LE(g_largest.load(), fuzz::kMaxAlloc) << "case " << c << ": " << what;
+  }
+  std::printf("fuzz traces: %d cases, %d refused cleanly, %d checked, 0 crashes\n", kCases, refused, loaded);
+  EXPECT_GT(refused, kCases / 4);
+}
+
+}  // namespace
+}  // namespace ddplab
