@@ -118,7 +118,9 @@ void Adam::step() {
       const double bias_correction1 = 1.0 - std::pow(o.beta1, step);
       const double bias_correction2 = 1.0 - std::pow(o.beta2, step);
       const float neg_step_size = static_cast<float>(-(o.lr / bias_correction1));
-      const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+      const float bias_correction2_sqrt =
+          static_cast<float>(o.torch2 ? std::pow(bias_correction2, 0.5) : std::sqrt(bias_correction2));
+      const bool lerp_small = std::abs(one_minus_beta1) < 0.5f;  // ATen's is_lerp_weight_small
       const float eps = static_cast<float>(o.eps);
       float* m = exp_avg_[i].data();
       float* v = exp_avg_sq_[i].data();
@@ -127,7 +129,13 @@ void Adam::step() {
       // same done element by element.
       for (Eigen::Index k = 0; k < p.numel(); ++k) {
         if (decay_param) w[k] *= decay;
-        m[k] = std::fma(g[k], one_minus_beta1, m[k] * beta1);  // mul_(beta1).add_(g, alpha=1-beta1)
+        if (!o.torch2) {
+          m[k] = std::fma(g[k], one_minus_beta1, m[k] * beta1);  // mul_(beta1).add_(g, alpha=1-beta1)
+        } else if (lerp_small) {  // lerp_(g, w): fmadd(w, g - m, m)
+          m[k] = std::fma(one_minus_beta1, g[k] - m[k], m[k]);
+        } else {  // fmadd(w - 1, g - m, g)
+          m[k] = std::fma(one_minus_beta1 - 1.0f, g[k] - m[k], g[k]);
+        }
         // mul_(beta2), then addcmul_(g, g, value=1-beta2) = v + (value * g) * g, the last multiply fused
         v[k] = std::fma(one_minus_beta2 * g[k], g[k], v[k] * beta2);
         const float denom = std::sqrt(v[k]) / bias_correction2_sqrt + eps;

@@ -61,6 +61,10 @@ struct AdamOptions {
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  // torch >= 2.1's single-tensor form: exp_avg.lerp_(grad, 1 - beta1) (ATen's lerp: one fused multiply-add,
+  // start + weight * (end - start) for weight < 0.5) and bias_correction2 ** 0.5, where 1.13 has
+  // mul_(beta1).add_(grad, alpha=1 - beta1) and math.sqrt. ddp_check picks it from the run's torch version.
+  bool torch2 = false;
 };
 
 // One of torch's param_groups: parameters and the hyperparameters they are stepped with.

@@ -50,6 +50,8 @@ struct CheckResult {
   bool order_known = false;  // the run's addition order is known: gradients are predicted bit for bit
   std::string order;         // which order, or why it is unknown
   std::string buckets;       // the layout the replay used, from iteration 1 on
+  bool step_exact = true;    // the optimizer step is predicted bit for bit
+  std::string step_why;      // why not, when not
   Counts grads, params;
   std::vector<StepLine> lines;
   std::vector<Finding> findings;

@@ -23,7 +23,7 @@ class Findings {
   // Rank r's recorded .grad against the predicted one, per parameter.
   void grads_vs_prediction(int64_t step, int r, const std::vector<CmpResult>& rows, bool order_known, Divergence* div);
   // Rank r's recorded parameters after optimizer.step() against torch.optim's arithmetic.
-  void step_vs_prediction(int64_t step, int r, const std::vector<CmpResult>& rows, Divergence* div);
+  void step_vs_prediction(int64_t step, int r, const std::vector<CmpResult>& rows, bool exact_expected, Divergence* div);
   // The replica invariant; `prev` is the previous recorded step (empty at the first). True when every
   // rank's parameters after the step equal rank 0's.
   bool replicas(const std::vector<StepRecord>& recs, const std::vector<StepRecord>& prev, Divergence* div);

@@ -47,6 +47,7 @@ std::string format_text(const CheckResult& r) {
                                 r.world_size, r.backend, r.torch_version, r.steps.size());
   out += fmt::format("addition order: {}\n", r.order);
   out += fmt::format("buckets (from iteration 1): {}\n", r.buckets);
+  if (!r.step_exact) out += fmt::format("optimizer step: {}\n", r.step_why);
   for (const StepLine& l : r.lines)
     out += fmt::format("step {:>4} | {} | {} | replicas {}\n", l.step, counts_text(l.grads, "grads"),
                        counts_text(l.params, "params"), l.replicas_equal ? "equal" : "DIFFER");
@@ -80,6 +81,8 @@ std::string format_json(const CheckResult& r) {
                       {"torch_version", r.torch_version},
                       {"order_known", r.order_known},
                       {"order", r.order},
+                      {"step_exact", r.step_exact},
+                      {"step_why", r.step_why},
                       {"grads", counts_json(r.grads)},
                       {"params", counts_json(r.params)},
                       {"findings", findings},
@@ -97,8 +100,8 @@ std::string format_html(const CheckResult& r) {
   out += fmt::format("<p><code>{}</code>: world_size {}, backend {}, torch {}, {} steps recorded.</p>",
                      html_escape(r.run_dir), r.world_size, html_escape(r.backend), html_escape(r.torch_version),
                      r.steps.size());
-  out += fmt::format("<p>Addition order: {}.<br>Buckets from iteration 1: <code>{}</code></p>", html_escape(r.order),
-                     html_escape(r.buckets));
+  out += fmt::format("<p>Addition order: {}.<br>Buckets from iteration 1: <code>{}</code>{}</p>", html_escape(r.order),
+                     html_escape(r.buckets), r.step_exact ? "" : "<br>Optimizer step: " + html_escape(r.step_why));
   out += "<h2>Findings</h2>";
   if (r.findings.empty()) out += "<p>None: every rank did what DDP's semantics say.</p>";
   out += "<table><tr><th class=l>severity</th><th class=l>kind</th><th class=l>where</th><th class=l>what</th></tr>";

@@ -1,6 +1,7 @@
 #include "src/check/replay.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -57,6 +58,13 @@ bool nccl_pinned(const std::map<std::string, std::string>& env) {
   };
   return is("NCCL_ALGO", "Ring") && is("NCCL_PROTO", "Simple") &&
          (is("NCCL_MAX_NCHANNELS", "1") || is("NCCL_MAX_NCHANNELS", "1"));
+}
+
+// torch >= 2.1 steps Adam's exp_avg with lerp_ (pytorch/pytorch#104796, July 2023); 1.x and 2.0 with mul_ and add_.
+bool lerp_adam(const std::string& version) {
+  int major = 0, minor = 0;
+  if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) != 2) return false;
+  return major > 2 || (major == 2 && minor >= 1);
 }
 
 }  // namespace
@@ -270,6 +278,7 @@ bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>*
       }
       o.eps = g.value("eps", 1e-8);
       o.weight_decay = g.value("weight_decay", 0.0);
+      o.torch2 = lerp_adam(m.torch_version);
       std::unique_ptr<Adam> adam = cls == "AdamW" ? std::make_unique<AdamW>(group, o) : std::make_unique<Adam>(group, o);
       for (size_t j = 0; j < group.size(); ++j) {
         const safetensors::Tensor* m1 = state(group[j], "exp_avg");

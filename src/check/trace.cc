@@ -194,6 +194,7 @@ Manifest parse_manifest_fields(const std::string& path) {
     if (!b.is_array()) fail(path, "buckets.rebuilt is not a list");
     for (const json& bucket : b) m.torch_buckets.push_back(indices(bucket, "a bucket's entry", path, m.params.size()));
   }
+  m.sqrt_exact = boolean(j, "sqrt_exact", path, true);
   if (j.contains("env") && j.at("env").is_object())
     for (const auto& [k, v] : j.at("env").items())
       if (v.is_string()) m.env[k] = v.get<std::string>();
