@@ -8,7 +8,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -21,6 +23,7 @@ namespace ddplab {
 namespace {
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 std::string f32(const std::vector<float>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
 
@@ -137,10 +140,10 @@ void expect_refused(const std::string& label, const std::function<void(const std
 }
 
 TEST(CheckTrace, BadTracesGetOneLineNamingTheFile) {
-  expect_refused("missing_dir", [](const std::string& d) { std::system(("rm -rf " + d).c_str()); }, "is not a directory");
-  expect_refused("empty_dir", [](const std::string& d) { std::system(("rm -rf " + d + "/rank0 " + d + "/rank1").c_str()); },
+  expect_refused("missing_dir", [](const std::string& d) { fs::remove_all(d); }, "is not a directory");
+  expect_refused("empty_dir", [](const std::string& d) { fs::remove_all(d + "/rank0"), fs::remove_all(d + "/rank1"); },
                  "has no rank0/");
-  expect_refused("missing_rank", [](const std::string& d) { std::system(("rm -rf " + d + "/rank1").c_str()); },
+  expect_refused("missing_rank", [](const std::string& d) { fs::remove_all(d + "/rank1"); },
                  "rank1: missing");
   expect_refused("missing_step", [](const std::string& d) { std::remove((d + "/rank1/step000001.safetensors").c_str()); },
                  "step000001.safetensors: missing");
@@ -190,7 +193,8 @@ TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
   int refused = 0, loaded = 0;
   for (int c = 0; c < kCases; ++c) {
     const std::string dir = testing::temp_dir() + "/case";
-    std::system(("rm -rf " + dir + " && cp -r " + base + " " + dir).c_str());
+    fs::remove_all(dir);
+    fs::copy(base, dir, fs::copy_options::recursive);
     const std::string file = dir + fuzz::pick(rng, files);
     std::string bytes = slurp(file), what;
     if (file.find("manifest") != std::string::npos) {

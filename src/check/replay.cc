@@ -100,6 +100,7 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
     for (Parameter& p : ps) ptrs.push_back(&p);
     auto red = std::make_unique<ddp::Reducer>(ptrs, ws, m.ddp.bucket_cap_mb, ddp::Average::predivide);
     red->set_gradient_as_bucket_view(m.ddp.gradient_as_bucket_view);
+    red->set_first_bucket_bytes(static_cast<size_t>(m.ddp.first_bucket_bytes));
     if (auto hook = known_hook(m.ddp, &hook_known)) red->register_comm_hook(std::move(hook));
     // find_unused_parameters=True (not static_graph): DDP never rebuilds; its one layout is
     // _compute_bucket_assignment_by_size over the parameters in order with limits [1 MiB, cap], reversed.

@@ -170,6 +170,8 @@ Manifest parse_manifest_fields(const std::string& path) {
     m.ddp.bucket_cap_mb = ddp.at("bucket_cap_mb").get<double>();
     if (!(m.ddp.bucket_cap_mb > 0 && m.ddp.bucket_cap_mb <= 1 << 20)) fail(path, "ddp.bucket_cap_mb is outside (0, 2^20]");
   }
+  if (ddp.contains("first_bucket_bytes") && !ddp.at("first_bucket_bytes").is_null())
+    m.ddp.first_bucket_bytes = integer(ddp.at("first_bucket_bytes"), "ddp.first_bucket_bytes", path, 1, int64_t{1} << 40);
   m.ddp.broadcast_buffers = boolean(ddp, "broadcast_buffers", path, true);
   m.ddp.find_unused_parameters = boolean(ddp, "find_unused_parameters", path, false);
   m.ddp.gradient_as_bucket_view = boolean(ddp, "gradient_as_bucket_view", path, false);

@@ -39,6 +39,7 @@ struct DdpOptions {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
+  int64_t first_bucket_bytes = 1 << 20;  // the first rebuilt bucket's cap (torch 2.x: bucket_cap_mb when given)
   std::string comm_hook;             // "" (none), "allreduce", "fp16_compress", "powerSGD", or a hook's name
   nlohmann::json comm_hook_state = nlohmann::json::object();    // PowerSGDState's fields
 };

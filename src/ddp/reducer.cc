@@ -165,7 +165,7 @@ void Reducer::finish_sync(const std::vector<Parameter*>& ready) {
     if (!seen[i]) order.push_back(i);
   }
   for (size_t i = 0; i < params_.size(); ++i) bytes[i] = static_cast<size_t>(params_[i]->numel()) * sizeof(float);
-  set_buckets(assign_buckets(order, bytes, {kFirstBucketBytes, cap_bytes_}));
+  set_buckets(assign_buckets(order, bytes, {first_bucket_bytes_, cap_bytes_}));
 }
 
 std::string Reducer::describe() const {

@@ -105,6 +105,9 @@ class Reducer {
   // model's backward recorded it; parameters it misses follow in reverse model order) with limits
   // [1 MiB, bucket_cap_mb]. Iteration 0 used one bucket holding every parameter in model order.
   void finish_sync(const std::vector<Parameter*>& ready = {});
+  // The first rebuilt bucket's cap: dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB) in 1.13; torch 2.x caps it at
+  // bucket_cap_mb when the script gave one (ddp_check reads which from the recorded run).
+  void set_first_bucket_bytes(size_t bytes) { first_bucket_bytes_ = bytes; }
   // A layout given from outside (ddp_check: torch's own, as a recorded run reported it), kept from now on.
   void set_layout(const std::vector<std::vector<size_t>>& assignment) {
     set_buckets(assignment);
@@ -120,6 +123,7 @@ class Reducer {
   std::vector<Parameter*> params_;
   int64_t world_size_;
   size_t cap_bytes_;
+  size_t first_bucket_bytes_ = kFirstBucketBytes;
   Average average_;
   bool rebuilt_ = false;
   bool joined_ = false;

@@ -1,0 +1,142 @@
+// bazel run //bench:check_trace -- [--params-m 25] [--world-size 4] [--steps 10] [--runs 3] [--dir DIR]
+// What ddp_check costs, measured against what it cannot do without, in the same run:
+//  1. the recorder's overhead: bench/check_trace_run.py (an MLP of --params-m million parameters, DDP over
+//     Gloo, --world-size CPU ranks) timed per training step untraced and traced (its median, rank 0);
+//  2. checking the trace: `ddp_check DIR` against `cat` of the same files into /dev/null, both whole
+//     processes, alternated --runs times (median), and ddp_check's peak resident memory against the bytes of
+//     one step of all ranks' files (what streaming step by step should hold).
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "src/flags.h"
+
+namespace {
+
+using namespace ddplab;
+namespace fs = std::filesystem;
+
+struct Proc {
+  int status = -1;
+  double seconds = 0;
+  long max_rss_kb = 0;
+  std::string out;
+};
+
+// Runs argv; stdout to a pipe (kept) or /dev/null; stderr passes through.
+Proc spawn(const std::vector<std::string>& argv, bool keep_stdout) {
+  int fds[2];
+  if (keep_stdout && pipe(fds) != 0) throw RunError("pipe failed");
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) throw RunError("fork failed");
+  if (pid == 0) {
+    if (keep_stdout) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+    } else {
+      FILE* null = std::freopen("/dev/null", "w", stdout);
+      (void)null;
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  Proc p;
+  if (keep_stdout) {
+    close(fds[1]);
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) p.out.append(buf, static_cast<size_t>(n));
+    close(fds[0]);
+  }
+  int status = 0;
+  struct rusage ru {};
+  wait4(pid, &status, 0, &ru);
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  p.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  p.max_rss_kb = ru.ru_maxrss;
+  return p;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double ms_per_step(const Proc& p, const std::string& what) {
+  const size_t at = p.out.find("train ms/step ");
+  if (p.status != 0 || at == std::string::npos) throw RunError(what + " failed (exit " + std::to_string(p.status) + ")");
+  return std::stod(p.out.substr(at + 14));
+}
+
+int run(int argc, char** argv) {
+  Flags f(argc, argv, {"params-m", "world-size", "steps", "runs", "dir", "python"});
+  if (f.positional().size() != 2) throw UsageError("usage: check_trace RUN_SCRIPT DDP_CHECK [flags] (bazel run passes both)");
+  const std::string script = f.positional()[0], checker = fs::absolute(f.positional()[1]).string();
+  const double params_m = f.get_double("params-m", 25.0, 0.01, 1000.0);
+  const int64_t ws = f.get_int("world-size", 4, 1, 16), steps = f.get_int("steps", 10, 2, 1000);
+  const int64_t runs = f.get_int("runs", 3, 1, 100);
+  const std::string dir = f.get_string("dir", "/tmp/ddplab_check_trace_bench");
+  const std::string python = f.get_string("python", "/usr/bin/python3");
+  fs::remove_all(dir);
+  const std::vector<std::string> common = {python,         script, "--params-m", fmt::format("{}", params_m),
+                                           "--world-size", std::to_string(ws), "--steps", std::to_string(steps)};
+  auto untraced_argv = common, traced_argv = common;
+  untraced_argv.push_back("--no-trace");
+  traced_argv.insert(traced_argv.end(), {"--out", dir});
+  const Proc untraced = spawn(untraced_argv, true);
+  const Proc traced = spawn(traced_argv, true);
+  const double ms_untraced = ms_per_step(untraced, "the untraced run"), ms_traced = ms_per_step(traced, "the traced run");
+
+  std::vector<std::string> files;
+  uintmax_t total = 0, first_step = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    files.push_back(e.path().string());
+    total += e.file_size();
+    if (e.path().filename() == "step000000.safetensors") first_step += e.file_size();
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<double> cat_s, check_s;
+  long check_rss_kb = 0;
+  for (int64_t r = 0; r < runs; ++r) {
+    std::vector<std::string> cat = {"cat"};
+    cat.insert(cat.end(), files.begin(), files.end());
+    const Proc c = spawn(cat, false);
+    if (c.status != 0) throw RunError("cat failed");
+    cat_s.push_back(c.seconds);
+    const Proc k = spawn({checker, dir, "--quiet"}, true);
+    if (k.status != 0) throw RunError("ddp_check found problems in the bench's clean run:\n" + k.out);
+    check_s.push_back(k.seconds);
+    check_rss_kb = std::max(check_rss_kb, k.max_rss_kb);
+  }
+  const std::string params = untraced.out.substr(untraced.out.find("params ") + 7);
+  std::printf("check_trace: %s parameters, %lld ranks (Gloo, one thread each), %lld steps, every step recorded\n",
+              params.substr(0, params.find(' ')).c_str(), static_cast<long long>(ws), static_cast<long long>(steps));
+  std::printf("  recorder: train step %.1f ms untraced, %.1f ms traced: %.2fx\n", ms_untraced, ms_traced,
+              ms_traced / ms_untraced);
+  std::printf("  trace: %zu files, %.2f GB (one step of all ranks: %.2f GB)\n", files.size(), total / 1e9, first_step / 1e9);
+  std::printf("  read it (cat > /dev/null): %.2f s median of %lld (%.2f GB/s)\n", median(cat_s),
+              static_cast<long long>(runs), total / 1e9 / median(cat_s));
+  std::printf("  ddp_check:                 %.2f s median of %lld: %.2fx the read; peak RSS %.2f GB = %.2fx one step\n",
+              median(check_s), static_cast<long long>(runs), median(check_s) / median(cat_s), check_rss_kb / 1e6,
+              check_rss_kb * 1e3 / static_cast<double>(first_step));
+  fs::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ddplab::guarded_main("check_trace", argc, argv, run); }

@@ -1,0 +1,39 @@
+"""Mistake: each rank draws its own permutation (seeded by its rank) and keeps the first N/world_size samples,
+so ranks' shards overlap and some samples are never seen."""
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+import common
+from ddplab_trace import DDPTrace
+
+
+def main(rank, world_size, args):
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(24, 6), torch.randint(0, 3, (24,)))
+    g = torch.Generator()
+    g.manual_seed(rank)  # the mistake: a different permutation on every rank
+    shard = torch.randperm(len(data), generator=g)[: len(data) // world_size].tolist()
+    loader = DataLoader(Subset(data, shard), batch_size=4)
+
+    ddp = DDP(nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Linear(12, 3)))
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+
+    trace = DDPTrace(ddp, optimizer, args.out, every=args.every) if args.trace else None
+    step = 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss_fn(ddp(x), y).backward()
+        optimizer.step()
+        step += 1
+        if step == args.steps:
+            break
+    if trace:
+        trace.close()
+    common.save_final(ddp, args)
+
+
+if __name__ == "__main__":
+    common.launch(main, common.parse_args(world_size=2, steps=3))

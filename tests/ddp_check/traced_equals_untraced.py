@@ -1,0 +1,79 @@
+"""DDPTrace must not change a bit of the run: runs each learner-style script of scripts/ twice, with and
+without the trace, and compares every rank's final parameters bitwise.
+
+    /usr/bin/python3 tests/ddp_check/traced_equals_untraced.py [--all] [--every K] [SCRIPT ...]
+
+Without names: the clean scripts (--all: every script). One line per script; exit status 0 when every
+script's parameters are bitwise equal, 1 otherwise.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, "scripts")
+CLEAN = ["mlp_sgd", "cnn_bn_adam", "resnet_adamw", "transformer_sgd", "nosync", "find_unused", "bucket_view",
+         "fp16_hook", "powersgd_hook", "small_buckets"]
+MISTAKES = ["no_sampler", "no_set_epoch", "overlapping", "broadcast_buffers_off", "clip_grad", "unused",
+            "diverge_grads", "diverge_rescale", "diverge_optimizer", "diverge_outside", "sum_hook"]
+
+
+def run(script, extra):
+    cmd = [sys.executable, os.path.join(SCRIPTS, script + ".py")] + extra
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    if p.returncode != 0:
+        raise RuntimeError("%s failed (exit %d):\n%s" % (" ".join(cmd), p.returncode, p.stdout[-3000:]))
+
+
+def bitwise_equal(a, b):
+    if a.keys() != b.keys():
+        return "different ranks"
+    for r in a:
+        if a[r].keys() != b[r].keys():
+            return "rank %s: different parameter names" % r
+        for n in a[r]:
+            x, y = a[r][n], b[r][n]
+            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x.view(torch.uint8), y.view(torch.uint8)):
+                return "rank %s %s differs (max |diff| %.3g)" % (r, n, (x - y).abs().max().item())
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scripts", nargs="*")
+    ap.add_argument("--all", action="store_true", help="the mistake scripts too")
+    ap.add_argument("--every", type=int, default=1)
+    a = ap.parse_args()
+    names = a.scripts or (CLEAN + MISTAKES if a.all else CLEAN)
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="ddplab_traced_") as tmp:
+        for name in names:
+            plain, traced = os.path.join(tmp, name + ".plain.pt"), os.path.join(tmp, name + ".traced.pt")
+            try:
+                t0 = time.time()
+                run(name, ["--no-trace", "--final", plain])
+                t1 = time.time()
+                run(name, ["--out", os.path.join(tmp, name), "--every", str(a.every), "--final", traced])
+                t2 = time.time()
+                why = bitwise_equal(torch.load(plain, weights_only=True), torch.load(traced, weights_only=True))
+            except Exception as e:  # noqa: BLE001 - one line per script, whatever went wrong
+                lines = [x for x in str(e).splitlines() if x.strip()]
+                why = lines[0] + (" ... " + lines[-1].strip() if len(lines) > 1 else "")
+                t0 = t1 = t2 = 0.0
+            if why:
+                failed += 1
+                print("FAIL %-22s %s" % (name, why))
+            else:
+                print("ok   %-22s bitwise equal on every rank (untraced %.1fs, traced %.1fs)"
+                      % (name, t1 - t0, t2 - t1))
+            sys.stdout.flush()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

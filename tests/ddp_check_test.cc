@@ -1,0 +1,135 @@
+// ddp_check on real PyTorch DDP runs: the learner-style scripts in tests/ddp_check/scripts/ run on Gloo
+// (2-3 processes), traced by verify/ddplab_trace.py, under Debian's torch 1.13 and under the torch 2.x of
+// tools/install_deps.sh --with-torch2; then //verify:ddp_check reads the trace.
+//  - clean runs (an MLP, a CNN with BatchNorm, a residual model, a small transformer; SGD with momentum,
+//    Adam, AdamW; no_sync, find_unused_parameters, gradient_as_bucket_view, small buckets, fp16 and
+//    PowerSGD hooks): exit 0, every rank's .grad and every parameter after the step predicted bit for bit;
+//  - one script per mistake: exit 1 (0 for a note), and the finding's kind, cause, step, rank and parameter.
+// Where torch 2.x is absent these cases skip with that reason, except in CI (CI=true), where they fail.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing.h"
+
+namespace ddplab {
+namespace {
+
+using testing::json;
+
+struct Case {
+  const char* script;
+  const char* kind;   // the finding expected, or nullptr for a clean run
+  const char* cause;  // replicas-diverged's cause, or ""
+  int rank, step;     // where the finding must point (-1: anywhere / not a rank's)
+  const char* name;   // its parameter ("" : none)
+  int exit_status;
+};
+
+const Case kCases[] = {
+    {"mlp_sgd", nullptr, "", -1, -1, "", 0},
+    {"cnn_bn_adam", nullptr, "", -1, -1, "", 0},
+    {"resnet_adamw", nullptr, "", -1, -1, "", 0},
+    {"transformer_sgd", nullptr, "", -1, -1, "", 0},
+    {"nosync", nullptr, "", -1, -1, "", 0},
+    {"find_unused", nullptr, "", -1, -1, "", 0},
+    {"bucket_view", nullptr, "", -1, -1, "", 0},
+    {"small_buckets", nullptr, "", -1, -1, "", 0},
+    {"fp16_hook", nullptr, "", -1, -1, "", 0},
+    {"powersgd_hook", nullptr, "", -1, -1, "", 0},
+    {"no_sampler", "same-data-on-all-ranks", "", -1, 0, "", 1},
+    {"no_set_epoch", "same-order-every-epoch", "", 0, 2, "", 1},
+    {"overlapping", "overlapping-data", "", -1, 0, "", 1},
+    {"broadcast_buffers_off", "buffers-differ", "", 1, 0, "1.running_mean", 0},
+    {"clip_grad", "grads-changed-before-step", "", 0, 0, "0.weight", 0},
+    {"unused", "unused-parameters", "", 0, 0, "aux_head.weight", 0},
+    {"diverge_grads", "replicas-diverged", "gradients", 1, 0, "0.weight", 1},
+    {"diverge_rescale", "replicas-diverged", "gradients-changed", 1, 0, "0.weight", 1},
+    {"diverge_optimizer", "replicas-diverged", "optimizer", 1, 0, "0.weight", 1},
+    {"diverge_outside", "replicas-diverged", "outside-step", 1, 1, "0.weight", 1},
+    {"sum_hook", "grad-not-as-predicted", "", 0, 0, "0.weight", 1},
+};
+
+// tools/install_deps.sh --with-torch2's virtual environment.
+std::string torch2_python() {
+  const char* env = std::getenv("DDPLAB_TORCH2_VENV");
+  return std::string(env && *env ? env : "/opt/ddplab-torch2") + "/bin/python";
+}
+
+// "" when `python` can run the scripts, else why not.
+std::string unavailable(const std::string& torch) {
+  if (torch == "torch1.13") return testing::torch_available() ? "" : "/usr/bin/python3 cannot import torch";
+  const std::string py = torch2_python();
+  if (access(py.c_str(), X_OK) != 0) return py + " is absent: run tools/install_deps.sh --with-torch2";
+  static const int status = testing::run_command({py, "-c", "import torch"}).status;
+  return status == 0 ? "" : py + " cannot import torch";
+}
+
+class DdpCheck : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
+
+TEST_P(DdpCheck, RealRun) {
+  const auto& [torch, c] = GetParam();
+  if (const std::string why = unavailable(torch); !why.empty()) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true") FAIL() << "CI must run the " << torch << " cases: " << why;
+    GTEST_SKIP() << why << ": " << torch << " case skipped";
+  }
+  const std::string python = torch == "torch1.13" ? "/usr/bin/python3" : torch2_python();
+  const std::string dir = testing::temp_dir() + "/run", json_path = testing::temp_dir() + "/check.json";
+  const auto run = testing::run_command({"/usr/bin/timeout", "300", python,
+                                         std::string("tests/ddp_check/scripts/") + c.script + ".py", "--out", dir});
+  ASSERT_TRUE(access((dir + "/rank0/manifest.json").c_str(), R_OK) == 0)
+      << c.script << " left no trace (exit " << run.status << "): " << run.err.substr(run.err.size() > 3000 ? run.err.size() - 3000 : 0);
+  const auto check = testing::run_command({"verify/ddp_check", dir, "--json", json_path, "--quiet"});
+  std::printf("%s under %s:\n%s", c.script, torch.c_str(), check.out.c_str());
+  ASSERT_EQ(check.status, c.exit_status) << check.err;
+  const json j = testing::load_json(json_path);
+  EXPECT_EQ(j["verdict"], c.exit_status ? "problems" : "as-predicted");
+  // Wherever a gradient or a step is predicted, it is predicted bit for bit: mistakes change what the
+  // ranks did, not DDP's arithmetic (sum_hook's and diverge_grads' hooks are not DDP's average).
+  const bool hooked = std::string(c.script) == "sum_hook" || std::string(c.script) == "diverge_grads";
+  EXPECT_GT(j["grads"]["checked"].get<int64_t>(), 0);
+  if (!hooked) EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
+  EXPECT_GT(j["params"]["checked"].get<int64_t>(), 0);
+  EXPECT_EQ(j["params"]["different"], 0);
+  if (j["step_exact"].get<bool>()) EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
+  // Only torch builds whose sqrt is not IEEE's (pip's, with MKL) with Adam/AdamW are compared allclose.
+  if (torch == "torch1.13") EXPECT_TRUE(j["step_exact"].get<bool>());
+  for (const json& f : j["findings"])  // the bucket layout predicted from the ready order is torch's own
+    EXPECT_NE(f["kind"], "buckets-not-as-predicted") << f.dump();
+  if (!c.kind) {
+    for (const json& f : j["findings"]) EXPECT_NE(f["severity"], "problem") << f.dump();
+    return;
+  }
+  bool found = false;
+  for (const json& f : j["findings"]) {
+    if (f["kind"] != c.kind || f["cause"] != c.cause) continue;
+    found = true;
+    if (c.rank >= 0) {
+      EXPECT_EQ(f["rank"], c.rank) << f.dump();
+    }
+    if (c.step >= 0) {
+      EXPECT_EQ(f["step"], c.step) << f.dump();
+    }
+    if (*c.name) {
+      EXPECT_EQ(f["name"], c.name) << f.dump();
+    }
+    EXPECT_FALSE(f["message"].get<std::string>().empty());
+    break;
+  }
+  EXPECT_TRUE(found) << "no " << c.kind << " finding: " << j["findings"].dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Scripts, DdpCheck,
+                         ::testing::Combine(::testing::Values("torch1.13", "torch2"), ::testing::ValuesIn(kCases)),
+                         [](const auto& info) {
+                           std::string t = std::get<0>(info.param) == "torch2" ? "torch2" : "torch1_13";
+                           return t + "_" + std::get<1>(info.param).script;
+                         });
+
+}  // namespace
+}  // namespace ddplab
