@@ -69,16 +69,22 @@ std::string unavailable(const std::string& torch) {
   return status == 0 ? "" : py + " cannot import torch";
 }
 
+// The torch 2.x cases skip with the reason where the venv is absent, and fail in CI (CI=true).
+#define SKIP_UNLESS_AVAILABLE(torch)                                                             \
+  if (const std::string why = unavailable(torch); !why.empty()) {                                \
+    const char* ci = std::getenv("CI");                                                          \
+    if (ci && std::string(ci) == "true") FAIL() << "CI must run the " << torch << " cases: " << why; \
+    GTEST_SKIP() << why << ": " << torch << " case skipped";                                     \
+  }
+
+std::string python_for(const std::string& torch) { return torch == "torch1.13" ? "/usr/bin/python3" : torch2_python(); }
+
 class DdpCheck : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
 
 TEST_P(DdpCheck, RealRun) {
   const auto& [torch, c] = GetParam();
-  if (const std::string why = unavailable(torch); !why.empty()) {
-    const char* ci = std::getenv("CI");
-    if (ci && std::string(ci) == "true") FAIL() << "CI must run the " << torch << " cases: " << why;
-    GTEST_SKIP() << why << ": " << torch << " case skipped";
-  }
-  const std::string python = torch == "torch1.13" ? "/usr/bin/python3" : torch2_python();
+  SKIP_UNLESS_AVAILABLE(torch);
+  const std::string python = python_for(torch);
   const std::string dir = testing::temp_dir() + "/run", json_path = testing::temp_dir() + "/check.json";
   const auto run = testing::run_command({"/usr/bin/timeout", "300", python,
                                          std::string("tests/ddp_check/scripts/") + c.script + ".py", "--out", dir});
@@ -130,6 +136,60 @@ INSTANTIATE_TEST_SUITE_P(Scripts, DdpCheck,
                            std::string t = std::get<0>(info.param) == "torch2" ? "torch2" : "torch1_13";
                            return t + "_" + std::get<1>(info.param).script;
                          });
+
+// The recorder only observes: the same scripts traced and untraced end with bitwise equal parameters on every
+// rank (tests/ddp_check/traced_equals_untraced.py runs each twice), with hooks, no_sync and unused parameters.
+class Recorder : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Recorder, TracedRunEqualsUntracedRun) {
+  const std::string torch = GetParam();
+  SKIP_UNLESS_AVAILABLE(torch);
+  const auto r = testing::run_command({"/usr/bin/timeout", "600", python_for(torch), "tests/ddp_check/traced_equals_untraced.py",
+                                       "nosync", "find_unused", "powersgd_hook"});
+  std::printf("%s%s", r.out.c_str(), r.err.c_str());
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("powersgd_hook"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Torches, Recorder, ::testing::Values("torch1.13", "torch2"),
+                         [](const auto& info) { return info.param == "torch2" ? "torch2" : "torch1_13"; });
+
+// Seed notebook 004's Lightning section (notebooks_ported/004_parallelism/lightning_ddp.py: Trainer(strategy="ddp",
+// accelerator="cpu", devices=2) with LightningCallback) checked: DDP's gradients bit for bit, Adam's steps
+// allclose (torch 2.x from pip: MKL's sqrt), one step per batch of the rank's 500 samples.
+TEST(Lightning, SeedNotebook004IsAsPredicted) {
+  SKIP_UNLESS_AVAILABLE(std::string("torch2"));
+  const std::string dir = testing::temp_dir() + "/run", json_path = testing::temp_dir() + "/check.json";
+  const auto run = testing::run_command({"/usr/bin/timeout", "300", torch2_python(),
+                                         "notebooks_ported/004_parallelism/lightning_ddp.py", "--out", dir});
+  ASSERT_EQ(run.status, 0) << run.err.substr(run.err.size() > 3000 ? run.err.size() - 3000 : 0);
+  const auto check = testing::run_command({"verify/ddp_check", dir, "--json", json_path});
+  std::printf("%s", check.out.c_str());
+  ASSERT_EQ(check.status, 0) << check.err;
+  const json j = testing::load_json(json_path);
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["steps"], 16);  // ceil(500 / 32) batches per rank
+  EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
+  EXPECT_EQ(j["grads"]["checked"], 2 * 2 * 16);
+  EXPECT_EQ(j["params"]["different"], 0);
+  EXPECT_EQ(j["step_exact"], false);
+}
+
+// Lab 008: each classic mistake found in the real run, and gone after the fix, DDP exact throughout.
+TEST(Lab008, MistakeFoundThenFixed) {
+  SKIP_UNLESS_AVAILABLE(std::string("torch1.13"));
+  const auto r = testing::run_command({"notebooks_ported/008_ddp_check/008_ddp_check"});
+  std::printf("%s", r.out.c_str());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("PROBLEM same-data-on-all-ranks (step 0)"), std::string::npos);
+  EXPECT_NE(r.out.find("PROBLEM same-order-every-epoch (step 4, rank 0)"), std::string::npos);
+  size_t fixed = 0;
+  for (size_t at = r.out.find("ddp_check on the fixed run:\n  summary: grads 64/64 exact; params 64/64 exact\n  findings: none");
+       at != std::string::npos; at = r.out.find("ddp_check on the fixed run:\n  summary: grads 64/64 exact; params 64/64 exact\n  findings: none", at + 1))
+    ++fixed;
+  EXPECT_EQ(fixed, 2u);
+  EXPECT_EQ(r.out.find("DIFFERENT"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace ddplab

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "notebooks_ported/004_parallelism/lightning_real.h"
 #include "notebooks_ported/004_parallelism/parallel.h"
 #include "notebooks_ported/lab/lab.h"
 #include "notebooks_ported/lab/seeding.h"
@@ -122,7 +123,8 @@ std::string ddp_basic(comm::Communicator& c, bool notebook_seeding) {
 
 // The Lightning example (Model = Linear(100, 10), MSE, Adam lr 0.02, 1000 random samples, batch 32,
 // max_epochs 1, strategy "ddp") is plain DDP with Lightning's DistributedSampler (shuffle off for an
-// unshuffled loader): run it as that DDP configuration on these ranks.
+// unshuffled loader): run it as that DDP configuration on these ranks. (lightning_real.h runs the
+// notebook's own code.)
 std::string lightning(comm::Communicator& c) {
   ddp::Config cfg;
   cfg.world_size = c.world_size();
@@ -163,6 +165,10 @@ int body(const Flags& flags, const Parts& parts, comm::Communicator& c) {
   }
   if (want("lightning")) {
     if (std::string s = lightning(c); r0) lab004::print(s);
+    // The notebook's own Lightning code, run for real and checked (about 10 s): with --part lightning.
+    if (r0 && part == "lightning") lab004::print(lab004::lightning_real());
+    if (r0 && part == "all")
+      lab::print_line("(the notebook's own Lightning code, run for real by torch 2.x and checked by ddp_check: --part lightning)");
   }
   if (want("model")) {
     if (c.world_size() < 2) {
