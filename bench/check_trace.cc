@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -101,13 +102,16 @@ int run(int argc, char** argv) {
   const double ms_untraced = ms_per_step(untraced, "the untraced run"), ms_traced = ms_per_step(traced, "the traced run");
 
   std::vector<std::string> files;
-  uintmax_t total = 0, first_step = 0;
+  uintmax_t total = 0;
+  std::map<std::string, uintmax_t> step_bytes;  // per step file name, all ranks together
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     files.push_back(e.path().string());
     total += e.file_size();
-    if (e.path().filename() == "step000000.safetensors") first_step += e.file_size();
+    if (e.path().extension() == ".safetensors") step_bytes[e.path().filename().string()] += e.file_size();
   }
+  uintmax_t one_step = 0;  // the largest step (step 0 has no optimizer state yet)
+  for (const auto& [name, bytes] : step_bytes) one_step = std::max(one_step, bytes);
   std::sort(files.begin(), files.end());
   std::vector<double> cat_s, check_s;
   long check_rss_kb = 0;
@@ -127,12 +131,12 @@ int run(int argc, char** argv) {
               params.substr(0, params.find(' ')).c_str(), static_cast<long long>(ws), static_cast<long long>(steps));
   std::printf("  recorder: train step %.1f ms untraced, %.1f ms traced: %.2fx\n", ms_untraced, ms_traced,
               ms_traced / ms_untraced);
-  std::printf("  trace: %zu files, %.2f GB (one step of all ranks: %.2f GB)\n", files.size(), total / 1e9, first_step / 1e9);
+  std::printf("  trace: %zu files, %.2f GB (the largest step, all ranks: %.2f GB)\n", files.size(), total / 1e9, one_step / 1e9);
   std::printf("  read it (cat > /dev/null): %.2f s median of %lld (%.2f GB/s)\n", median(cat_s),
               static_cast<long long>(runs), total / 1e9 / median(cat_s));
   std::printf("  ddp_check:                 %.2f s median of %lld: %.2fx the read; peak RSS %.2f GB = %.2fx one step\n",
               median(check_s), static_cast<long long>(runs), median(check_s) / median(cat_s), check_rss_kb / 1e6,
-              check_rss_kb * 1e3 / static_cast<double>(first_step));
+              check_rss_kb * 1e3 / static_cast<double>(one_step));
   fs::remove_all(dir);
   return 0;
 }

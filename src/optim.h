@@ -45,8 +45,8 @@ class SGD : public Optimizer {
   int64_t state_numel() const override;
   // optimizer.state[p]['momentum_buffer'] as a recorded run had it before a step (ddp_check replays
   // one step from a trace); i indexes the parameters as given.
-  void set_momentum_buffer(size_t i, const Matrix& buf) {
-    momentum_buffer_[i] = buf;
+  void set_momentum_buffer(size_t i, Matrix buf) {
+    momentum_buffer_[i] = std::move(buf);
     has_buffer_[i] = true;
   }
 
@@ -89,9 +89,9 @@ class Adam : public Optimizer {
   int64_t state_numel() const override;
   // optimizer.state[p] as a recorded run had it before a step: exp_avg, exp_avg_sq and 'step' (ddp_check
   // replays one step from a trace); i indexes the parameters in group order.
-  void set_state(size_t i, const Matrix& exp_avg, const Matrix& exp_avg_sq, int64_t step) {
-    exp_avg_[i] = exp_avg;
-    exp_avg_sq_[i] = exp_avg_sq;
+  void set_state(size_t i, Matrix exp_avg, Matrix exp_avg_sq, int64_t step) {
+    exp_avg_[i] = std::move(exp_avg);
+    exp_avg_sq_[i] = std::move(exp_avg_sq);
     steps_[i] = step;
   }
 

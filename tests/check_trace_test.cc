@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -50,9 +51,10 @@ std::string step_file(const std::map<std::string, std::pair<std::vector<int64_t>
 
 // A run of two ranks, parameters w [2, 2] and b [2], plain SGD lr 0.5, two steps; `tamper` may change
 // rank 1's gradient after DDP (a finding) before the files are written.
-std::string make_trace(const std::string& dir, bool tamper = false) {
-  const std::vector<float> local[2][2] = {{{0.5f, -1.0f, 0.25f, 2.0f}, {1.0f, -0.5f}},
-                                          {{1.5f, 1.0f, -0.75f, 0.0f}, {0.0f, 0.5f}}};
+std::string make_trace(const std::string& dir, bool tamper = false, bool overflow = false) {
+  std::vector<float> local[2][2] = {{{0.5f, -1.0f, 0.25f, 2.0f}, {1.0f, -0.5f}},
+                                    {{1.5f, 1.0f, -0.75f, 0.0f}, {0.0f, 0.5f}}};
+  if (overflow) local[1][1][0] = std::numeric_limits<float>::quiet_NaN();  // one rank's loss overflowed
   std::vector<float> w = {1.0f, 2.0f, -1.0f, 0.5f}, b = {0.25f, -0.25f};
   ::mkdir(dir.c_str(), 0755);
   for (int r = 0; r < 2; ++r) ::mkdir((dir + "/rank" + std::to_string(r)).c_str(), 0755);
@@ -109,6 +111,16 @@ TEST(CheckTrace, HandMadeRunIsAsPredicted) {
   EXPECT_EQ(r.grads.exact, 8);
   EXPECT_EQ(r.params.exact, 8);
   EXPECT_TRUE(r.order_known);
+}
+
+TEST(CheckTrace, NanIsReportedNotFatal) {
+  const std::string dir = make_trace(testing::temp_dir() + "/run", false, true);
+  const check::CheckResult r = check::check_run(check::open_run(dir));
+  std::printf("%s", check::format_text(r).c_str());
+  EXPECT_EQ(r.grads.exact, r.grads.checked);  // the NaNs are where DDP's average puts them
+  bool noted = false;
+  for (const check::Finding& f : r.findings) noted = noted || f.kind == "nonfinite";
+  EXPECT_TRUE(noted);
 }
 
 TEST(CheckTrace, GradientChangedOnOneRankIsNamed) {

@@ -3,7 +3,10 @@
 // local gradients with ddplab's Reducer, collectives, comm hooks and optimizers, and compares with what
 // the ranks recorded, step by step. Exit: 0 nothing of severity "problem" found, 1 something was,
 // 2 bad input (a bad trace: one line naming the file and what is wrong).
+#include <malloc.h>
+
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "src/check/check.h"
@@ -24,6 +27,10 @@ Exit status: 0 as predicted (notes allowed), 1 problems found, 2 bad input.
 )";
 
 int run(int argc, char** argv) {
+  // Every step reads tensors of the same sizes as the last: keep freed memory in the heap for the next step
+  // instead of returning it to the kernel (mmap'd blocks come back as fresh pages the kernel must zero).
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   Flags f(argc, argv, {"json", "report", "quiet"}, {"quiet"});
   if (f.help()) {
     std::fputs(kUsage, stdout);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include <fmt/format.h>
@@ -14,14 +15,23 @@ const std::vector<float>* tensor(const StepRecord& rec, const char* kind, const 
   return t ? &t->data : nullptr;
 }
 
+// Equal values, a NaN equal to a NaN (+0 equals -0): replicas that overflowed alike still agree.
+bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0) return true;  // the usual case, fast
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+
 // The first parameter whose `kind` tensor differs between two records (a tensor absent on one side
-// differs; +0 equals -0), or "".
+// differs), or "".
 std::string first_difference(const Manifest& m, const StepRecord& a, const char* kind_a, const StepRecord& b,
                              const char* kind_b) {
   for (const TensorInfo& p : m.params) {
     const auto* x = tensor(a, kind_a, p.name);
     const auto* y = tensor(b, kind_b, p.name);
-    if ((x == nullptr) != (y == nullptr) || (x && *x != *y)) return p.name;
+    if ((x == nullptr) != (y == nullptr) || (x && !same_values(*x, *y))) return p.name;
   }
   return "";
 }
@@ -161,7 +171,7 @@ void Findings::per_step(const std::vector<StepRecord>& recs) {
     for (const TensorInfo& p : m.params) {
       const auto* g = tensor(rec, "grad", p.name);
       const auto* s = tensor(rec, "grad_step", p.name);
-      if (!g || !s || *g == *s) continue;
+      if (!g || !s || same_values(*g, *s)) continue;
       if (first.empty()) first = p.name;
       for (size_t k = 0; k < g->size(); ++k) {
         gg += double((*g)[k]) * (*g)[k];
@@ -200,7 +210,7 @@ void Findings::per_step(const std::vector<StepRecord>& recs) {
     for (const TensorInfo& b : m.buffers) {
       const auto* x = tensor(recs[r], "buffer", b.name);
       const auto* y = tensor(recs[0], "buffer", b.name);
-      if (x && y && *x != *y)
+      if (x && y && !same_values(*x, *y))
         add("buffers-differ", "note", "", step, static_cast<int>(r), b.name,
             fmt::format("step {}: rank {}'s buffer '{}' differs from rank 0's (broadcast_buffers=False): each rank "
                         "keeps the running statistics of its own batches, so evaluation gives different results on "

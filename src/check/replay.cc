@@ -189,7 +189,7 @@ bool GradReplay::predict(const std::vector<StepRecord>& recs, std::string* why) 
       const safetensors::Tensor* prior = recs[r].find("prior", p.name);
       p.has_grad = prior != nullptr;
       if (prior) {
-        p.grad = as_matrix(prior->data);
+        p.grad = Eigen::Map<const Matrix>(prior->data.data(), 1, static_cast<Eigen::Index>(prior->data.size()));
         any_prior = true;
       }
     }
@@ -202,7 +202,14 @@ bool GradReplay::predict(const std::vector<StepRecord>& recs, std::string* why) 
       for (size_t i = 0; i < np; ++i) {
         Parameter& p = params_[r][i];
         if (const safetensors::Tensor* g = recs[r].find(kind, p.name)) {
-          p.accumulate_grad(as_matrix(g->data));  // AccumulateGrad: grad += new, or grad = new
+          // AccumulateGrad: grad += new, or grad = new (one copy, straight from the record)
+          const Eigen::Map<const Matrix> local(g->data.data(), 1, static_cast<Eigen::Index>(g->data.size()));
+          if (p.has_grad) {
+            p.grad += local;
+          } else {
+            p.grad = local;
+            p.has_grad = true;
+          }
           used[r][i] = true;
         }
       }
