@@ -49,6 +49,35 @@ std::vector<CmpResult> table(const Manifest& m, const StepRecord& got, const cha
 
 std::string maxdiff(const CmpResult& c) { return python_float_repr(c.maxdiff); }
 
+// The two gradient stages of the replica invariant, in the order a step meets them: what DDP left after
+// backward, then what the optimizer saw.
+struct Stage {
+  const char* kind;      // the recorded tensor
+  const char* cause;     // replicas-diverged's cause when it is the first stage to differ
+  const char* what;      // for the cmp table's title
+  const char* before;    // the message: before, the rank, the parameter, differs, usually
+  const char* differs;
+  const char* usually;
+};
+constexpr Stage kStages[] = {
+    {"grad", "gradients", ".grad after DDP's backward", "after backward",
+     "differs from rank 0's: DDP's all-reduce did not leave the same average on every rank",
+     "Usually a comm hook that does not all-reduce, no_sync() on some ranks only, or ranks that ran different "
+     "backwards"},
+    {"grad_step", "gradients-changed", ".grad at optimizer.step()", "DDP left equal gradients on every rank, but",
+     "was changed before optimizer.step() differently from rank 0's",
+     "Usually rank-dependent gradient code after backward (scaling, clipping with a per-rank norm, an `if rank "
+     "== ...` branch)"},
+};
+
+const Stage* first_stage_differing(const Manifest& m, const StepRecord& a, const StepRecord& b, std::string* name) {
+  for (const Stage& s : kStages) {
+    *name = first_difference(m, a, s.kind, b, s.kind);
+    if (!name->empty()) return &s;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 void Findings::add(const std::string& kind, const std::string& severity, const std::string& cause, int64_t step,
@@ -119,35 +148,25 @@ bool Findings::replicas(const std::vector<StepRecord>& recs, const std::vector<S
     equal = false;
     const int rank = static_cast<int>(r);
     const std::string before = first_difference(m, recs[r], "param_before", recs[0], "param_before");
+    std::string name;
     const auto note_div = [&](const std::string& title, const char* kind) {
       if (div->step < 0) *div = {recs[0].step, rank, title, table(m, recs[r], kind, recs[0], kind)};
     };
     if (!before.empty()) {
       if (diverged_ && moved[r].empty() && moved[0].empty()) continue;  // an earlier divergence carried on
       const int who = !moved[r].empty() ? rank : !moved[0].empty() ? 0 : rank;
-      const std::string name = !moved[r].empty() ? moved[r] : !moved[0].empty() ? moved[0] : before;
+      const std::string& changed = !moved[r].empty() ? moved[r] : !moved[0].empty() ? moved[0] : before;
       note_div(fmt::format("rank {}'s parameters before optimizer.step() vs rank 0's", r), "param_before");
-      add("replicas-diverged", "problem", "outside-step", recs[0].step, who, name,
+      add("replicas-diverged", "problem", "outside-step", recs[0].step, who, changed,
           fmt::format("step {}: rank {}'s '{}' changed outside optimizer.step() (it differs from what the previous "
                       "step left{}), so the replicas no longer agree. Usually code that edits parameters on some "
                       "ranks only (under torch.no_grad(), a rank-dependent init or load after DDP(...))",
-                      recs[0].step, who, name, consecutive ? "" : ", or from rank 0's at the first recorded step"));
-    } else if (!first_difference(m, recs[r], "grad", recs[0], "grad").empty()) {
-      const std::string name = first_difference(m, recs[r], "grad", recs[0], "grad");
-      note_div(fmt::format("rank {}'s .grad after DDP's backward vs rank 0's", r), "grad");
-      add("replicas-diverged", "problem", "gradients", recs[0].step, rank, name,
-          fmt::format("step {}: after backward rank {}'s '{}'.grad differs from rank 0's: DDP's all-reduce did not "
-                      "leave the same average on every rank. Usually a comm hook that does not all-reduce, "
-                      "no_sync() on some ranks only, or ranks that ran different backwards",
-                      recs[0].step, r, name));
-    } else if (!first_difference(m, recs[r], "grad_step", recs[0], "grad_step").empty()) {
-      const std::string name = first_difference(m, recs[r], "grad_step", recs[0], "grad_step");
-      note_div(fmt::format("rank {}'s .grad at optimizer.step() vs rank 0's", r), "grad_step");
-      add("replicas-diverged", "problem", "gradients-changed", recs[0].step, rank, name,
-          fmt::format("step {}: DDP left equal gradients on every rank, but rank {}'s '{}'.grad was changed before "
-                      "optimizer.step() differently from rank 0's. Usually rank-dependent gradient code after "
-                      "backward (scaling, clipping with a per-rank norm, an `if rank == ...` branch)",
-                      recs[0].step, r, name));
+                      recs[0].step, who, changed, consecutive ? "" : ", or from rank 0's at the first recorded step"));
+    } else if (const Stage* stage = first_stage_differing(m, recs[r], recs[0], &name)) {
+      note_div(fmt::format("rank {}'s {} vs rank 0's", r, stage->what), stage->kind);
+      add("replicas-diverged", "problem", stage->cause, recs[0].step, rank, name,
+          fmt::format("step {}: {} rank {}'s '{}'.grad {}. {}", recs[0].step, stage->before, r, name, stage->differs,
+                      stage->usually));
     } else {
       note_div(fmt::format("rank {}'s parameters after optimizer.step() vs rank 0's", r), "param_after");
       add("replicas-diverged", "problem", "optimizer", recs[0].step, rank, after,
