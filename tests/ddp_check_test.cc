@@ -86,14 +86,19 @@ TEST_P(DdpCheck, RealRun) {
   SKIP_UNLESS_AVAILABLE(torch);
   const std::string python = python_for(torch);
   const std::string dir = testing::temp_dir() + "/run", json_path = testing::temp_dir() + "/check.json";
+  const std::string report = testing::temp_dir() + "/report.html";
   const auto run = testing::run_command({"/usr/bin/timeout", "300", python,
                                          std::string("tests/ddp_check/scripts/") + c.script + ".py", "--out", dir});
   ASSERT_TRUE(access((dir + "/rank0/manifest.json").c_str(), R_OK) == 0)
       << c.script << " left no trace (exit " << run.status << "): " << run.err.substr(run.err.size() > 3000 ? run.err.size() - 3000 : 0);
-  const auto check = testing::run_command({"verify/ddp_check", dir, "--json", json_path, "--quiet"});
+  const auto check = testing::run_command({"verify/ddp_check", dir, "--json", json_path, "--report", report, "--quiet"});
   std::printf("%s under %s:\n%s", c.script, torch.c_str(), check.out.c_str());
   ASSERT_EQ(check.status, c.exit_status) << check.err;
   const json j = testing::load_json(json_path);
+  const auto page = testing::run_command({"/bin/cat", report});  // the --report page says the same
+  EXPECT_NE(page.out.find(c.exit_status ? "<h1>ddp_check: problems</h1>" : "<h1>ddp_check: as predicted</h1>"),
+            std::string::npos);
+  if (c.kind) EXPECT_NE(page.out.find(c.kind), std::string::npos);
   EXPECT_EQ(j["verdict"], c.exit_status ? "problems" : "as-predicted");
   // Wherever a gradient or a step is predicted, it is predicted bit for bit: mistakes change what the
   // ranks did, not DDP's arithmetic (sum_hook's and diverge_grads' hooks are not DDP's average).
