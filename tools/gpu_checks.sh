@@ -3,7 +3,9 @@
 # binaries there). Here:      tools/gpu_checks.sh bundle
 # There (repo root):          tools/gpu_checks.sh run OUTDIR [steps...]
 # Steps: tests (gpu_trainer_test, nccl_test), order (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar holding
-# nccl/wsN.json, the goldens of tests/golden/nccl/), faults (timed fault runs), bench (//bench:gpu_step, both kernel tables). Default: all.
+# nccl/wsN.json, the goldens of tests/golden/nccl/), faults (timed fault runs), bench (//bench:gpu_step, both kernel tables),
+# check (the machine's torch 2.x DDP over NCCL, 3 ranks sharing the GPU, traced by verify/ddplab_trace.py with the ring
+# pinned and unpinned -> OUTDIR/check_traces.tar; back here: bazel run //verify:ddp_check -- DIR for each). Default: all.
 # Each step's log goes to OUTDIR/<step>.log; a step that runs past its limit is stopped and says so.
 set -uo pipefail
 targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_trainer_test //tests:nccl_test //bench:gpu_step
@@ -17,9 +19,9 @@ case "${1:-}" in
   run)
     out=${2:?usage: $0 run OUTDIR [steps...]}; shift 2 ;;
   *)
-    echo "usage: $0 bundle | run OUTDIR [tests|order|faults|bench|labs ...]" >&2; exit 2 ;;
+    echo "usage: $0 bundle | run OUTDIR [tests|order|faults|bench|labs|check ...]" >&2; exit 2 ;;
 esac
-steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(tests order faults bench labs)
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(tests order faults bench labs check)
 root=$(pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -66,6 +68,11 @@ for s in "${steps[@]}"; do
       step labs 60 ./notebooks_ported/002_checkpoint/002_checkpoint --backend nccl --share-gpus --nproc 2
       step labs 60 ./notebooks_ported/003_trainer/003_trainer --backend nccl --share-gpus --nproc 4
       step labs 60 ./notebooks_ported/004_parallelism/004_parallelism --backend nccl --share-gpus --nproc 2 ;;
+    check)  # python3 there is its torch 2.x; the traces come back for ddp_check (no Bazel there)
+      step check 120 env NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=1 NCCL_MAX_NCHANNELS=1 \
+        python3 "$root/tests/ddp_check/nccl_mlp.py" --out "$out/check_pinned"
+      step check 120 python3 "$root/tests/ddp_check/nccl_mlp.py" --out "$out/check_unpinned"
+      tar -C "$out" -cf "$out/check_traces.tar" check_pinned check_unpinned && rm -r "$out/check_pinned" "$out/check_unpinned" ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done

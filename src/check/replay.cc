@@ -56,8 +56,7 @@ bool nccl_pinned(const std::map<std::string, std::string>& env) {
     auto it = env.find(k);
     return it != env.end() && it->second == v;
   };
-  return is("NCCL_ALGO", "Ring") && is("NCCL_PROTO", "Simple") &&
-         (is("NCCL_MAX_NCHANNELS", "1") || is("NCCL_MAX_NCHANNELS", "1"));
+  return is("NCCL_ALGO", "Ring") && is("NCCL_PROTO", "Simple") && is("NCCL_MAX_NCHANNELS", "1");
 }
 
 // torch >= 2.1 steps Adam's exp_avg with lerp_ (pytorch/pytorch#104796, July 2023); 1.x and 2.0 with mul_ and add_.
