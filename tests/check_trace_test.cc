@@ -113,6 +113,23 @@ TEST(CheckTrace, HandMadeRunIsAsPredicted) {
   EXPECT_TRUE(r.order_known);
 }
 
+// torch's own layout, as the recorder saw it, is compared with the replay's: a layout that differs is said,
+// and the replay adds in torch's buckets.
+TEST(CheckTrace, BucketLayoutOtherThanPredictedIsNoted) {
+  const std::string dir = make_trace(testing::temp_dir() + "/run");
+  for (const char* r : {"/rank0/manifest.json", "/rank1/manifest.json"}) {
+    json m = json::parse(slurp(dir + r));
+    m["buckets"] = {{"initial", {{1}, {0}}}, {"rebuilt", {{1, 0}}}};
+    write(dir + r, m.dump());
+  }
+  const check::CheckResult r = check::check_run(check::open_run(dir));
+  std::printf("%s", check::format_text(r).c_str());
+  EXPECT_FALSE(r.problems());  // with two ranks every order adds alike
+  int notes = 0;
+  for (const check::Finding& f : r.findings) notes += f.kind == "buckets-not-as-predicted";
+  EXPECT_EQ(notes, 1);  // iteration 0's; the rebuilt one is the predicted [b w]
+}
+
 TEST(CheckTrace, NanIsReportedNotFatal) {
   const std::string dir = make_trace(testing::temp_dir() + "/run", false, true);
   const check::CheckResult r = check::check_run(check::open_run(dir));

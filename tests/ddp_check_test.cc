@@ -3,7 +3,7 @@
 // tools/install_deps.sh --with-torch2; then //verify:ddp_check reads the trace.
 //  - clean runs (an MLP, a CNN with BatchNorm, a residual model, a small transformer; SGD with momentum,
 //    Adam, AdamW; no_sync, find_unused_parameters, gradient_as_bucket_view, small buckets, fp16 and
-//    PowerSGD hooks): exit 0, every rank's .grad and every parameter after the step predicted bit for bit;
+//    PowerSGD hooks, allreduce_hook with Adam's foreach form): exit 0, every rank's .grad and every parameter after the step predicted bit for bit;
 //  - one script per mistake: exit 1 (0 for a note), and the finding's kind, cause, step, rank and parameter.
 // Where torch 2.x is absent these cases skip with that reason, except in CI (CI=true), where they fail.
 #include <sys/stat.h>
@@ -41,6 +41,7 @@ const Case kCases[] = {
     {"small_buckets", nullptr, "", -1, -1, "", 0},
     {"fp16_hook", nullptr, "", -1, -1, "", 0},
     {"powersgd_hook", nullptr, "", -1, -1, "", 0},
+    {"foreach_allreduce", nullptr, "", -1, -1, "", 0},
     {"no_sampler", "same-data-on-all-ranks", "", -1, 0, "", 1},
     {"no_set_epoch", "same-order-every-epoch", "", 0, 2, "", 1},
     {"overlapping", "overlapping-data", "", -1, 0, "", 1},

@@ -118,6 +118,7 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
     reducers_.push_back(std::move(red));
   }
   if (reducers_[0]->comm_hook()) hooked_ = std::make_unique<ddp::HookedAllreduce>(ws, algorithm_);
+  check_layout(m.torch_buckets_initial, "at DDP(...) (iteration 0)", -1);
   if (!hook_known) {
     exact_ = false;
     order_ = "comm hook '" + m.ddp.comm_hook +
@@ -152,16 +153,20 @@ void GradReplay::sync(int64_t step) {
       reducers_[r]->finish_sync(ready);
     }
   }
-  if (!m.torch_buckets.empty()) {
-    std::vector<std::vector<size_t>> mine;
-    for (size_t b = 0; b < reducers_[0]->num_buckets(); ++b) mine.push_back(reducers_[0]->bucket(b).params);
-    if (mine != m.torch_buckets) {
-      for (auto& r : reducers_) r->set_layout(m.torch_buckets);
-      notes_.push_back(fmt::format("after step {} torch's bucket layout differs from the one predicted from the "
-                                   "ready order; the replay uses torch's: {}",
-                                   step, reducers_[0]->describe()));
-    }
-  }
+  check_layout(m.torch_buckets, "rebuilt from the first backward's ready order", step);
+}
+
+void GradReplay::check_layout(const std::vector<std::vector<size_t>>& torch, const char* when, int64_t step) {
+  if (torch.empty()) return;
+  std::vector<std::vector<size_t>> mine;
+  for (size_t b = 0; b < reducers_[0]->num_buckets(); ++b) mine.push_back(reducers_[0]->bucket(b).params);
+  if (mine == torch) return;
+  const std::string predicted = reducers_[0]->describe();
+  for (auto& r : reducers_) r->set_layout(torch, step >= 0);  // iteration 0's layout is still rebuilt
+  notes_.push_back(fmt::format("{}torch's bucket layout {} differs from the predicted one ({}); the replay uses "
+                               "torch's: {}",
+                               step >= 0 ? fmt::format("after step {}: ", step) : "", when, predicted,
+                               reducers_[0]->describe()));
 }
 
 bool GradReplay::predict(const std::vector<StepRecord>& recs, std::string* why) {

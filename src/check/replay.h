@@ -35,6 +35,8 @@ class GradReplay {
 
  private:
   void sync(int64_t step);
+  // torch's own layout (when recorded) against the replay's; the replay takes torch's, with a note.
+  void check_layout(const std::vector<std::vector<size_t>>& torch, const char* when, int64_t step);
 
   const Run& run_;
   collective::Algorithm algorithm_ = collective::Algorithm::ring;

@@ -191,10 +191,12 @@ Manifest parse_manifest_fields(const std::string& path) {
   check_param_groups(m.param_groups, m.params.size(), path);
   if (j.contains("first_ready_order") && !j.at("first_ready_order").is_null())
     m.first_ready_order = indices(j.at("first_ready_order"), "first_ready_order", path, m.params.size());
-  if (j.contains("buckets") && j.at("buckets").is_object() && j.at("buckets").contains("rebuilt")) {
-    const json& b = j.at("buckets").at("rebuilt");
-    if (!b.is_array()) fail(path, "buckets.rebuilt is not a list");
-    for (const json& bucket : b) m.torch_buckets.push_back(indices(bucket, "a bucket's entry", path, m.params.size()));
+  for (const char* when : {"initial", "rebuilt"}) {
+    if (!j.contains("buckets") || !j.at("buckets").is_object() || !j.at("buckets").contains(when)) continue;
+    const json& b = j.at("buckets").at(when);
+    if (!b.is_array()) fail(path, std::string("buckets.") + when + " is not a list");
+    auto& layout = std::string(when) == "initial" ? m.torch_buckets_initial : m.torch_buckets;
+    for (const json& bucket : b) layout.push_back(indices(bucket, "a bucket's entry", path, m.params.size()));
   }
   m.sqrt_exact = boolean(j, "sqrt_exact", path, true);
   if (j.contains("env") && j.at("env").is_object())

@@ -55,7 +55,8 @@ struct Manifest {
   std::string optimizer_class;
   nlohmann::json param_groups;  // torch's param_groups, "params" as indices into params
   std::vector<size_t> first_ready_order;
-  std::vector<std::vector<size_t>> torch_buckets;  // torch's rebuilt layout, when the recorder saw it
+  std::vector<std::vector<size_t>> torch_buckets;          // torch's rebuilt layout, when the recorder saw it
+  std::vector<std::vector<size_t>> torch_buckets_initial;  // torch's layout at DDPTrace() (iteration 0)
   std::map<std::string, std::string> env;
   // The recorder's probe: torch.sqrt on float32 is IEEE's correctly rounded sqrt in this build (false for
   // pip builds whose CPU sqrt is MKL's VML, within 1 ulp): Adam's step is then compared allclose.

@@ -108,10 +108,11 @@ class Reducer {
   // The first rebuilt bucket's cap: dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB) in 1.13; torch 2.x caps it at
   // bucket_cap_mb when the script gave one (ddp_check reads which from the recorded run).
   void set_first_bucket_bytes(size_t bytes) { first_bucket_bytes_ = bytes; }
-  // A layout given from outside (ddp_check: torch's own, as a recorded run reported it), kept from now on.
-  void set_layout(const std::vector<std::vector<size_t>>& assignment) {
+  // A layout given from outside (ddp_check: torch's own, as a recorded run reported it); `rebuilt`: kept
+  // from now on (else the first synchronised backward still rebuilds from its ready order).
+  void set_layout(const std::vector<std::vector<size_t>>& assignment, bool rebuilt = true) {
     set_buckets(assignment);
-    rebuilt_ = true;
+    rebuilt_ = rebuilt;
   }
 
   // "[layers.1.bias layers.1.weight] 38 floats" per bucket, for learners.
