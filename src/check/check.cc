@@ -79,6 +79,8 @@ CheckResult check_run(const Run& run) {
     for (int r = 0; r < ws; ++r) recs.push_back(read_step(run, r, step));
     StepLine line;
     line.step = step;
+    line.rank_grads.resize(static_cast<size_t>(ws));
+    line.rank_params.resize(static_cast<size_t>(ws));
 
     // 1. DDP's synchronised backward: predicted .grad against what each rank recorded.
     std::string why;
@@ -100,6 +102,7 @@ CheckResult check_run(const Run& run) {
         }
         CmpResult c = compare(p.name, got->data, p.grad.data());
         line.grads.add(c);
+        line.rank_grads[static_cast<size_t>(r)].add(c);
         rows.push_back(c);
       }
       found.grads_vs_prediction(step, r, rows, res.order_known, &res.first_divergence);
@@ -116,6 +119,7 @@ CheckResult check_run(const Run& run) {
         const std::string& name = m.params[i].name;
         CmpResult c = compare(name, recs[r].find("param_after", name)->data, after[i].data());
         line.params.add(c);
+        line.rank_params[static_cast<size_t>(r)].add(c);
         rows.push_back(c);
       }
       if (stepped) found.step_vs_prediction(step, r, rows, res.step_exact, &res.first_divergence);

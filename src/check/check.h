@@ -30,7 +30,8 @@ struct Counts {
 
 struct StepLine {
   int64_t step = 0;
-  Counts grads, params;
+  Counts grads, params;                           // all ranks
+  std::vector<Counts> rank_grads, rank_params;  // per rank (the --report page)
   bool replicas_equal = true;
   int64_t nonfinite = 0;  // NaN/Inf values seen in this step's recorded gradients
 };

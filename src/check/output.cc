@@ -109,14 +109,22 @@ std::string format_html(const CheckResult& r) {
     out += fmt::format("<tr class={}><td class=l>{}</td><td class=l>{}{}</td><td class=l>{}</td><td class=l>{}</td></tr>",
                        f.severity == "problem" ? "bad" : "note", f.severity, f.kind,
                        f.cause.empty() ? "" : " / " + html_escape(f.cause), html_escape(where(f)), html_escape(f.message));
-  out += "</table><h2>Per step: predicted vs recorded</h2><table><tr><th>step</th><th>grads exact</th><th>allclose</th>"
-         "<th>different</th><th>params exact</th><th>allclose</th><th>different</th><th>replicas</th></tr>";
-  for (const StepLine& l : r.lines)
-    out += fmt::format("<tr class={}><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td>"
-                       "<td>{}</td></tr>",
-                       l.replicas_equal && !l.grads.different && !l.params.different ? "ok" : "bad", l.step,
-                       l.grads.exact, l.grads.checked, l.grads.allclose, l.grads.different, l.params.exact,
-                       l.params.checked, l.params.allclose, l.params.different, l.replicas_equal ? "equal" : "differ");
+  // One row per step and rank: each rank's .grad after backward and parameters after the step, against
+  // the prediction (exact / allclose / different tensors), and whether the replicas agreed after the step.
+  out += "</table><h2>Per step and rank: predicted vs recorded</h2><table><tr><th>step</th><th>rank</th>"
+         "<th>grads exact</th><th>allclose</th><th>different</th><th>params exact</th><th>allclose</th>"
+         "<th>different</th><th>replicas</th></tr>";
+  for (const StepLine& l : r.lines) {
+    for (size_t k = 0; k < l.rank_grads.size(); ++k) {
+      const Counts& g = l.rank_grads[k];
+      const Counts& p = l.rank_params[k];
+      out += fmt::format("<tr class={}><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td>"
+                         "<td>{}</td><td>{}</td></tr>",
+                         l.replicas_equal && !g.different && !p.different ? "ok" : "bad", l.step, k, g.exact,
+                         g.checked, g.allclose, g.different, p.exact, p.checked, p.allclose, p.different,
+                         l.replicas_equal ? "equal" : "differ");
+    }
+  }
   out += "</table>";
   if (r.first_divergence.step >= 0) {
     out += fmt::format("<h2>First divergence, step {}</h2><p>{}</p><table><tr><th class=l>tensor</th><th>exact</th>"
