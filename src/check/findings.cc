@@ -269,7 +269,7 @@ void Findings::after_run() {
         add("same-order-every-epoch", "problem", "", s[p].first, r, "",
             fmt::format("step {}: rank {} is fed its first epoch's {} samples again in the same order: "
                         "DistributedSampler(shuffle=True) without sampler.set_epoch(epoch) at the start of each "
-                        "epoch shuffles every epoch alike",
+                        "epoch shuffles every epoch alike (with shuffle=False the repeat is what was asked for)",
                         s[p].first, r, p));
     }
   }
