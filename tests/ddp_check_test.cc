@@ -99,18 +99,26 @@ TEST_P(DdpCheck, RealRun) {
   const auto page = testing::run_command({"/bin/cat", report});  // the --report page says the same
   EXPECT_NE(page.out.find(c.exit_status ? "<h1>ddp_check: problems</h1>" : "<h1>ddp_check: as predicted</h1>"),
             std::string::npos);
-  if (c.kind) EXPECT_NE(page.out.find(c.kind), std::string::npos);
+  if (c.kind) {
+    EXPECT_NE(page.out.find(c.kind), std::string::npos);
+  }
   EXPECT_EQ(j["verdict"], c.exit_status ? "problems" : "as-predicted");
   // Wherever a gradient or a step is predicted, it is predicted bit for bit: mistakes change what the
   // ranks did, not DDP's arithmetic (sum_hook's and diverge_grads' hooks are not DDP's average).
   const bool hooked = std::string(c.script) == "sum_hook" || std::string(c.script) == "diverge_grads";
   EXPECT_GT(j["grads"]["checked"].get<int64_t>(), 0);
-  if (!hooked) EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
+  if (!hooked) {
+    EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
+  }
   EXPECT_GT(j["params"]["checked"].get<int64_t>(), 0);
   EXPECT_EQ(j["params"]["different"], 0);
-  if (j["step_exact"].get<bool>()) EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
+  if (j["step_exact"].get<bool>()) {
+    EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
+  }
   // Only torch builds whose sqrt is not IEEE's (pip's, with MKL) with Adam/AdamW are compared allclose.
-  if (torch == "torch1.13") EXPECT_TRUE(j["step_exact"].get<bool>());
+  if (torch == "torch1.13") {
+    EXPECT_TRUE(j["step_exact"].get<bool>());
+  }
   for (const json& f : j["findings"])  // the bucket layout predicted from the ready order is torch's own
     EXPECT_NE(f["kind"], "buckets-not-as-predicted") << f.dump();
   if (!c.kind) {
