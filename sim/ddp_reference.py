@@ -348,6 +348,7 @@ def worker(rank, a, init_file, result_dir):
             doc['state_numel'] = sum(t.numel() for st in opt.optim.state.values() for t in st.values()
                                      if torch.is_tensor(t) and t.dim() > 0)
         write_json_atomic(os.path.join(result_dir, f'rank{rank}.json'), doc)
+        dist.barrier()  # no rank tears down while a peer is in its last collective (torch 1.13 aborts it)
     finally:
         dist.destroy_process_group()
 

@@ -327,6 +327,7 @@ def worker(rank, a, port, result_dir):
         rec['broadcasts_total'] = broadcasts['n']
         rec['params'] = params_json(model)
         write_json_atomic(os.path.join(result_dir, f'rank{rank}.json'), rec)
+        dist.barrier()  # no rank tears down while a peer is in its last collective (torch 1.13 aborts it)
     finally:
         dist.destroy_process_group()
 

@@ -63,6 +63,7 @@ def worker(rank, init_file, out_dir, broadcast_buffers, seed_per_rank):
     torch.save({'mask': masks[-1], 'params': [p.detach() for p in model.parameters()],
                 'buffers': [b.detach() for b in model.buffers()], 'correct': correct},
                os.path.join(out_dir, f'rank{rank}.pt'))
+    dist.barrier()  # no rank tears down while a peer is in its last collective (torch 1.13 aborts it)
     dist.destroy_process_group()
 
 

@@ -57,6 +57,7 @@ def spawned(rank, world_size, init_file, out_dir):
     final = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
     torch.save({'seed': seed, 'before': before, 'after': after, 'x': x, 'final': final,
                 'module_level': MODULE_LEVEL_RUNS}, os.path.join(out_dir, f'{rank}.pt'))
+    dist.barrier()  # no rank tears down while a peer is in its last collective (torch 1.13 aborts it)
     dist.destroy_process_group()
 
 

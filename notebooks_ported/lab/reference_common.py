@@ -18,9 +18,13 @@ def f32(t):
 
 
 def finish_rank(rank, out_dir, doc):
-    """The end of a rank's worker: writes `doc` as out_dir/rank{rank}.json and leaves the process group."""
+    """The end of a rank's worker: writes `doc` as out_dir/rank{rank}.json and leaves the process group once
+    every rank has finished its collectives (the barrier: a rank that tears down its Gloo pairs while a peer is
+    still in the last broadcast makes torch 1.13 abort that peer, "terminate called without an active
+    exception", as notebooks_test saw in CI once)."""
     with open(os.path.join(out_dir, f'rank{rank}.json'), 'w') as f:
         json.dump(doc, f)
+    dist.barrier()
     dist.destroy_process_group()
 
 
