@@ -132,8 +132,8 @@ CheckResult check_run(const Run& run) {
     res.params.allclose += line.params.allclose, res.params.different += line.params.different;
     if (line.nonfinite > 0)
       found.add("nonfinite", "note", "", step, -1, "",
-                fmt::format("step {}: {} NaN/Inf values in the recorded gradients (compared as values: NaN equals "
-                            "nothing, so such tensors are never exact)",
+                fmt::format("step {}: {} NaN/Inf values in the recorded gradients (an overflow; a NaN where DDP's "
+                            "arithmetic also gives one counts as agreeing with the prediction)",
                             step, line.nonfinite));
     res.lines.push_back(line);
     // The next step needs only where this one left the parameters: memory stays one step of all ranks.
