@@ -121,7 +121,7 @@ Measured measure(const Case& c, int threads, const std::string& hook = "none") {
   std::vector<std::unique_ptr<ddp::Replica>> reps;
   for (int64_t r = 0; r < c.replicas; ++r) {
     reps.push_back(std::make_unique<ddp::Replica>(cfg, r));
-    ddp::init_ddp(cfg, *reps.back(), [](ddp::Replica&) {});
+    ddp::init_ddp(cfg, *reps.back(), [](ddp::TrainingRank&) {});
   }
   std::vector<std::vector<int64_t>> batch(static_cast<size_t>(c.replicas));
   for (int64_t r = 0; r < c.replicas; ++r) {
@@ -166,7 +166,7 @@ Measured measure(const Case& c, int threads, const std::string& hook = "none") {
 }
 
 // The tiny GPT of issue 17 (4 layers, 4 heads, n_embd 128, block 64, dropout 0, GPL-3 text), 2 simulated
-// ranks of batch 8: nanoGPT's step as run_gpt runs it (each rank's forward, the prefetch get_batch, the
+// ranks of batch 8: nanoGPT's step as the training loop runs it (each rank's forward, the prefetch get_batch, the
 // backward; the buckets' ring all-reduce; AdamW; zero_grad set_to_none). Ranks side by side on `threads` threads.
 struct GptCase {
   std::string name = "tiny GPT 4x4x128, block 64, 2 ranks, batch 8";
@@ -175,46 +175,40 @@ struct GptCase {
 
 Measured measure_gpt(const GptCase& c, int threads) {
   const TextData data = TextData::load(kTextDefaultPath);
-  gpt::RunConfig cfg;
-  cfg.model.vocab_size = data.vocab_size();
-  cfg.model.n_layer = c.n_layer;
-  cfg.model.n_head = c.n_head;
-  cfg.model.n_embd = c.n_embd;
-  cfg.model.block_size = c.block;
+  gpt::RunConfig cfg = ddp::gpt_config();
+  cfg.gpt.vocab_size = data.vocab_size();
+  cfg.gpt.n_layer = c.n_layer;
+  cfg.gpt.n_head = c.n_head;
+  cfg.gpt.n_embd = c.n_embd;
+  cfg.gpt.block_size = c.block;
   cfg.batch_size = c.batch;
   cfg.world_size = c.ranks;
-  cfg.steps = 1;  // run_gpt below is one optimizer step
+  cfg.steps = 1;  // run_training below is one optimizer step
   std::vector<std::unique_ptr<gpt::GptRank>> ranks;
-  std::vector<gpt::GptRank*> local;
+  std::vector<ddp::TrainingRank*> local;
   for (int64_t r = 0; r < c.ranks; ++r) {
     ranks.push_back(std::make_unique<gpt::GptRank>(cfg, data, r));
     local.push_back(ranks.back().get());
   }
-  for (gpt::GptRank* rk : local) {  // DDP's broadcast of rank 0's parameters
-    for (size_t i = 0; i < rk->params.size(); ++i) rk->params[i]->value = local[0]->params[i]->value;
+  for (auto& rk : ranks) {  // DDP's broadcast of rank 0's parameters
+    ddp::init_ddp(cfg, *rk, [&](ddp::TrainingRank& to) { ddp::copy_parameters({&to}, *local[0]); });
     rk->start();
   }
-  ddp::InProcessAllreduce allreduce;
   ThreadPool pool(threads);
-  gpt::GptSync sync;
-  sync.pool = &pool;                                                                  // ranks side by side
-  sync.global_unused = [](const std::vector<std::vector<bool>>& l) { return l[0]; };  // never asked (no aux head)
-  sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) {
-    allreduce.run(reducers, collective::Algorithm::ring, nullptr, nullptr, n);
-    return std::vector<ddp::HookReport>{};  // no hook: nothing to report
-  };
+  ddp::InProcessSync in_process(cfg, &pool);  // ranks side by side, the ring all-reduce, no hook
+  const ddp::LoopSync sync = in_process.sync(false);
   std::vector<double> times;
   Measured m{};
   for (int64_t s = 0; s < c.steps + 1; ++s) {  // step 0 warms up (and rebuilds the buckets)
     const auto t0 = Clock::now();
-    gpt::run_gpt(cfg, local, sync);
+    ddp::run_training(cfg, local, sync);
     if (s > 0) times.push_back(ms_since(t0));
     if (s == 1) m.rss_after_first_mb = peak_rss_mb();
   }
   m.rss_after_last_mb = peak_rss_mb();
   std::sort(times.begin(), times.end());
   m.median_ms = times[times.size() / 2];
-  for (gpt::GptRank* rk : local) {  // every rank's parameters after the run, to compare across thread counts
+  for (auto& rk : ranks) {  // every rank's parameters after the run, to compare across thread counts
     for (Parameter* p : rk->params) m.params.insert(m.params.end(), p->data(), p->data() + p->numel());
   }
   return m;
@@ -351,7 +345,7 @@ int main(int argc, char** argv) {
     }
   }
   if (model.empty() || model == "gpt") {
-    // 1 thread, then every core: ddplab runs the ranks side by side (run_gpt's pool), PyTorch splits each op.
+    // 1 thread, then every core: ddplab runs the ranks side by side (the loop's pool), PyTorch splits each op.
     const GptCase c;
     double one_thread_ms = 0;
     std::vector<float> one_thread_params;

@@ -24,12 +24,13 @@
 namespace {
 
 constexpr const char* kHead = R"(usage: ddp_sim [flags]
-Simulates torch DistributedDataParallel with world_size replicas in one process.
-  (ddp_sim --model gpt --help: a tiny GPT, nanoGPT's model and train.py, with its own flags)
+Simulates torch DistributedDataParallel with world_size replicas in one process: the MLP, a CNN, any
+nn.Sequential spec, or a tiny GPT (--model gpt), with the same DDP flags.
 )";
 constexpr const char* kTail = R"(output:
   --compare-single-device true|false  also train one model on the union of the shards and compare [false]
-  --explain                 show the ring all-reduce of one small gradient step by step
+  --explain                 show the ring all-reduce of one small gradient step by step (--model gpt: with
+                            --comm-hook, each bucket's result against the built-in average)
   --trace FILE              Chrome trace JSON of iterations 0 and 1 under the cost model below
   --link-latency-us A [5]   --link-gbps G [10]   --compute-gflops F [50]
   --dump-params FILE        final parameters per rank (state_dict names), sampler indices, losses (JSON)
@@ -40,16 +41,12 @@ constexpr const char* kTail = R"(output:
 using namespace ddplab;
 
 int run(int argc, char** argv) {
-  if (gpt::wants_gpt(argc, argv)) {
-    ddp::refuse_zero_for_gpt(argc, argv);
-    return run_gpt_sim(argc, argv);  // its own flags: nanoGPT's
-  }
   auto known = ddp::config_flag_names();
   for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps", "compute-gflops",
                         "dump-params", "quiet", "threads", "report"}) {
     known.insert(f);
   }
-  const Flags flags(argc, argv, known, {"explain", "quiet"});
+  const Flags flags(argc, argv, known, {"explain", "quiet", "seed-per-rank"});
   if (flags.help()) {
     std::printf("%s%s%s%s", kHead, ddp::config_usage(), threads_usage(), kTail);
     return 0;
@@ -57,6 +54,7 @@ int run(int argc, char** argv) {
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
   ddp::Config cfg = ddp::config_from_flags(flags);
   cfg.threads = threads_from_flags(flags);
+  if (cfg.is_gpt()) return run_gpt_sim(flags, cfg);
   const bool single = flags.get_bool("compare-single-device", false);
   const bool explain = flags.get_bool("explain", false);
   const bool quiet = flags.get_bool("quiet", false);
@@ -110,8 +108,13 @@ int run(int argc, char** argv) {
       }
     }
   }
-  fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MB): {}\n",
-             cfg.bucket_cap_mb, res.buckets_rebuilt);
+  if (res.buckets_rebuilt.empty()) {
+    fmt::print("buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True\n");
+  } else {
+    fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MB): {}\n",
+               cfg.bucket_cap_mb, res.buckets_rebuilt);
+  }
+  for (const std::string& n : res.notes) fmt::print("{}\n", n);
   if (cfg.zero) {  // where the optimizer state lives, rank by rank
     std::vector<int64_t> state;
     for (const auto& rep : res.replicas) state.push_back(rep->optimizer->state_numel());

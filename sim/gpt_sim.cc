@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "src/ddp/zero.h"
 #include "src/flags.h"
 #include "src/gpt/output.h"
 #include "src/gpt/train.h"
@@ -12,29 +13,19 @@
 
 namespace ddplab {
 
-int run_gpt_sim(int argc, char** argv) {
-  auto known = gpt::gpt_flag_names();
-  for (const char* f : {"dump-params", "quiet", "explain"}) known.insert(f);
-  const Flags flags(argc, argv, known, {"seed-per-rank", "quiet", "explain"});
-  if (flags.help()) {
-    std::printf(
-        "usage: ddp_sim --model gpt [flags]\n%s  --dump-params FILE   final parameters, losses, evals, "
-        "clip norms per rank (JSON)\n  --quiet              no per-step lines nor cmp tables\n"
-        "  --explain            with --comm-hook: each bucket's result against the built-in average\n",
-        gpt::gpt_usage());
-    return 0;
+int run_gpt_sim(const Flags& flags, ddp::Config cfg) {
+  for (const char* f : {"compare-single-device", "trace", "link-latency-us", "link-gbps", "compute-gflops", "report"}) {
+    if (flags.has(f)) throw UsageError(fmt::format("--{} does not apply to --model gpt (the sequential models' output)", f));
   }
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  gpt::RunConfig cfg = gpt::gpt_config_from_flags(flags);
   cfg.compare_hook = flags.get_bool("explain", false);
   const std::string dump = flags.get_string("dump-params", "");
   if (!dump.empty()) {
     if (std::string why = check_writable(dump); !why.empty()) throw UsageError("--dump-params: " + why);
   }
   const TextData data = TextData::load(cfg.data);
-  data.check_batch_shape(cfg.batch_size, cfg.model.block_size);
-  cfg.model.vocab_size = data.vocab_size();
-  fmt::print("ddp_sim: {}\n", gpt::describe(cfg));
+  data.check_batch_shape(cfg.batch_size, cfg.gpt.block_size);
+  cfg.gpt.vocab_size = data.vocab_size();
+  fmt::print("ddp_sim: {}\n", ddp::describe(cfg));
   fmt::print("data: {} (vocabulary of {} bytes; train {} tokens, val {})\n", cfg.data, data.vocab_size(),
              data.tokens(Split::kTrain).size(), data.tokens(Split::kVal).size());
   const gpt::GptSimResult res = gpt::simulate_gpt(cfg, data);
@@ -50,6 +41,12 @@ int run_gpt_sim(int argc, char** argv) {
   if (!flags.get_bool("quiet", false)) {  // as ddp_verify --model gpt: no per-step lines nor cmp tables
     fmt::print("{}", gpt::gpt_summary(cfg, ranks));
     for (const std::string& n : res.notes) fmt::print("{}\n", n);
+  }
+  if (cfg.zero) {  // where the optimizer state lives, rank by rank
+    std::vector<int64_t> state;
+    for (const auto& r : res.ranks) state.push_back(r->optimizer->state_numel());
+    const auto& zero = dynamic_cast<const ddp::ZeroRedundancyOptimizer&>(*res.ranks[0]->optimizer);
+    fmt::print("\n{}", ddp::zero_block(zero.params(), zero.partition(), state));
   }
   if (!res.hook_reports.empty()) fmt::print("\n{}", ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports));
   const std::string error = res.error ? gpt::unfinished_reduction_message(*res.error) : "";

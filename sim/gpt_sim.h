@@ -1,8 +1,12 @@
-// ddp_sim --model gpt: the tiny GPT's DDP run (src/gpt/) in one process.
+// ddp_sim --model gpt: the tiny GPT's run and what it prints (its flags are the one table's, read by ddp_sim).
 #pragma once
+
+#include "src/ddp/config.h"
+#include "src/flags.h"
 
 namespace ddplab {
 
-int run_gpt_sim(int argc, char** argv);
+// `cfg` read from `flags` by ddp_sim (vocab_size still 0: the data are read here).
+int run_gpt_sim(const Flags& flags, ddp::Config cfg);
 
 }  // namespace ddplab

@@ -1,6 +1,6 @@
 // A seeded mutation fuzzer, deterministic (same cases every run), for the DDP flags (Flags +
 // ddp::config_from_flags, as sim/ddp_sim.cc reads them, with mutated values), and the same for --model gpt's
-// flags (gpt::gpt_config_from_flags, as sim/gpt_sim.cc reads them) with its bad inputs' messages. Every case must end
+// flags (ddp::config_from_flags with --model gpt, as ddp_sim reads them) with its bad inputs' messages. Every case must end
 // in UsageError or a Config: any other exception, a crash (the sanitizer builds run this too) or an allocation over
 // kMaxAlloc fails. Prints one summary line, e.g.
 //   fuzz ddp flags: 50000 cases, 40000 refused cleanly, 10000 accepted, 0 crashes
@@ -237,17 +237,19 @@ TEST(Fuzz, DdpFlagsEndInUsageErrorOrAConfig) {
 
 // ---- --model gpt's flags, as sim/gpt_sim.cc reads them (the data file is read later, by the program). ----
 
-gpt::RunConfig parse_like_gpt_sim(const std::vector<std::string>& args) {
-  auto known = gpt::gpt_flag_names();
+ddp::Config parse_like_gpt_sim(const std::vector<std::string>& args) {
+  auto known = ddp::config_flag_names();
   known.insert({"dump-params", "quiet"});
   std::vector<std::string> storage = {"ddp_sim"};
+  const bool names_model = std::any_of(args.begin(), args.end(), [](const std::string& a) { return a.rfind("--model", 0) == 0; });
+  if (!names_model) storage.insert(storage.end(), {"--model", "gpt"});
   storage.insert(storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& s : storage) argv.push_back(s.data());
   argv.push_back(nullptr);
   const Flags flags(static_cast<int>(storage.size()), argv.data(), known, {"seed-per-rank", "quiet"});
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  const gpt::RunConfig cfg = gpt::gpt_config_from_flags(flags);
+  const ddp::Config cfg = ddp::config_from_flags(flags);
   flags.get_bool("quiet", false);
   flags.get_string("dump-params", "");
   return cfg;
@@ -289,7 +291,7 @@ std::string valid_gpt_value(Rng& rng, const std::string& name) {
 TEST(Fuzz, GptFlagsEndInUsageErrorOrAConfig) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> names;
-  for (const std::string& n : gpt::gpt_flag_names()) names.push_back(n);
+  for (const std::string& n : ddp::config_flag_names()) names.push_back(n);
   names.insert(names.end(), {"dump-params", "quiet"});
   const std::vector<std::string> kBadNames = {"", "n_layer", "N-LAYER", "-lr", "layers", "nproc", "threads"};
   Rng rng(kSeed + 2);
@@ -320,19 +322,19 @@ TEST(Fuzz, GptFlagsEndInUsageErrorOrAConfig) {
     bool was_accepted = false;
     g_largest = 0;
     try {
-      const gpt::RunConfig cfg = parse_like_gpt_sim(args);
+      const ddp::Config cfg = parse_like_gpt_sim(args);
       was_accepted = true;
-      if (!(cfg.model.n_embd % cfg.model.n_head == 0 && cfg.model.dropout < 1.0 &&
+      if (cfg.is_gpt() && !(cfg.gpt.n_embd % cfg.gpt.n_head == 0 && cfg.gpt.dropout < 1.0 &&
             !(cfg.static_graph && cfg.no_sync > 1))) {
         failure = "accepted a configuration the parser must refuse";
       }
-      const std::vector<std::string> again = gpt::gpt_to_args(cfg);
+      const std::vector<std::string> again = ddp::to_args(cfg);
       try {
-        if (gpt::gpt_to_args(parse_like_gpt_sim(again)) != again) failure = "gpt_to_args does not read back the same";
+        if (ddp::to_args(parse_like_gpt_sim(again)) != again) failure = "to_args does not read back the same";
       } catch (const std::exception& e) {
-        failure = std::string("its own gpt_to_args is refused: ") + e.what();
+        failure = std::string("its own to_args is refused: ") + e.what();
       }
-      gpt::describe(cfg);
+      ddp::describe(cfg);
     } catch (const UsageError& e) {
       if (std::string(e.what()).find('\n') != std::string::npos) failure = std::string("not one line: ") + e.what();
     } catch (const std::exception& e) {
@@ -370,24 +372,25 @@ TEST(GptFlags, BadInputNamesTheFlagAndTheLimit) {
       {{"--dropout", "nan"}, "--dropout must be a finite number (got 'nan')"},
       {{"--bias", "yes"}, "--bias must be true or false (got 'yes')"},
       {{"--gelu", "relu"}, "--gelu must be one of none|tanh (got 'relu')"},
-      {{"--dataset", "digits"}, "--dataset must be one of text (got 'digits')"},
+      {{"--dataset", "digits"}, "--model gpt trains on --dataset text (nanoGPT's get_batch)"},
       {{"--data", ""}, "--data must not be empty"},
       {{"--world-size", "65"}, "--world-size must be in [1, 64] (got 65)"},
       {{"--seed", "-1"}, "--seed must be in [0, 9223372036854775807] (got -1)"},
-      {{"--no-sync", "0"}, "--no-sync must be in [1, 1024] (got 0)"},
+      {{"--no-sync", "0"}, "--no-sync must be in [1, 1048576] (got 0)"},
       {{"--eval-iters", "0"}, "--eval-iters must be in [1, 10000] (got 0)"},
-      {{"--optimizer", "sgd"}, "--optimizer must be one of adamw (got 'sgd')"},
+      {{"--optimizer", "sgd"}, "--model gpt trains with --optimizer adamw (nanoGPT's)"},
       {{"--lr", "inf"}, "--lr must be a finite number (got 'inf')"},
       {{"--betas", "0.9"}, "--betas must be two numbers in [0, 1) as B1,B2 (got '0.9')"},
       {{"--betas", "0.9,1"}, "--betas must be two numbers in [0, 1) as B1,B2 (got '0.9,1')"},
       {{"--clip-grad-norm", "-1"}, "--clip-grad-norm must be in [0, 1000000000] (got -1)"},
-      {{"--zero-grad", "all"}, "--zero-grad must be one of none|zeros (got 'all')"},
+      {{"--zero-grad", "all"}, "--zero-grad must be one of zeros|none (got 'all')"},
       {{"--bucket-cap-mb", "0"}, "--bucket-cap-mb must be in [1e-06, 1000000] (got 0)"},
       {{"--static-graph", "true", "--no-sync", "2"}, "--static-graph true with --no-sync 2: torch 1.13 fails"},
       {{"--static-graph", "true", "--aux-head-every", "2"}, "--static-graph true needs the same parameters"},
       {{"--n-layer", "48", "--n-embd", "2048", "--n-head", "1"},
        "parameters x replicas = 2417758208 x 2 = 4835516416 exceeds the ceiling of 268435456"},
-      {{"--layers", "2,2"}, "unknown flag --layers"},
+      {{"--layers", "2,2"}, "--layers is a flag of the sequential models (mlp, cnn, a spec), not of --model gpt"},
+      {{"--zero", "true", "--comm-hook", "fp16-compress", "--uneven", "1", "--join", "true", "--steps", "3"}, "accepted"},
       {{"--n-layer", "1", "extra"}, "unexpected argument 'extra'"},
   };
   for (const auto& [args, expect] : cases) {

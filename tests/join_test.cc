@@ -138,8 +138,10 @@ TEST(Join, BadInputGetsOneLineAndExit2) {
       {{"--join-divide", "half"}, "--join-divide"},
       {{"--uneven", "1", "--no-sync", "2"}, "--uneven and --join are modelled with --no-sync 1 only"},
       {{"--join", "true", "--average", "postdivide"}, "--join follows DDP's predivide"},
-      {{"--uneven", "1", "--join", "true", "--zero", "true"}, "--zero with --uneven or --join is not modelled"},
-      {{"--join", "true", "--comm-hook", "allreduce"}, "--join with --comm-hook allreduce is not modelled"},
+      {{"--join-scope", "run"}, "--join-scope run takes effect only with --join true"},
+      {{"--join", "true", "--join-scope", "run", "--no-sync", "2"}, "--join-scope run pairs each rank's all-reduces"},
+      {{"--join", "true", "--find-unused-parameters", "true"}, "--join with --find-unused-parameters true is not modelled"},
+      {{"--model", "gpt", "--uneven", "4"}, "--uneven 4 leaves rank 1 with 4 - 4*1 = 0"},
   };
   for (const auto& [args, want] : cases) {
     std::vector<std::string> cmd = {"sim/ddp_sim"};

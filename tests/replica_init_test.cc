@@ -51,7 +51,8 @@ int64_t differing(const std::string& label, const Module& got, const Module& wan
 // reseed), the epoch's batches, one forward and backward (Dropout's masks), the generator's next words.
 void expect_same_future(const std::string& label, const ddp::Config& cfg, const Dataset& data, ddp::Replica& rank0,
                         ddp::Replica& copied, ddp::Replica& drawn) {
-  const auto broadcast = [&](ddp::Replica& r) {
+  const auto broadcast = [&](ddp::TrainingRank& t) {
+    auto& r = static_cast<ddp::Replica&>(t);
     if (&r == &rank0) return;
     const auto src = rank0.model.parameters();
     const auto dst = r.model.parameters();

@@ -297,14 +297,10 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
 }
 
 int run(int argc, char** argv) {
-  if (gpt::wants_gpt(argc, argv)) {
-    ddp::refuse_zero_for_gpt(argc, argv);
-    return run_gpt_verify(argc, argv);  // its own flags: nanoGPT's
-  }
   auto known = ddp::config_flag_names();
   for (const auto& f : dist::runner_flag_names()) known.insert(f);
   for (const char* f : {"dump-params", "quiet", "threads", "report"}) known.insert(f);
-  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"quiet"}));
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"quiet", "seed-per-rank"}));
   if (flags.help()) {
     std::printf("%s%s%s%s%s", head().c_str(), ddp::config_usage(), dist::runner_usage().c_str(), threads_usage(),
                 kTail);
@@ -321,6 +317,7 @@ int run(int argc, char** argv) {
   }
   threads_from_flags(flags);  // rank 0's simulator reads it: checked here, before any rank starts
   const dist::RunFlags run = dist::read_run_flags(flags, dist::Backends::real);
+  if (cfg.is_gpt()) return run_gpt_verify(flags, run, argc, argv, cfg);
   if (run.nccl_exact) {  // NCCL pinned to one ring: the simulator adds in that order
     if (flags.has("allreduce") && cfg.allreduce != collective::Algorithm::nccl_ring) {
       throw UsageError(fmt::format("--nccl-exact compares with the simulator's --allreduce nccl-ring (got {})",

@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "src/compare.h"
-#include "src/ddp/bucket_sync.h"
+#include "src/ddp/rank_sync.h"
 #include "src/flags.h"
 #include "src/gpt/output.h"
 #include "src/gpt/train.h"
@@ -20,14 +21,16 @@ namespace ddplab {
 
 namespace {
 
-// A vector of floats from every rank, same length on each: index r holds rank r's.
-std::vector<std::vector<float>> gather(comm::Communicator& comm, const std::vector<float>& mine, int world_size) {
-  std::vector<float> all(mine.size() * static_cast<size_t>(world_size));
-  comm.all_gather(mine.data(), mine.size() * sizeof(float), all.data());
+// A vector of floats from every rank (lengths may differ: under --uneven a rank runs fewer steps): index r
+// holds rank r's.
+std::vector<std::vector<float>> gather(comm::Communicator& comm, const std::vector<float>& mine) {
+  const auto got =
+      comm::all_gather_strings(comm, std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(float)));
   std::vector<std::vector<float>> out;
-  for (int r = 0; r < world_size; ++r) {
-    const auto first = all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * mine.size());
-    out.emplace_back(first, first + static_cast<std::ptrdiff_t>(mine.size()));
+  for (const std::string& g : got) {
+    std::vector<float> v(g.size() / sizeof(float));
+    std::memcpy(v.data(), g.data(), v.size() * sizeof(float));
+    out.push_back(std::move(v));
   }
   return out;
 }
@@ -35,50 +38,26 @@ std::vector<std::vector<float>> gather(comm::Communicator& comm, const std::vect
 int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, dist::Rank& rank) {
   comm::Communicator& comm = *rank.comm;
   const int ws = rank.env.world_size, me_rank = rank.env.rank;
-  if (me_rank == 0) fmt::print("ddp_verify: {} backend, {} ranks | {}\n", rank.backend, ws, gpt::describe(cfg));
+  if (me_rank == 0) fmt::print("ddp_verify: {} backend, {} ranks | {}\n", rank.backend, ws, ddp::describe(cfg));
   std::fflush(stdout);
   gpt::GptRank me(cfg, data, me_rank);
-  for (Parameter* p : me.params) comm.broadcast(p->data(), static_cast<size_t>(p->numel()), 0);  // DDP(model)
+  ddp::init_ddp(cfg, me, [&](ddp::TrainingRank& r) { ddp::broadcast_model(comm, r); });  // DDP(model)
   me.start();
-  gpt::GptSync sync;
-  sync.global_unused = [&](const std::vector<std::vector<bool>>& local) {
-    // find_unused_parameters: the local_used_map, all-reduced.
-    std::vector<float> used(local[0].size());
-    for (size_t i = 0; i < used.size(); ++i) used[i] = local[0][i] ? 0.0f : 1.0f;
-    comm.all_reduce(used.data(), used.size(), comm::ReduceOp::sum);
-    std::vector<bool> g(used.size());
-    for (size_t i = 0; i < used.size(); ++i) g[i] = used[i] == 0.0f;
-    return g;
-  };
-  std::vector<float> buf;
-  sync.allreduce = [&](const std::vector<ddp::Reducer*>& reducers, size_t n) -> std::vector<ddp::HookReport> {
-    ddp::Reducer& red = *reducers[0];
-    if (red.comm_hook()) {
-      buf.resize(std::max(buf.size(), red.max_bucket_numel()));
-      return ddp::hook_buckets(red, comm, buf.data(), n);
-    }
-    for (size_t j = 0; j < std::min(n, red.num_buckets()); ++j) {
-      buf.resize(red.bucket(j).numel);
-      red.prepare_bucket(j, buf.data());
-      comm.all_reduce(buf.data(), buf.size(), comm::ReduceOp::sum);
-      red.finalize_bucket(j, buf.data());
-    }
-    return {};
-  };
+  ddp::CommunicatorSync over(cfg, comm);
   const auto t0 = std::chrono::steady_clock::now();
-  const gpt::GptRunResult res = gpt::run_gpt(cfg, {&me}, sync);
+  const ddp::TrainLog res = ddp::run_training(cfg, {&me}, over.sync(false));
   const double train_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   // Rank 0 gathers every rank's parameters and logs (every rank ran as many steps).
   gpt::RankRecord mine = gpt::record_of(me);
   std::vector<float> flat;
   for (const auto& p : mine.params) flat.insert(flat.end(), p.begin(), p.end());
-  const auto params = gather(comm, flat, ws);
-  const auto losses = gather(comm, mine.log.losses, ws);
-  const auto norms = gather(comm, mine.log.clip_norms, ws);
+  const auto params = gather(comm, flat);
+  const auto losses = gather(comm, mine.log.losses);
+  const auto norms = gather(comm, mine.log.clip_norms);
   std::vector<float> ev;
   for (const gpt::EvalLog& e : mine.log.evals) ev.insert(ev.end(), {e.train, e.val});
-  const auto evals = gather(comm, ev, ws);
+  const auto evals = gather(comm, ev);
   float verdict = 0.0f;
   if (me_rank == 0) {
     std::vector<gpt::RankRecord> real(static_cast<size_t>(ws));
@@ -92,7 +71,7 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
       }
       real[r].log.losses = losses[r];
       real[r].log.clip_norms = norms[r];
-      for (size_t e = 0; e < mine.log.evals.size(); ++e) {
+      for (size_t e = 0; e < mine.log.evals.size() && 2 * e + 1 < evals[r].size(); ++e) {
         real[r].log.evals.push_back({mine.log.evals[e].step, evals[r][2 * e], evals[r][2 * e + 1]});
       }
     }
@@ -160,40 +139,19 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
 
 }  // namespace
 
-int run_gpt_verify(int argc, char** argv) {
-  auto known = gpt::gpt_flag_names();
-  for (const auto& f : dist::runner_flag_names()) known.insert(f);
-  for (const char* f : {"dump-params", "quiet"}) known.insert(f);
-  const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"quiet", "seed-per-rank"}));
-  if (flags.help()) {
-    std::printf("usage: ddp_verify --model gpt --backend gloo --nproc N [flags]\n%s%s", gpt::gpt_usage(),
-                dist::runner_usage().c_str());
-    return 0;
-  }
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  gpt::RunConfig cfg = gpt::gpt_config_from_flags(flags);
-  if (flags.has("dump-params")) {
-    if (std::string why = check_writable(flags.get_string("dump-params", "")); !why.empty()) {
-      throw UsageError("--dump-params: " + why);
-    }
-  }
-  const dist::RunFlags run = dist::read_run_flags(flags, dist::Backends::real);
+int run_gpt_verify(const Flags& flags, const dist::RunFlags& run, int argc, char** argv, ddp::Config cfg) {
   if (run.backend == dist::Backend::nccl) {
     throw UsageError(
         "--backend nccl: the device trainer runs Linear and ReLU layers only (got --model gpt: Embedding, LayerNorm, "
         "causal attention, GELU); use --backend gloo");
   }
+  if (flags.has("report")) throw UsageError("--report does not apply to --model gpt (the sequential models' output)");
   const TextData data = TextData::load(cfg.data);
-  data.check_batch_shape(cfg.batch_size, cfg.model.block_size);
-  cfg.model.vocab_size = data.vocab_size();
-  return dist::run_ranks(
-      flags, run, argc, argv,
-      [&](int world_size) {
-        cfg.world_size = world_size;  // --nproc's: the footprint again with it (rank 0 also runs the simulator)
-        gpt::check_gpt_footprint(cfg, "--nproc");
-        return gpt::gpt_to_args(cfg);
-      },
-      [&](dist::Rank& rank) { return body(flags, cfg, data, rank); });
+  data.check_batch_shape(cfg.batch_size, cfg.gpt.block_size);
+  cfg.gpt.vocab_size = data.vocab_size();
+  return dist::run_ddp_ranks(flags, run, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
+    return body(flags, ranks_cfg, data, rank);
+  });
 }
 
 }  // namespace ddplab

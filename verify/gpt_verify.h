@@ -1,9 +1,13 @@
-// ddp_verify --model gpt: the tiny GPT's DDP run (src/gpt/) with one process per rank over Gloo, checked
-// against the simulator (src/gpt/train.h simulate_gpt) in the same cmp tables.
+// ddp_verify --model gpt: the tiny GPT's real ranks over Gloo, compared with the simulator (its flags are the
+// one table's, read by ddp_verify).
 #pragma once
+
+#include "src/ddp/config.h"
+#include "src/flags.h"
+#include "src/launch/run_flags.h"
 
 namespace ddplab {
 
-int run_gpt_verify(int argc, char** argv);
+int run_gpt_verify(const Flags& flags, const dist::RunFlags& run, int argc, char** argv, ddp::Config cfg);
 
 }  // namespace ddplab

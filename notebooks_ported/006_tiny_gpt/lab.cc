@@ -32,11 +32,11 @@ Defaults in brackets.
 )";
 
 RunConfig base_config(const Flags& flags) {
-  RunConfig c;
-  c.model.n_layer = 2;
-  c.model.n_head = 2;
-  c.model.n_embd = 16;
-  c.model.block_size = 8;
+  RunConfig c = ddp::gpt_config();
+  c.gpt.n_layer = 2;
+  c.gpt.n_head = 2;
+  c.gpt.n_embd = 16;
+  c.gpt.block_size = 8;
   c.batch_size = 4;
   c.world_size = flags.get_int("world-size", 2, 2, 8);
   c.steps = flags.get_int("steps", 4, 2, 20);
@@ -96,7 +96,7 @@ std::string bucket_names(const ddp::Reducer& red, const std::vector<Parameter*>&
   return s;
 }
 
-// torch 1.13's text for rank 0 with TORCH_DISTRIBUTED_DEBUG=DETAIL (measured: /work/notes/gpt_oracle_facts.md
+// torch 1.13's text for rank 0 with TORCH_DISTRIBUTED_DEBUG=DETAIL (measured by tests/golden/gpt/check_facts.py
 // (a); note the trailing spaces torch leaves after "and by" and "calculating loss.").
 std::string torch_unused_message(const UnfinishedReduction& e) {
   std::string idx, names;
@@ -137,7 +137,7 @@ int run(int argc, char** argv) {
   }
   RunConfig cfg = base_config(flags);
   const TextData data = TextData::load(cfg.data);
-  cfg.model.vocab_size = data.vocab_size();
+  cfg.gpt.vocab_size = data.vocab_size();
   dist::RunFlags sim;
   sim.backend = dist::Backend::sim;
   sim.world_size = static_cast<int>(cfg.world_size);
@@ -169,7 +169,7 @@ int run(int argc, char** argv) {
   // ---- 2. unused parameters
   say("\n# 2. Unused parameters: an aux head used on steps 0, 2, 4, ... (--aux-head-every 2)\n");
   RunConfig aux = cfg;
-  aux.model.aux_head_every = 2;
+  aux.gpt.aux_head_every = 2;
   const GptSimResult err = simulate_gpt(aux, data);
   if (err.error) {
     say(fmt::format("check: find_unused_parameters=False: RuntimeError at step {} micro-step {}", err.error->step,
@@ -230,8 +230,8 @@ int run(int argc, char** argv) {
   const GptSimResult cl = simulate_gpt(clip, data);
   bool alike = true;
   for (int64_t r = 0; r < ws; ++r) {
-    say(fmt::format("check: clip_grad_norm_ total norm rank {}: {}", r, floats(cl.ranks[size_t(r)]->log.clip_norms)));
-    alike = alike && cl.ranks[size_t(r)]->log.clip_norms == cl.ranks[0]->log.clip_norms;
+    say(fmt::format("check: clip_grad_norm_ total norm rank {}: {}", r, floats(cl.ranks[size_t(r)]->clip_norms)));
+    alike = alike && cl.ranks[size_t(r)]->clip_norms == cl.ranks[0]->clip_norms;
   }
   say(
       fmt::format("  every rank computed the same total norm: {} (the grads are already averaged, so each rank\n"
@@ -273,7 +273,7 @@ int run(int argc, char** argv) {
       GptRank rk(s, data, r);  // the seed, then the model: the first batch is the next draw
       Generator peek = rk.gen;
       const auto ix =
-          peek.randint(static_cast<int64_t>(data.tokens(Split::kTrain).size()) - s.model.block_size, s.batch_size);
+          peek.randint(static_cast<int64_t>(data.tokens(Split::kTrain).size()) - s.gpt.block_size, s.batch_size);
       say(fmt::format("check: {} rank {} first batch ix: {}", per_rank ? "seed + rank" : "seed alike", r,
                       fmt::join(ix, " ")));
     }
@@ -314,7 +314,7 @@ int run(int argc, char** argv) {
     }
     for (int64_t r = 0; r < ws; ++r) {
       svg::Series s =
-          report::loss_series(fmt::format("clip_grad_norm_ total, rank {}", r), cl.ranks[size_t(r)]->log.clip_norms);
+          report::loss_series(fmt::format("clip_grad_norm_ total, rank {}", r), cl.ranks[size_t(r)]->clip_norms);
       s.dashed = true;
       d.losses.push_back(s);
     }

@@ -1,5 +1,8 @@
 #include "src/ddp/config.h"
 
+#include "src/ddp/flag_table.h"
+
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 
@@ -14,6 +17,7 @@
 namespace ddplab::ddp {
 
 int64_t Config::dataset_size() const {
+  if (is_gpt()) return 0;  // the text's tokens: known once the file is read
   if (dataset == DatasetKind::toy) return 5;
   if (dataset == DatasetKind::digits) return kDigitsTrain;
   return samples;
@@ -40,218 +44,11 @@ int64_t Config::num_samples_per_rank() const {
 }
 
 int64_t Config::batches_per_epoch() const {
+  if (is_gpt()) return steps * no_sync;
   const int64_t per_rank = num_samples_per_rank();
   return loader_drop_last ? per_rank / batch_size : (per_rank + batch_size - 1) / batch_size;
 }
 
-namespace {
-
-size_t index_of(const std::vector<std::string>& names, const std::string& s, const char* what) {
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == s) return i;
-  }
-  throw std::invalid_argument(fmt::format("unknown {} '{}'", what, s));
-}
-
-// The names of every choice flag, each list in the order of its enum (the value is the name's index); the
-// all-reduce algorithms' and the kernels' live beside their enums.
-struct ChoiceNames {
-  std::vector<std::string> activation, loss, optimizer, dataset, init, average, join_divide;
-};
-const ChoiceNames& choice_names() {
-  static const ChoiceNames n = {{"none", "relu"},
-                                {"mse", "ce", "ce-probs"},
-                                {"sgd", "adam"},
-                                {"random", "toy", "rand", "digits"},
-                                {"same", "per-rank", "continue"},
-                                {"predivide", "postdivide", "avg"},
-                                {"initial", "active"}};
-  return n;
-}
-
-// One row of the flag table: its name, its part of the usage text ("{def}" stands for the default, the
-// value of a default Config; "{choices}" for a choice flag's list), and how it reads (with its limits or
-// choices) and writes its Config member.
-struct FlagSpec {
-  const char* name;
-  const char* usage;
-  std::function<void(const Flags&, Config&)> read;  // `c` holds the default when called
-  std::function<std::string(const Config&)> write;  // as to_args writes it
-  // Flags added after the first goldens: to_args leaves them out while they hold their default, so the
-  // dumps (and hashes) of every run that does not use them stay as they were.
-  bool omit_default = false;
-  const std::vector<std::string>* choices = nullptr;  // a choice flag's names, for the usage text
-};
-
-template <class T>
-FlagSpec int_flag(const char* name, T Config::*m, int64_t min, int64_t max, const char* usage) {
-  return {
-      name, usage,
-      [=](const Flags& f, Config& c) { c.*m = static_cast<T>(f.get_int(name, static_cast<int64_t>(c.*m), min, max)); },
-      [=](const Config& c) { return std::to_string(c.*m); }};
-}
-
-FlagSpec double_flag(const char* name, double Config::*m, double min, double max, const char* usage) {
-  return {name, usage, [=](const Flags& f, Config& c) { c.*m = f.get_double(name, c.*m, min, max); },
-          [=](const Config& c) { return fmt::format("{}", c.*m); }};
-}
-
-FlagSpec bool_flag(const char* name, bool Config::*m, const char* usage) {
-  return {name, usage, [=](const Flags& f, Config& c) { c.*m = f.get_bool(name, c.*m); },
-          [=](const Config& c) { return std::string(c.*m ? "true" : "false"); }};
-}
-
-// An enum whose values are the indexes of `names` (a list that lives as long as the program).
-template <class E>
-FlagSpec choice_flag(const char* name, E Config::*m, const std::vector<std::string>& names, const char* usage) {
-  const std::vector<std::string>* n = &names;
-  return {name,
-          usage,
-          [=](const Flags& f, Config& c) {
-            const std::string v = f.get_choice(name, (*n)[static_cast<size_t>(c.*m)], *n);
-            c.*m = static_cast<E>(index_of(*n, v, name));
-          },
-          [=](const Config& c) { return (*n)[static_cast<size_t>(c.*m)]; },
-          false,
-          n};
-}
-
-// The flags, in the order of the usage text, of parsing and of to_args.
-const std::vector<FlagSpec>& flag_table() {
-  static const std::vector<FlagSpec> table = {
-      int_flag("world-size", &Config::world_size, 1, kMaxWorldSize,
-               "model and data (PyTorch's names; defaults in brackets):\n"
-               "  --world-size N            replicas / ranks, 1..64 [{def}]\n"),
-      {"model",
-       "  --model mlp|cnn|SPEC      mlp: --layers with --activation; cnn: a LeNet-sized net for --dataset digits;\n"
-       "                            SPEC: layers in nn.Sequential order with PyTorch's arguments, e.g.\n"
-       "                            conv2d(1,8,3,padding=1),batchnorm2d(8),relu,maxpool2d(2),flatten,linear(128,10) "
-       "[{def}]\n",
-       [](const Flags& f, Config& c) {
-         c.model = f.get_string("model", c.model);
-         if (c.model.empty() || c.model.size() > 4096) {
-           throw UsageError(
-               fmt::format("--model takes mlp, cnn or a spec of at most 4096 characters (got {})", c.model.size()));
-         }
-       },
-       [](const Config& c) { return c.model; }, true},
-      {"layers", "  --layers 6,4,2            MLP sizes, >= 2 entries [{def}]\n",
-       [](const Flags& f, Config& c) {
-         c.layers = f.get_int_list("layers", c.layers, 1, 1 << 16);
-         if (c.layers.size() < 2) {
-           throw UsageError(
-               fmt::format("--layers needs at least two sizes, input and output (got {})", c.layers.size()));
-         }
-       },
-       [](const Config& c) { return fmt::format("{}", fmt::join(c.layers, ",")); }},
-      {"activation", "  --activation {choices}    between layers [{def}]\n",
-       [](const Flags& f, Config& c) {
-         const auto& names = choice_names().activation;  // none, relu: relu is the bool
-         c.relu = index_of(names, f.get_choice("activation", names[c.relu], names), "activation") == 1;
-       },
-       [](const Config& c) { return choice_names().activation[c.relu]; }, false, &choice_names().activation},
-      choice_flag("loss", &Config::loss, choice_names().loss,
-                  "  --loss {choices}    MSELoss, CrossEntropyLoss (labels = argmax of y), or cross_entropy "
-                  "with y as\n"
-                  "                            class probabilities (notebook 003's F.cross_entropy on float targets) "
-                  "[{def}]\n"),
-      choice_flag("optimizer", &Config::optimizer, choice_names().optimizer,
-                  "  --optimizer {choices}      [{def}]    "),
-      double_flag("lr", &Config::lr, 0.0, 1e6, "--lr LR [{def}]    "),
-      double_flag("momentum", &Config::momentum, 0.0, 1.0, "--momentum M (sgd) [{def}]\n"),
-      choice_flag("dataset", &Config::dataset, choice_names().dataset,
-                  "  --dataset {choices} random: notebook 000's RandomTensorDataset (randn); toy: "
-                  "notebook 001's 5 points;\n"
-                  "                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample);\n"
-                  "                            digits: scikit-learn's 1797 8x8 digits, 1500 to train, 297 to test "
-                  "[{def}]\n"),
-      {"data", "  --data FILE               --dataset digits: a copy of scikit-learn's digits.csv.gz [its own]\n",
-       [](const Flags& f, Config& c) { c.data = f.get_string("data", c.data); }, [](const Config& c) { return c.data; },
-       true},
-      int_flag("samples", &Config::samples, 1, 1 << 22,
-               "  --samples N               random dataset size [{def}]       "),
-      int_flag("seed", &Config::seed, 0, INT64_MAX, "--seed S   manual_seed for data and model [{def}]\n"),
-      bool_flag("shuffle", &Config::shuffle, "  --shuffle true|false      DistributedSampler shuffle [{def}]   "),
-      int_flag("sampler-seed", &Config::sampler_seed, 0, INT64_MAX, "--sampler-seed S [{def}]\n"),
-      bool_flag("drop-last", &Config::drop_last, "  --drop-last true|false    DistributedSampler drop_last [{def}]\n"),
-      bool_flag("loader-drop-last", &Config::loader_drop_last,
-                "  --loader-drop-last true|false  DataLoader drop_last [{def}]\n"),
-      bool_flag("set-epoch", &Config::set_epoch,
-                "  --set-epoch true|false    call sampler.set_epoch(epoch) each epoch [{def}]\n"),
-      int_flag("batch-size", &Config::batch_size, 1, 1 << 22, "  --batch-size B            per rank [{def}]        "),
-      int_flag("epochs", &Config::epochs, 1, 100000, "--epochs E [{def}]\n"),
-      choice_flag("init", &Config::init, choice_names().init,
-                  "DDP:\n"
-                  "  --init {choices}  seed the model with --seed, with seed + rank, or not at all: "
-                  "continue\n"
-                  "                            the data's random stream, as notebook 003 does [{def}]\n"),
-      bool_flag("broadcast", &Config::broadcast,
-                "  --broadcast true|false    broadcast rank 0's parameters at construction, as DDP does [{def}]\n"),
-      {"broadcast-buffers",
-       "  --broadcast-buffers true|false  broadcast rank 0's buffers (BatchNorm's running stats) before every\n"
-       "                            training forward, as DDP's broadcast_buffers does [{def}]\n",
-       [](const Flags& f, Config& c) { c.broadcast_buffers = f.get_bool("broadcast-buffers", c.broadcast_buffers); },
-       [](const Config& c) { return std::string(c.broadcast_buffers ? "true" : "false"); }, true},
-      {"seed-per-rank",
-       "  --seed-per-rank true|false  after DDP(model) each rank calls manual_seed(seed + rank): its Dropout masks\n"
-       "                            (and loader draws) differ from the other ranks' [{def}]\n",
-       [](const Flags& f, Config& c) { c.seed_per_rank = f.get_bool("seed-per-rank", c.seed_per_rank); },
-       [](const Config& c) { return std::string(c.seed_per_rank ? "true" : "false"); }, true},
-      choice_flag("average", &Config::average, choice_names().average,
-                  "  --average {choices}   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | "
-                  "ncclAvg [{def}]\n"),
-      double_flag("bucket-cap-mb", &Config::bucket_cap_mb, 1e-6, 1e6,
-                  "  --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [{def}]\n"),
-      int_flag("no-sync", &Config::no_sync, 1, 1 << 20,
-               "  --no-sync K               all-reduce every K micro-batches (no_sync in between) [{def}]\n"),
-      choice_flag("allreduce", &Config::allreduce, collective::algorithm_names(),
-                  "  --allreduce {choices}   the simulator's algorithm; ring "
-                  "matches Gloo,\n"
-                  "                            nccl-ring matches NCCL pinned by ddp_verify --nccl-exact [{def}]\n"),
-      // --comm-hook, --powersgd-rank, --powersgd-start-iter: read together (comm_hook.h), written one by one.
-      {"comm-hook", comm_hook_usage(), [](const Flags& f, Config& c) { read_comm_hook_flags(f, c.comm_hook); },
-       [](const Config& c) { return c.comm_hook.name; }, true},
-      {"powersgd-rank", "", [](const Flags&, Config&) {},
-       [](const Config& c) { return std::to_string(c.comm_hook.powersgd_rank); }, true},
-      {"powersgd-start-iter", "", [](const Flags&, Config&) {},
-       [](const Config& c) { return std::to_string(c.comm_hook.powersgd_start_iter); }, true},
-      choice_flag("kernels", &Config::kernels, kernels_names(),
-                  "  --kernels {choices}  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that "
-                  "a GPU\n"
-                  "                            (ddp_verify --backend nccl) reproduces bit for bit [{def}]\n"),
-      {"zero",
-       "  --zero true|false         the optimizer as torch's ZeroRedundancyOptimizer: each rank keeps state for and\n"
-       "                            steps its shard of the parameters, then broadcasts it (same bits as plain) "
-       "[{def}]\n",
-       [](const Flags& f, Config& c) { c.zero = f.get_bool("zero", c.zero); },
-       [](const Config& c) { return std::string(c.zero ? "true" : "false"); }, true},
-      // Issue 18's Join: added after the goldens, so left out of to_args at their defaults.
-      {"uneven",
-       "uneven inputs (torch.distributed.algorithms.Join):\n"
-       "  --uneven K                rank r trains on the first B - K*r of its B batches per epoch [{def}]\n",
-       [](const Flags& f, Config& c) { c.uneven = f.get_int("uneven", c.uneven, 0, 1 << 22); },
-       [](const Config& c) { return std::to_string(c.uneven); }, true},
-      {"join",
-       "  --join true|false         inside Join([ddp]) (one per epoch): ranks out of batches shadow the\n"
-       "                            all-reduces with zeros; without it the run stops where PyTorch's would hang "
-       "[{def}]\n",
-       [](const Flags& f, Config& c) { c.join = f.get_bool("join", c.join); },
-       [](const Config& c) { return std::string(c.join ? "true" : "false"); }, true},
-      {"join-divide",
-       "  --join-divide {choices}  divide by the world size (divide_by_initial_world_size=True) or by the\n"
-       "                            ranks not yet joined (False) [{def}]\n",
-       [](const Flags& f, Config& c) {
-         const auto& names = choice_names().join_divide;
-         c.join_divide_active =
-             index_of(names, f.get_choice("join-divide", names[c.join_divide_active], names), "join-divide") == 1;
-       },
-       [](const Config& c) { return choice_names().join_divide[c.join_divide_active]; }, true,
-       &choice_names().join_divide},
-  };
-  return table;
-}
-
-}  // namespace
 
 const std::string& loss_name(LossKind k) { return choice_names().loss[static_cast<size_t>(k)]; }
 const std::string& dataset_name(DatasetKind k) { return choice_names().dataset[static_cast<size_t>(k)]; }
@@ -285,15 +82,88 @@ const char* config_usage() {
   return usage.c_str();
 }
 
+Config gpt_config() {
+  Config c;
+  c.model = "gpt";
+  apply_gpt_defaults(c);
+  return c;
+}
+
+bool wants_gpt(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--model=gpt" || (a == "--model" && i + 1 < argc && std::string(argv[i + 1]) == "gpt")) return true;
+  }
+  return false;
+}
+
+namespace {
+
+}  // namespace
+
 Config config_from_flags(const Flags& flags) {
   Config c;
-  for (const FlagSpec& f : flag_table()) f.read(flags, c);
+  c.model = flags.get_string("model", c.model);
+  if (c.is_gpt()) apply_gpt_defaults(c);
+  for (const FlagSpec& f : flag_table()) {
+    const bool applies = f.applies == Applies::all || (f.applies == Applies::gpt) == c.is_gpt();
+    if (applies) {
+      f.read(flags, c);
+    } else if (flags.has(f.name)) {
+      throw UsageError(c.is_gpt() ? fmt::format("--{} is a flag of the sequential models (mlp, cnn, a spec), not of "
+                                                "--model gpt", f.name)
+                                  : fmt::format("--{} is a flag of --model gpt (got --model {})", f.name,
+                                                c.model.size() > 40 ? c.model.substr(0, 40) + "..." : c.model));
+    }
+  }
   if (c.dataset == DatasetKind::digits && !flags.has("loss")) c.loss = LossKind::ce;  // labels 0..9
   validate(c);
   return c;
 }
 
+namespace {
+
+// --model gpt's own checks, and the footprint of its parameters, AdamW state and activations.
+void validate_gpt(const Config& c) {
+  const gpt::GptConfig& m = c.gpt;
+  if (m.n_embd % m.n_head != 0) {
+    throw UsageError(fmt::format("--n-embd must be a multiple of --n-head (got {} and {})", m.n_embd, m.n_head));
+  }
+  if (c.dataset != DatasetKind::text) throw UsageError("--model gpt trains on --dataset text (nanoGPT's get_batch)");
+  if (c.optimizer != OptimizerKind::adamw) throw UsageError("--model gpt trains with --optimizer adamw (nanoGPT's)");
+  if (c.static_graph && m.aux_head_every > 1) {
+    throw UsageError("--static-graph true needs the same parameters used every iteration (got --aux-head-every " +
+                     std::to_string(m.aux_head_every) + "); use --find-unused-parameters true instead");
+  }
+  if (c.static_graph && c.no_sync > 1) {  // measured: tests/golden/gpt/check_facts.py d
+    throw UsageError(fmt::format(
+        "--static-graph true with --no-sync {}: torch 1.13 fails an internal assert there (expect_autograd_hooks_, "
+        "reducer.cpp) at step 1's first backward; use --no-sync 1 or --static-graph false",
+        c.no_sync));
+  }
+  check_footprint(footprint(c), "--model gpt: --n-layer, --n-embd, --block-size, --batch-size, --world-size");
+}
+
+}  // namespace
+
 void validate(const Config& c) {
+  if (c.comm_hook.name != "none" && c.average != Average::predivide) {
+    throw UsageError(fmt::format("--comm-hook {} replaces DDP's averaging: --average must stay predivide (got {})",
+                                 c.comm_hook.name, choice_names().average[static_cast<size_t>(c.average)]));
+  }
+  if (c.join_scope == JoinScope::run && c.no_sync > 1) {
+    throw UsageError(fmt::format(
+        "--join-scope run pairs each rank's all-reduces across epochs one batch at a time: it takes --no-sync 1 "
+        "(got {})",
+        c.no_sync));
+  }
+  if (c.is_gpt()) {
+    validate_gpt(c);
+    validate_uneven(c);
+    return;
+  }
+  if (c.dataset == DatasetKind::text) throw UsageError("--dataset text is --model gpt's (nanoGPT's get_batch)");
+  if (c.optimizer == OptimizerKind::adamw) throw UsageError("--optimizer adamw is --model gpt's (sgd or adam here)");
   if (c.dataset == DatasetKind::toy && (c.layers.front() != 2 || c.layers.back() != 2)) {
     throw UsageError(
         fmt::format("--dataset toy has 2 features and 2 classes: --layers must start and end with 2 "
@@ -326,16 +196,24 @@ void validate(const Config& c) {
                     "(dataset {} / world size {})",
                     c.batch_size, shard, c.dataset_size(), c.world_size));
   }
-  if (c.comm_hook.name != "none" && c.average != Average::predivide) {
-    throw UsageError(fmt::format("--comm-hook {} replaces DDP's averaging: --average must stay predivide (got {})",
-                                 c.comm_hook.name, choice_names().average[static_cast<size_t>(c.average)]));
-  }
   check_footprint(footprint(c), "--layers, --world-size, --samples, --batch-size");
   validate_uneven(c);
 }
 
 Footprint footprint(const Config& c) {
   Footprint f;
+  if (c.is_gpt()) {
+    const gpt::GptConfig& m = c.gpt;
+    const int64_t vocab = m.vocab_size > 0 ? m.vocab_size : 256;  // before the data is read: a byte vocabulary's most
+    f.parameters = gpt::gpt_parameter_count(m, vocab);
+    f.copies = 5;               // the parameter, its gradient, its bucket slot, AdamW's exp_avg and exp_avg_sq
+    f.replicas = c.world_size;  // the simulator holds them all; ddp_verify's rank 0 runs the simulator
+    // One rank's activations kept for the backward: per layer ~17 x B T C floats plus 3 x B H T T for attention,
+    // then ~3 x B T V for the logits and their gradient.
+    const int64_t bt = c.batch_size * m.block_size;
+    f.activations = m.n_layer * (17 * bt * m.n_embd + 3 * bt * m.n_head * m.block_size) + 3 * bt * vocab;
+    return f;
+  }
   int64_t widths = 0;
   if (c.is_mlp()) {
     for (size_t i = 0; i < c.layers.size(); ++i) {
@@ -358,11 +236,36 @@ Footprint footprint(const Config& c) {
 
 std::vector<std::string> to_args(const Config& c) {
   std::vector<std::string> args;
-  const Config def;
-  for (const FlagSpec& f : flag_table()) {
-    if (f.omit_default && f.write(c) == f.write(def)) continue;
+  Config def;
+  if (c.is_gpt()) {
+    def.model = "gpt";
+    apply_gpt_defaults(def);
+  }
+  const auto add = [&](const FlagSpec& f) {
     args.push_back(std::string("--") + f.name);
     args.push_back(f.write(c));
+  };
+  if (c.is_gpt()) {  // its goldens' order, every flag written; then the later ones, when set
+    const auto& order = gpt_args_order();
+    for (const std::string& name : order) {
+      for (const FlagSpec& f : flag_table()) {
+        if (name == f.name) add(f);
+      }
+    }
+    for (const FlagSpec& f : flag_table()) {
+      const bool listed = std::find(order.begin(), order.end(), f.name) != order.end();
+      if (!listed && f.applies == Applies::all && f.write(c) != f.write(def)) {
+        if (std::string(f.name) == "powersgd-rank" || std::string(f.name) == "powersgd-start-iter") {
+          if (c.comm_hook.name != "powersgd") continue;
+        }
+        add(f);
+      }
+    }
+    return args;
+  }
+  for (const FlagSpec& f : flag_table()) {
+    if (f.applies == Applies::gpt || (f.omit_default && f.write(c) == f.write(def))) continue;
+    add(f);
   }
   return args;
 }
@@ -375,7 +278,45 @@ std::pair<std::string, int64_t> last_parameter(const Config& c) {
   return {p.name, p.numel()};
 }
 
+namespace {
+
+std::string describe_gpt(const Config& c) {
+  const gpt::GptConfig& m = c.gpt;
+  std::string s = fmt::format(
+      "world_size={} | GPT {} layers, {} heads, n_embd {}, block {}, vocab {}{}{}{} | batch {} x {} micro | adamw "
+      "lr={} wd={} | {} steps",
+      c.world_size, m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? "" : ", no bias",
+      m.dropout > 0 ? fmt::format(", dropout {}", m.dropout) : "",
+      m.gelu == nn::GeluApproximate::kTanh ? ", gelu tanh" : "", c.batch_size, c.no_sync, c.lr, c.weight_decay,
+      c.steps);
+  if (c.clip_grad_norm > 0) s += fmt::format(" | clip {}", c.clip_grad_norm);
+  if (m.aux_head_every > 0) {
+    s += fmt::format(" | aux head every {} steps, find_unused_parameters={}", m.aux_head_every,
+                     c.find_unused_parameters ? "True" : "False");
+  }
+  if (c.static_graph) s += " | static_graph";
+  if (c.gradient_as_bucket_view) s += " | gradient_as_bucket_view";
+  s += c.zero_grad_set_to_none ? " | zero_grad(set_to_none=True)" : " | zero_grad(set_to_none=False)";
+  if (c.comm_hook.name != "none") s += " | " + describe(c.comm_hook);
+  return s;
+}
+
+// What every model shares at the end of the line: ZeRO, uneven inputs and Join.
+std::string describe_tail(const Config& c) {
+  std::string extra;
+  if (c.zero) extra += " | ZeroRedundancyOptimizer";
+  if (c.uneven > 0) extra += fmt::format(" | uneven={}", c.uneven);
+  if (c.join) {
+    extra += fmt::format(" | join divide_by_initial_world_size={}", c.join_divide_active ? "False" : "True");
+    if (c.join_scope == JoinScope::run) extra += " around all epochs";
+  }
+  return extra;
+}
+
+}  // namespace
+
 std::string describe(const Config& c) {
+  if (c.is_gpt()) return describe_gpt(c) + describe_tail(c);
   std::string opt = c.optimizer == OptimizerKind::sgd ? fmt::format("sgd lr={} momentum={}", c.lr, c.momentum)
                                                       : fmt::format("adam lr={}", c.lr);
   std::string model = fmt::format("MLP {}{}", fmt::join(c.layers, "-"), c.relu ? " relu" : "");
@@ -383,10 +324,10 @@ std::string describe(const Config& c) {
   std::string extra;
   if (c.seed_per_rank) extra += " | seed_per_rank";
   if (!c.broadcast_buffers) extra += " | broadcast_buffers=false";
-  if (c.zero) extra += " | ZeroRedundancyOptimizer";
   if (c.comm_hook.name != "none") extra += " | " + describe(c.comm_hook);
-  if (c.uneven > 0) extra += fmt::format(" | uneven={}", c.uneven);
-  if (c.join) extra += fmt::format(" | join divide_by_initial_world_size={}", c.join_divide_active ? "False" : "True");
+  if (c.find_unused_parameters) extra += " | find_unused_parameters";
+  if (c.clip_grad_norm > 0) extra += fmt::format(" | clip {}", c.clip_grad_norm);
+  extra += describe_tail(c);
   return fmt::format(
       "world_size={} | {} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
       "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}{}",

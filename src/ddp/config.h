@@ -11,6 +11,7 @@
 #include "src/ddp/comm_hook.h"
 #include "src/ddp/reducer.h"
 #include "src/flags.h"
+#include "src/gpt/config.h"
 #include "src/kernels.h"
 #include "src/limits.h"
 
@@ -18,8 +19,8 @@ namespace ddplab::ddp {
 
 // The choice flags, in the order of their names (loss_name() etc.): the value is the name's index.
 enum class LossKind { mse, ce, ce_probs };             // mse | ce | ce-probs
-enum class OptimizerKind { sgd, adam };                // sgd | adam
-enum class DatasetKind { random, toy, rand, digits };  // random | toy | rand | digits
+enum class OptimizerKind { sgd, adam, adamw };         // sgd | adam | adamw (--model gpt's)
+enum class DatasetKind { random, toy, rand, digits, text };  // random | toy | rand | digits | text (gpt's)
 enum class InitKind { same, per_rank, continue_ };     // same | per-rank | continue
 
 const std::string& loss_name(LossKind k);
@@ -30,10 +31,15 @@ LossKind parse_loss(const std::string& s);
 OptimizerKind parse_optimizer(const std::string& s);
 InitKind parse_init(const std::string& s);
 
+// One Join context per epoch (as ddplab's training loops have written it) or one around all epochs (as
+// PyTorch's Join tutorial writes it: a rank out of batches goes on into the next epoch).
+enum class JoinScope { epoch, run };  // epoch | run
+
 struct Config {
   int64_t world_size = 2;
   // model: "mlp" is an MLP layers[0] -> ... -> layers.back() (state_dict names layers.N), optional ReLU
-  // between layers; "cnn" or a spec (src/model/spec.h) is an nn.Sequential (names 0.weight, ...).
+  // between layers; "cnn" or a spec (src/model/spec.h) is an nn.Sequential (names 0.weight, ...); "gpt" is
+  // nanoGPT's model (src/gpt/), its shape in `gpt` and its data nanoGPT's get_batch steps.
   std::string model = "mlp";
   std::vector<int64_t> layers = {6, 4, 2};
   bool relu = false;
@@ -71,6 +77,20 @@ struct Config {
   bool join_divide_active = false;
   Kernels kernels = Kernels::fast;  // Linear's products: OpenBLAS (PyTorch's calls) or fixed-order loops
   bool zero = false;  // the optimizer as torch's ZeroRedundancyOptimizer (src/ddp/zero.h): state sharded by rank
+  JoinScope join_scope = JoinScope::epoch;
+  // DDP's constructor arguments and the training loop's steps, on every model.
+  bool find_unused_parameters = false;
+  bool static_graph = false;
+  bool gradient_as_bucket_view = false;
+  bool zero_grad_set_to_none = true;  // optimizer.zero_grad(set_to_none=...): torch 1.13's default is False
+  double clip_grad_norm = 0.0;        // clip_grad_norm_(max_norm) after the all-reduce; 0: no clipping
+  // --model gpt: nanoGPT's GPTConfig and train.py (data is then a text file, seed_per_rank its seed_offset:
+  // rank r seeds seed + r before the model). vocab_size comes from the data.
+  gpt::GptConfig gpt;
+  int64_t steps = 4;  // optimizer steps, each of no_sync micro-batches
+  int64_t eval_every = 0;
+  int64_t eval_iters = 2;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
   // Not a DDP flag (not in the flag table, to_args or the ranks' agreement): the simulator's threads,
   // --threads (threads_from_flags in src/parallel.h). No result depends on it. 0: every available core.
   int threads = 0;
@@ -80,11 +100,14 @@ struct Config {
 
   int64_t dataset_size() const;  // the training set's: toy 5, digits 1500, else --samples
   bool is_mlp() const { return model == "mlp"; }
+  bool is_gpt() const { return model == "gpt"; }
   std::string model_spec() const;             // the layers, as a spec (the presets expanded)
   std::vector<int64_t> sample_shape() const;  // one input sample's shape: {in}, or {1, 8, 8} for images
   int64_t num_classes() const;                // width of y / number of labels
   int64_t num_samples_per_rank() const;       // DistributedSampler's num_samples
-  int64_t batches_per_epoch() const;          // the DataLoader's batches per rank and epoch (before --uneven)
+  int64_t batches_per_epoch() const;          // the DataLoader's batches per rank and epoch (before --uneven);
+                                              // gpt: its one "epoch" of steps x no_sync micro-batches
+  int64_t epoch_count() const { return is_gpt() ? 1 : epochs; }
 };
 
 constexpr int64_t kMaxWorldSize = 64;
@@ -108,5 +131,9 @@ std::pair<std::string, int64_t> last_parameter(const Config& cfg);
 std::string describe(const Config& cfg);
 // The usage text of the shared flags.
 const char* config_usage();
+// A default --model gpt Config: nanoGPT's defaults (batch size 4, seed 1337, lr 1e-3, AdamW, GPL-3's text).
+Config gpt_config();
+// Whether argv names --model gpt (the defaults differ: nanoGPT's batch size, seed and learning rate).
+bool wants_gpt(int argc, char** argv);
 
 }  // namespace ddplab::ddp

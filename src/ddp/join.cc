@@ -48,16 +48,13 @@ void validate_uneven(const Config& c) {
   if (c.join && c.average != Average::predivide) {
     throw UsageError("--join follows DDP's predivide (grad * 1/divisor, then SUM): it takes --average predivide only");
   }
-  if (c.zero && (c.uneven > 0 || c.join)) {
+  if (c.join && c.find_unused_parameters) {
     throw UsageError(
-        "--zero with --uneven or --join is not modelled (Join([ddp, zero]) shadows the optimizer's "
-        "broadcasts too)");
-  }
-  if (c.join && c.comm_hook.name != "none") {
-    throw UsageError("--join with --comm-hook " + c.comm_hook.name +
-                     " is not modelled (a joined rank runs the hook on zero buckets): --join takes no --comm-hook");
+        "--join with --find-unused-parameters true is not modelled (a joined rank's share of the used-parameter map "
+        "is not measured): use one or the other");
   }
   if (c.join_divide_active && !c.join) throw UsageError("--join-divide active takes effect only with --join true");
+  if (c.join_scope == JoinScope::run && !c.join) throw UsageError("--join-scope run takes effect only with --join true");
 }
 
 std::string no_join_line(const Config& cfg, int64_t epoch, int64_t b, const Reducer& layout) {
@@ -82,16 +79,21 @@ std::string join_summary(const Config& cfg) {
   if (cfg.uneven == 0 && !cfg.join) return "";
   std::vector<int64_t> counts;
   for (int64_t r = 0; r < cfg.world_size; ++r) counts.push_back(rank_batches(cfg, r));
-  std::string s = fmt::format("uneven inputs: batches per rank and epoch [{}] of {}", fmt::join(counts, ", "),
-                              cfg.batches_per_epoch());
+  std::string s = fmt::format("uneven inputs: {} per rank{} [{}] of {}", cfg.is_gpt() ? "optimizer steps" : "batches",
+                              cfg.is_gpt() ? "" : " and epoch", fmt::join(counts, ", "), cfg.batches_per_epoch());
   if (!cfg.join) return s + "; no Join: the run stops where a rank runs out";
   return s + fmt::format(
                  "; Join: a rank out of batches shadows every bucket all-reduce with zeros and does not step, the "
                  "others predivide by {} (divide_by_initial_world_size={}); DDP's buffer broadcast comes from the "
-                 "highest active rank; after each epoch rank {} (the highest of the last joiners) broadcasts its "
-                 "parameters and buffers",
-                 cfg.join_divide_active ? "the ranks still active" : "the world size",
-                 cfg.join_divide_active ? "False" : "True", authoritative_rank(cfg));
+                 "highest active rank; {} rank {} (the highest of the last joiners) broadcasts its parameters and "
+                 "buffers",
+                 cfg.comm_hook.name != "none" ? "the hook's own division by the world size"
+                 : cfg.join_divide_active     ? "the ranks still active"
+                                              : "the world size",
+                 cfg.join_divide_active ? "False" : "True",
+                 cfg.join_scope == JoinScope::run ? "one Join around all epochs: after the last epoch"
+                                                  : "after each epoch",
+                 authoritative_rank(cfg));
 }
 
 }  // namespace ddplab::ddp

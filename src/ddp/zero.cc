@@ -10,17 +10,32 @@
 namespace ddplab::ddp {
 
 std::vector<std::vector<size_t>> zero_partition(const std::vector<int64_t>& numels, int64_t world_size) {
-  std::vector<size_t> order(numels.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  // Python's sorted(key=numel, reverse=True) is stable: equal sizes keep their model order.
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return numels[a] > numels[b]; });
+  std::vector<size_t> all(numels.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  return zero_partition(numels, {all}, world_size);
+}
+
+std::vector<std::vector<size_t>> zero_partition(const std::vector<int64_t>& numels,
+                                                const std::vector<std::vector<size_t>>& groups, int64_t world_size,
+                                                std::vector<std::vector<std::vector<size_t>>>* per_group) {
   std::vector<std::vector<size_t>> partition(static_cast<size_t>(world_size));
-  std::vector<int64_t> sizes(static_cast<size_t>(world_size), 0);
-  for (size_t i : order) {
-    // _get_min_index: the first rank whose total is strictly below every earlier one's (ties: lowest rank).
-    const size_t r = static_cast<size_t>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
-    partition[r].push_back(i);
-    sizes[r] += numels[i];
+  std::vector<int64_t> sizes(static_cast<size_t>(world_size), 0);  // carried from group to group
+  if (per_group) per_group->assign(static_cast<size_t>(world_size), {});
+  for (const std::vector<size_t>& group : groups) {
+    std::vector<size_t> order = group;
+    // Python's sorted(key=numel, reverse=True) is stable: equal sizes keep their model order.
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return numels[a] > numels[b]; });
+    std::vector<std::vector<size_t>> mine(static_cast<size_t>(world_size));
+    for (size_t i : order) {
+      // _get_min_index: the first rank whose total is strictly below every earlier one's (ties: lowest rank).
+      const size_t r = static_cast<size_t>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
+      mine[r].push_back(i);
+      sizes[r] += numels[i];
+    }
+    for (size_t r = 0; r < mine.size(); ++r) {
+      partition[r].insert(partition[r].end(), mine[r].begin(), mine[r].end());
+      if (per_group) (*per_group)[r].push_back(mine[r]);
+    }
   }
   return partition;
 }
@@ -50,6 +65,20 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Parameter*> params,
   local_ = make_local(std::move(shard));
 }
 
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Parameter*> params,
+                                                 const std::vector<std::vector<size_t>>& groups, int64_t world_size,
+                                                 int64_t rank, const GroupFactory& make_local)
+    : Optimizer(std::move(params)) {
+  std::vector<std::vector<std::vector<size_t>>> per_group;
+  partition_ = zero_partition(numels_of(params_), groups, world_size, &per_group);
+  std::vector<std::vector<Parameter*>> shard;
+  for (const auto& g : per_group[static_cast<size_t>(rank)]) {
+    shard.emplace_back();
+    for (size_t i : g) shard.back().push_back(params_[i]);
+  }
+  local_ = make_local(std::move(shard));
+}
+
 std::string zero_block(const std::vector<Parameter*>& params, const std::vector<std::vector<size_t>>& partition,
                        const std::vector<int64_t>& state_numel) {
   const int64_t plain = std::accumulate(state_numel.begin(), state_numel.end(), int64_t{0});
@@ -71,17 +100,6 @@ std::string zero_block(const std::vector<Parameter*>& params, const std::vector<
                        fmt::join(names, " "));
   }
   return out;
-}
-
-void refuse_zero_for_gpt(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--zero" || a.rfind("--zero=", 0) == 0) {
-      throw UsageError(
-          "--zero (ZeroRedundancyOptimizer) runs on --model mlp, cnn and specs, not --model gpt (its own "
-          "optimizer flags)");
-    }
-  }
 }
 
 }  // namespace ddplab::ddp

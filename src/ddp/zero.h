@@ -20,6 +20,12 @@ namespace ddplab::ddp {
 // sorted by numel, largest first, with a stable sort (ties keep model order); each goes to the first rank with
 // the smallest running numel total. Result: per rank, its parameters in that sorted order (the broadcast order).
 std::vector<std::vector<size_t>> zero_partition(const std::vector<int64_t>& numels, int64_t world_size);
+// The same over the optimizer's param groups (indices into `numels`, group by group): each group sorted and
+// assigned in turn, the ranks' running totals carried from one group to the next. Per rank: its parameters
+// group by group; `per_group` (optional) gets them per rank and group.
+std::vector<std::vector<size_t>> zero_partition(const std::vector<int64_t>& numels,
+                                                const std::vector<std::vector<size_t>>& groups, int64_t world_size,
+                                                std::vector<std::vector<std::vector<size_t>>>* per_group = nullptr);
 
 // _sync_params: for rank 0, 1, ...: each parameter of that rank's partition, in partition order, broadcast
 // from its owner. `broadcast(param, owner)` does one (the verifier over the Communicator, the simulator by
@@ -35,6 +41,11 @@ class ZeroRedundancyOptimizer : public Optimizer {
   using LocalFactory = std::function<std::unique_ptr<Optimizer>(std::vector<Parameter*>)>;
   ZeroRedundancyOptimizer(std::vector<Parameter*> params, int64_t world_size, int64_t rank,
                           const LocalFactory& make_local);
+  // Over param groups (`groups`: indices into params): make_local gets this rank's shard of each group, in
+  // group order (a group may be empty), and builds the optimizer over them with each group's options.
+  using GroupFactory = std::function<std::unique_ptr<Optimizer>(std::vector<std::vector<Parameter*>>)>;
+  ZeroRedundancyOptimizer(std::vector<Parameter*> params, const std::vector<std::vector<size_t>>& groups,
+                          int64_t world_size, int64_t rank, const GroupFactory& make_local);
   void step() override { local_->step(); }
   int64_t state_numel() const override { return local_->state_numel(); }
   const std::vector<std::vector<size_t>>& partition() const { return partition_; }
@@ -49,9 +60,5 @@ class ZeroRedundancyOptimizer : public Optimizer {
 // state in floats and bytes against plain DDP's (every rank holding the whole state: the sum of the shards').
 std::string zero_block(const std::vector<Parameter*>& params, const std::vector<std::vector<size_t>>& partition,
                        const std::vector<int64_t>& state_numel);
-
-// ddp_sim / ddp_verify --model gpt (its own flags, src/gpt/run_config.cc): a --zero flag is refused with a
-// UsageError saying where ZeroRedundancyOptimizer runs, rather than "unknown flag".
-void refuse_zero_for_gpt(int argc, char** argv);
 
 }  // namespace ddplab::ddp

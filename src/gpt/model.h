@@ -14,23 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "src/gpt/config.h"
 #include "src/nn/activations.h"
 #include "src/tensor.h"
 #include "src/torch_rng.h"
 
 namespace ddplab::gpt {
 
-struct GptConfig {
-  int64_t vocab_size = 0;
-  int64_t block_size = 16;
-  int64_t n_layer = 2;
-  int64_t n_head = 2;
-  int64_t n_embd = 32;
-  double dropout = 0.0;
-  bool bias = true;  // Linear and LayerNorm biases (nanoGPT's bias=False drops them all)
-  nn::GeluApproximate gelu = nn::GeluApproximate::kNone;
-  int64_t aux_head_every = 0;  // > 0: an aux_head Linear(C, V, bias=False), used on steps % K == 0
-};
 
 // One forward's saved tensors, per block (the backward reads them).
 struct BlockActs;

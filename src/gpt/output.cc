@@ -1,5 +1,7 @@
 #include "src/gpt/output.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "src/compare.h"
@@ -52,21 +54,28 @@ RankRecord record_of(const GptRank& rank) {
     r.params.emplace_back(p->data(), p->data() + p->numel());
   }
   r.log = rank.log;
+  r.log.clip_norms = rank.clip_norms;  // the training loop's clip_grad_norm_ results
   return r;
 }
 
 std::string gpt_summary(const RunConfig& cfg, const std::vector<RankRecord>& ranks) {
   std::string out;
   const size_t micro = static_cast<size_t>(cfg.no_sync);
-  const size_t n = ranks.empty() ? 0 : ranks[0].log.losses.size();
+  size_t n = 0;  // under --uneven the ranks ran different numbers of steps
+  for (const RankRecord& r : ranks) n = std::max(n, r.log.losses.size());
   for (size_t i = 0; i < n; ++i) {
     std::string line = fmt::format("step {:3d}", i / micro);
     if (micro > 1) line += fmt::format(" micro {}", i % micro);
-    for (size_t r = 0; r < ranks.size(); ++r) line += fmt::format(" | rank{} loss {:.6f}", r, ranks[r].log.losses[i]);
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const auto& l = ranks[r].log.losses;
+      line += i < l.size() ? fmt::format(" | rank{} loss {:.6f}", r, l[i]) : fmt::format(" | rank{} joined", r);
+    }
     const size_t step = i / micro;
     if (i % micro == micro - 1 && step < ranks[0].log.clip_norms.size()) {
       bool same = true;  // the averaged gradients are equal, so is every rank's norm
-      for (const RankRecord& r : ranks) same = same && r.log.clip_norms[step] == ranks[0].log.clip_norms[step];
+      for (const RankRecord& r : ranks) {
+        same = same && (step >= r.log.clip_norms.size() || r.log.clip_norms[step] == ranks[0].log.clip_norms[step]);
+      }
       line += fmt::format(" | clip_grad_norm_ total {}{}", python_float_repr(ranks[0].log.clip_norms[step]),
                           same ? " on every rank" : " on rank 0, OTHER RANKS DIFFER");
     }
@@ -75,6 +84,7 @@ std::string gpt_summary(const RunConfig& cfg, const std::vector<RankRecord>& ran
   for (size_t e = 0; ranks.size() && e < ranks[0].log.evals.size(); ++e) {
     std::string line = fmt::format("eval at step {}", ranks[0].log.evals[e].step);
     for (size_t r = 0; r < ranks.size(); ++r) {
+      if (e >= ranks[r].log.evals.size()) continue;
       line +=
           fmt::format(" | rank{} train {:.4f} val {:.4f}", r, ranks[r].log.evals[e].train, ranks[r].log.evals[e].val);
     }
@@ -101,7 +111,7 @@ std::string gpt_dump_json(const RunConfig& cfg, const std::vector<RankRecord>& r
   std::string s = fmt::format("{{\"world_size\": {}", cfg.world_size);
   if (!backend.empty()) s += fmt::format(", \"backend\": {}", json_string(backend));
   std::vector<std::string> args;
-  for (const std::string& a : gpt_to_args(cfg)) args.push_back(json_string(a));
+  for (const std::string& a : ddp::to_args(cfg)) args.push_back(json_string(a));
   s += fmt::format(", \"args\": [{}]", fmt::join(args, ", "));
   std::vector<std::string> reps, losses, evals, norms;
   for (const RankRecord& r : ranks) {

@@ -1,0 +1,90 @@
+// The one training loop of DDP, for every model and wherever its ranks run: the simulator runs every rank in
+// one process and reduces in memory (sim_sync.h), a real rank runs one and talks over its Communicator
+// (rank_sync.h). Per synchronised micro-batch: DDP's buffer broadcast, forward and backward on every rank
+// that has data, find_unused_parameters, the bucketed all-reduce (or the comm hook), the bucket rebuild,
+// clip_grad_norm_, optimizer.step() and zero_grad, ZeroRedundancyOptimizer's broadcast; around it no_sync
+// accumulation, uneven inputs and torch.distributed.algorithms.Join (one per epoch, or one around the run).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/ddp/comm_hook.h"
+#include "src/ddp/config.h"
+#include "src/ddp/rank.h"
+#include "src/parallel.h"
+
+namespace ddplab::ddp {
+
+struct Replica;
+
+// DDP's "Expected to have finished reduction in the prior iteration" (find_unused_parameters=False and a
+// parameter that got no grad): raised at the next training forward, as torch 1.13 raises it.
+struct UnfinishedReduction {
+  int64_t step, micro;              // where the next forward was
+  std::vector<std::string> params;  // the parameters that got no grad
+  std::vector<size_t> indices;      // their indices in parameters()
+};
+// The message torch 1.13 raises (with TORCH_DISTRIBUTED_DEBUG=DETAIL's parameter names), and why.
+std::string unfinished_reduction_message(const UnfinishedReduction& e);
+
+// How the ranks this process runs meet the others'. Every member but allreduce may be empty when the run
+// cannot need it.
+struct LoopSync {
+  // All-reduce the first `num_buckets` buckets of the local ranks' reducers (a joined rank's Reducer gives
+  // zeros: Join's shadow all-reduce). Returns rank 0's hook reports, one per bucket, when a hook runs.
+  std::function<std::vector<HookReport>(const std::vector<Reducer*>&, size_t num_buckets)> allreduce;
+  // find_unused_parameters: each local rank's unused flags -> the parameters no rank in the world used.
+  std::function<std::vector<bool>(const std::vector<std::vector<bool>>&)> global_unused;
+  // DDP's buffer broadcast from rank `src`; with_params: Join's final model broadcast (parameters, then buffers).
+  std::function<void(const std::vector<TrainingRank*>&, int64_t src, bool with_params)> sync_state;
+  // Once every local rank has stepped (ZeroRedundancyOptimizer._sync_params, --zero).
+  std::function<void(const std::vector<TrainingRank*>&)> after_step;
+  // --uneven without --join, on a real rank that ran out: it must not pair a collective with the others'.
+  std::function<void(const std::string& line)> out_of_batches;
+  // Where the local ranks compute side by side between collectives (null: one after the other). Each
+  // writes only its own model, generator and log, so the bits do not depend on it.
+  ThreadPool* pool = nullptr;
+  bool progress = false;  // show micro-batches done on a terminal (src/progress.h)
+};
+
+// Which micro-batches all-reduce: every no_sync-th one and the last of the epoch.
+inline bool is_sync_batch(const Config& cfg, size_t b, size_t num_batches) {
+  return (b + 1) % static_cast<size_t>(cfg.no_sync) == 0 || b + 1 == num_batches;
+}
+
+// DDP's buffer broadcast (broadcast_buffers=True): before a training forward, when the forward before it
+// synchronised gradients (or it is the first), every rank takes rank 0's buffers.
+inline bool syncs_buffers_before(const Config& cfg, size_t b, size_t num_batches) {
+  return cfg.broadcast_buffers && (b == 0 || is_sync_batch(cfg, b - 1, num_batches));
+}
+
+struct BatchLog {
+  int64_t epoch, rank, batch_size;
+  float loss;
+};
+
+struct TrainLog {
+  std::vector<std::vector<std::vector<int64_t>>> sampler_indices;  // [epoch][local rank] (sequential models)
+  std::vector<BatchLog> log;                                       // in (round, local rank) order
+  int64_t optimizer_steps = 0;                                     // synchronised steps of the run
+  std::vector<float> single_losses;                                // `single`'s loss per batch
+  std::string buckets_first, buckets_rebuilt;
+  std::vector<std::string> notes;            // what DDP did with parameters that got no grad, step by step
+  std::optional<UnfinishedReduction> error;  // set when training stopped on DDP's error
+  std::vector<std::vector<HookReport>> hook_reports;  // --comm-hook: [synchronised step][bucket]
+};
+
+// DDP(model) for one rank: with cfg.broadcast, `broadcast(rank)` gives it rank 0's parameters and buffers;
+// then its Reducer, with cfg.comm_hook registered (compared with the built-in averaging when cfg.compare_hook).
+void init_ddp(const Config& cfg, TrainingRank& rank, const std::function<void(TrainingRank&)>& broadcast);
+
+// Trains `local` (DDP(model) done: init_ddp) for the run cfg describes. `single` (the simulator's
+// --compare-single-device, sequential models only) trains on the union of the local ranks' batches.
+TrainLog run_training(const Config& cfg, const std::vector<TrainingRank*>& local, const LoopSync& sync,
+                      Replica* single = nullptr);
+
+}  // namespace ddplab::ddp
