@@ -156,6 +156,10 @@ def parse(argv):
 
 def config_doc(a):
     d = {k: v for k, v in vars(a).items() if k not in ('dump_params', 'single')}
+    # The ZeRO/Join flags only when given (so that the goldens written before them stay byte-identical).
+    for k, default in (('zero', False), ('uneven', 0), ('join', False)):
+        if d[k] == default:
+            del d[k]
     d['betas'] = list(a.betas)
     return d
 

@@ -70,9 +70,9 @@ def trace_collectives(log):
                    f'{"zeros" if not bool(t.any()) else "in=" + ("%g" % t.flatten()[0].item())}')
         return ar(t, op=op, group=group, async_op=async_op)
 
-    def broadcast(t, src, group=None, async_op=False):
-        log.append(f'broadcast src={src} n={t.numel()}')
-        return bc(t, src, group=group, async_op=async_op)
+    def broadcast(tensor, src, group=None, async_op=False):  # ZeRO calls it with keywords
+        log.append(f'broadcast src={src} n={tensor.numel()}')
+        return bc(tensor, src, group=group, async_op=async_op)
 
     def broadcast_coalesced(pg, tensors, size, src):
         log.append(f'broadcast_coalesced src={src} tensors={len(tensors)}')
