@@ -102,10 +102,13 @@ def parser():
     ap.add_argument('--zero', type=bool_flag, default=False)
     add_comm_hook_flags(ap.add_argument)
     # Uneven inputs: rank r trains on the first B - K*r batches of each epoch; --join wraps each epoch's loop
-    # in torch.distributed.algorithms.Join([ddp], divide_by_initial_world_size=(--join-divide initial)).
+    # in torch.distributed.algorithms.Join([ddp], divide_by_initial_world_size=(--join-divide initial)), or
+    # Join([ddp, zero]) with --zero true. --join-scope run: one Join around all epochs instead of one per epoch
+    # (PyTorch's Join tutorial's way: a rank that runs out of batches in epoch e goes on into epoch e+1).
     ap.add_argument('--uneven', type=int, default=0)
     ap.add_argument('--join', type=bool_flag, default=False)
     ap.add_argument('--join-divide', choices=['initial', 'active'], default='initial')
+    ap.add_argument('--join-scope', choices=['epoch', 'run'], default='epoch')
     ap.add_argument('--dump-params')
     return ap
 
@@ -135,10 +138,8 @@ def parse(argv):
         ap.error('--uneven without --join true blocks in an all-reduce until the timeout: not an oracle')
     if (a.uneven > 0 or a.join) and a.no_sync != 1:
         ap.error('--uneven and --join run with --no-sync 1 only')
-    if (a.uneven > 0 or a.join) and a.zero:
-        ap.error('--zero with --uneven or --join is not modelled')
-    if a.join and a.comm_hook != 'none':
-        ap.error('--join with a --comm-hook is not modelled')
+    if a.join_scope != 'epoch' and not a.join:
+        ap.error('--join-scope run needs --join true')
     return a
 
 
@@ -320,16 +321,21 @@ def worker(rank, a, init_file, result_dir):
         loader = DataLoader(ds, batch_size=a.batch_size, sampler=sampler, drop_last=a.loader_drop_last)
 
         indices, losses = [], []
-        for epoch in range(a.epochs):
-            if a.set_epoch:
-                sampler.set_epoch(epoch)
-            indices.append([int(i) for i in sampler])
-            batches = list(loader)
-            batches = batches[:len(batches) - a.uneven * rank]  # a loop that breaks early
-            join = (Join([ddp], divide_by_initial_world_size=a.join_divide == 'initial') if a.join
+        joinables = [ddp, opt] if a.zero else [ddp]
+
+        def make_join():
+            return (Join(joinables, divide_by_initial_world_size=a.join_divide == 'initial') if a.join
                     else contextlib.nullcontext())
-            with join:
-                run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses)
+        # --join-scope run: `with Join(...): for epoch ...: for batch ...` (one context for the whole run).
+        with (make_join() if a.join_scope == 'run' else contextlib.nullcontext()):
+            for epoch in range(a.epochs):
+                if a.set_epoch:
+                    sampler.set_epoch(epoch)
+                indices.append([int(i) for i in sampler])
+                batches = list(loader)
+                batches = batches[:len(batches) - a.uneven * rank]  # a loop that breaks early
+                with (make_join() if a.join_scope == 'epoch' else contextlib.nullcontext()):
+                    run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses)
 
         doc = {'indices': indices, 'losses': losses}
         if a.dataset == 'digits':  # DDP(model).eval() under no_grad, as a training script evaluates

@@ -27,6 +27,7 @@ os.environ.update(OPENBLAS_CORETYPE='Prescott', OPENBLAS_NUM_THREADS='1', ATEN_C
 os.environ.setdefault('TORCH_DISTRIBUTED_DEBUG', 'DETAIL')
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
@@ -103,6 +104,12 @@ def parser():
     add('--gradient-as-bucket-view', type=bool_flag, default=False)
     add('--zero-grad', choices=['zeros', 'none'], default='none')
     add('--bucket-cap-mb', type=float, default=25.0)
+    # torch.distributed.optim.ZeroRedundancyOptimizer with AdamW and nanoGPT's two groups (as configure_optimizer).
+    add('--zero', type=bool_flag, default=False)
+    # Uneven inputs: rank r runs --steps - K*r optimizer steps inside one `with Join([ddp])` (Join([ddp, zero])
+    # with --zero true; divide_by_initial_world_size=True, Join's default).
+    add('--uneven', type=int, default=0)
+    add('--join', type=bool_flag, default=False)
     add_comm_hook_flags(add)
     add('--single', action='store_true', help='one process, no DDP: initial state, first batch, loss, grads')
     add('--dump-params', metavar='FILE')
@@ -114,7 +121,7 @@ def parse(argv):
     a = ap.parse_args(argv)
     for name, lo in (('n_layer', 1), ('n_head', 1), ('n_embd', 1), ('block_size', 1), ('batch_size', 1),
                      ('world_size', 1), ('steps', 0), ('no_sync', 1), ('eval_every', 0), ('eval_iters', 1),
-                     ('aux_head_every', 0)):
+                     ('aux_head_every', 0), ('uneven', 0)):
         if getattr(a, name) < lo:
             ap.error(f'--{name.replace("_", "-")} must be >= {lo}, got {getattr(a, name)}')
     if a.world_size > MAX_WORLD_SIZE:
@@ -127,6 +134,16 @@ def parse(argv):
         ap.error(f'--bucket-cap-mb must be > 0, got {a.bucket_cap_mb}')
     if a.clip_grad_norm < 0:
         ap.error(f'--clip-grad-norm must be >= 0, got {a.clip_grad_norm}')
+    if a.uneven > 0 and not a.join:
+        ap.error('--uneven without --join true blocks in an all-reduce until the timeout: not an oracle')
+    if a.join and a.no_sync != 1:
+        ap.error('--join runs with --no-sync 1 only')
+    if a.join and a.eval_every > 0:
+        ap.error('--join with --eval-every is not modelled (an eval forward inside Join is a collective)')
+    if a.uneven * (a.world_size - 1) > a.steps:
+        ap.error(f'--uneven {a.uneven}: rank {a.world_size - 1} would run fewer than 0 of --steps {a.steps}')
+    if a.zero and a.comm_hook != 'none':
+        ap.error('--zero with a --comm-hook is not modelled')
     if not os.path.isfile(a.data):
         ap.error(f'--data {a.data}: no such file')
     n = os.path.getsize(a.data)
@@ -139,6 +156,10 @@ def parse(argv):
 
 def config_doc(a):
     d = {k: v for k, v in vars(a).items() if k not in ('dump_params', 'single')}
+    # The ZeRO/Join flags only when given (so that the goldens written before them stay byte-identical).
+    for k, default in (('zero', False), ('uneven', 0), ('join', False)):
+        if d[k] == default:
+            del d[k]
     d['betas'] = list(a.betas)
     return d
 
@@ -230,68 +251,101 @@ def estimate_loss(model, data, a):
     return out
 
 
+def make_optimizer(model, a):
+    """nanoGPT's AdamW (configure_optimizer), or with --zero true ZeroRedundancyOptimizer over the same two
+    groups (decay: dim >= 2, none: the rest; named_parameters order), same hyperparameters, its defaults
+    otherwise (parameters_as_bucket_view=False, overlap_with_ddp=False)."""
+    opt = configure_optimizer(model, a.weight_decay, a.lr, a.betas)
+    if not a.zero:
+        return opt
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    groups = [{'params': g['params'], 'weight_decay': g['weight_decay']} for g in opt.param_groups]
+    return ZeroRedundancyOptimizer(groups, optimizer_class=torch.optim.AdamW, lr=a.lr, betas=a.betas, eps=1e-8,
+                                   foreach=False)
+
+
+def zero_record(model, opt):
+    """The partition as 1.13's ZeroRedundancyOptimizer computed it (_partition_parameters(): per rank, per param
+    group, the names in the order the local optimizer holds them) and this rank's optimizer-state floats (the local
+    AdamW's state tensors with dim > 0: exp_avg, exp_avg_sq; the 0-dim step counters left out)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {'partition': [[[names[id(p)] for p in g['params']] for g in groups]
+                          for groups in opt._partition_parameters()],
+            'state_numel': sum(t.numel() for st in opt.optim.state.values() for t in st.values()
+                               if torch.is_tensor(t) and t.dim() > 0),
+            'local_params': [[names[id(p)] for p in g['params']] for g in opt.optim.param_groups]}
+
+
 def train(rank, a, data, model, ddp, rec, broadcasts):
     """nanoGPT train.py's loop. rec (this rank's record) is filled as it goes, so that what happened before
     an exception is kept."""
     names = [n for n, _ in model.named_parameters()]
-    opt = configure_optimizer(model, a.weight_decay, a.lr, a.betas)
+    opt = make_optimizer(model, a)
     K = a.no_sync
     x, y, _ = data.get_batch('train', a.batch_size, a.block_size)
     where = {'step': None, 'micro': None, 'phase': 'start'}
+    steps = a.steps - a.uneven * rank  # --uneven K: rank r stops K*r steps early (then Join shadows it)
+    if a.join:
+        rec['steps_run'] = steps
+    join = contextlib.nullcontext()
+    if a.join:
+        from torch.distributed.algorithms.join import Join
+        join = Join([ddp, opt] if a.zero else [ddp])  # divide_by_initial_world_size=True (the default)
     try:
-        for step in range(a.steps):
-            where.update(step=step, micro=None, phase='eval')
-            if a.eval_every > 0 and step % a.eval_every == 0:
-                rec['eval'].append(dict(step=step, **estimate_loss(ddp, data, a)))
-            model.use_aux = aux_used(step, a.aux_head_every)
-            losses, bcast = [], []
-            rec['micro_losses'].append(losses)
-            rec['buffer_broadcasts_per_forward'].append(bcast)
-            for micro in range(K):
-                where.update(micro=micro, phase='forward')
-                # nanoGPT's accumulation: sync only on the last micro-step (what no_sync() sets).
-                ddp.require_backward_grad_sync = (micro == K - 1)
-                # Measured (tests/golden/gpt/check_facts.py a): with the aux head unused on step 1 and
-                # find_unused_parameters=False, 1.13 raises "Expected to have finished reduction in the prior
-                # iteration..." here, in step 2's DDP forward before the module's forward runs (no dropout
-                # mask drawn; the prefetched batch was already drawn). With static_graph=True, a no-sync
-                # micro-step after the first iteration fails in backward instead (1.13's internal assert
-                # "expect_autograd_hooks_ ... reducer.cpp:1490").
-                calls, rng, nb = model.forward_calls, torch.get_rng_state(), broadcasts['n']
-                try:
-                    _, loss = ddp(x, y)
-                except RuntimeError:
-                    where['module_forward_ran'] = model.forward_calls != calls
-                    where['generator_advanced'] = not torch.equal(rng, torch.get_rng_state())
-                    raise
-                bcast.append(broadcasts['n'] - nb)
-                losses.append(f32(loss.item()))
-                loss = loss / K
-                where['phase'] = 'get_batch'
-                # Prefetch: after the forward, before the backward (nanoGPT's order of generator draws).
-                x, y, _ = data.get_batch('train', a.batch_size, a.block_size)
-                where['phase'] = 'backward'
-                loss.backward()
-            where.update(micro=None, phase='after_backward')
-            # Measured (check_facts.py b): with find_unused_parameters=True an unused parameter's .grad stays
-            # as zero_grad left it (None, or zeros); AdamW skips a None grad, but a zero grad still moves the
-            # weight (decay and the moments from earlier steps).
-            rec['grad_none'].append([n for n, p in model.named_parameters() if p.grad is None])
-            rec['grad_all_zero'].append([n for n, p in model.named_parameters()
-                                         if p.grad is not None and not bool(p.grad.any())])
-            if a.clip_grad_norm > 0:
-                where['phase'] = 'clip'
-                total = torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_grad_norm)
-                rec['clip_total_norm'].append(f32(total.item()))
-            where['phase'] = 'optimizer_step'
-            before = [p.detach().clone() for p in model.parameters()]
-            opt.step()
-            rec['unchanged_by_step'].append([n for n, b, p in zip(names, before, model.parameters())
-                                             if torch.equal(b, p)])
-            opt.zero_grad(set_to_none=(a.zero_grad == 'none'))
-            if step == 0:
-                rec['buckets_after_step0'] = bucket_layout(ddp, model)
-        where.update(step=a.steps, micro=None, phase='eval')
+        with join:
+            for step in range(steps):
+                where.update(step=step, micro=None, phase='eval')
+                if a.eval_every > 0 and step % a.eval_every == 0:
+                    rec['eval'].append(dict(step=step, **estimate_loss(ddp, data, a)))
+                model.use_aux = aux_used(step, a.aux_head_every)
+                losses, bcast = [], []
+                rec['micro_losses'].append(losses)
+                rec['buffer_broadcasts_per_forward'].append(bcast)
+                for micro in range(K):
+                    where.update(micro=micro, phase='forward')
+                    # nanoGPT's accumulation: sync only on the last micro-step (what no_sync() sets).
+                    ddp.require_backward_grad_sync = (micro == K - 1)
+                    # Measured (tests/golden/gpt/check_facts.py a): with the aux head unused on step 1 and
+                    # find_unused_parameters=False, 1.13 raises "Expected to have finished reduction in the prior
+                    # iteration..." here, in step 2's DDP forward before the module's forward runs (no dropout
+                    # mask drawn; the prefetched batch was already drawn). With static_graph=True, a no-sync
+                    # micro-step after the first iteration fails in backward instead (1.13's internal assert
+                    # "expect_autograd_hooks_ ... reducer.cpp:1490").
+                    calls, rng, nb = model.forward_calls, torch.get_rng_state(), broadcasts['n']
+                    try:
+                        _, loss = ddp(x, y)
+                    except RuntimeError:
+                        where['module_forward_ran'] = model.forward_calls != calls
+                        where['generator_advanced'] = not torch.equal(rng, torch.get_rng_state())
+                        raise
+                    bcast.append(broadcasts['n'] - nb)
+                    losses.append(f32(loss.item()))
+                    loss = loss / K
+                    where['phase'] = 'get_batch'
+                    # Prefetch: after the forward, before the backward (nanoGPT's order of generator draws).
+                    x, y, _ = data.get_batch('train', a.batch_size, a.block_size)
+                    where['phase'] = 'backward'
+                    loss.backward()
+                where.update(micro=None, phase='after_backward')
+                # Measured (check_facts.py b): with find_unused_parameters=True an unused parameter's .grad stays
+                # as zero_grad left it (None, or zeros); AdamW skips a None grad, but a zero grad still moves the
+                # weight (decay and the moments from earlier steps).
+                rec['grad_none'].append([n for n, p in model.named_parameters() if p.grad is None])
+                rec['grad_all_zero'].append([n for n, p in model.named_parameters()
+                                             if p.grad is not None and not bool(p.grad.any())])
+                if a.clip_grad_norm > 0:
+                    where['phase'] = 'clip'
+                    total = torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_grad_norm)
+                    rec['clip_total_norm'].append(f32(total.item()))
+                where['phase'] = 'optimizer_step'
+                before = [p.detach().clone() for p in model.parameters()]
+                opt.step()
+                rec['unchanged_by_step'].append([n for n, b, p in zip(names, before, model.parameters())
+                                                 if torch.equal(b, p)])
+                opt.zero_grad(set_to_none=(a.zero_grad == 'none'))
+                if step == 0:
+                    rec['buckets_after_step0'] = bucket_layout(ddp, model)
+        where.update(step=steps, micro=None, phase='eval')
         if a.eval_every > 0:
             rec['eval'].append(dict(step=a.steps, **estimate_loss(ddp, data, a)))
     except Exception as e:
@@ -300,6 +354,7 @@ def train(rank, a, data, model, ddp, rec, broadcasts):
                          f'({where["phase"]}): {str(e).splitlines()[0]}\n')
         sys.stderr.flush()
     rec['buckets'] = bucket_layout(ddp, model)
+    return opt
 
 
 def worker(rank, a, port, result_dir):
@@ -323,8 +378,10 @@ def worker(rank, a, port, result_dir):
         rec = {'rank': rank, 'micro_losses': [], 'eval': [], 'clip_total_norm': [], 'grad_none': [],
                'grad_all_zero': [], 'unchanged_by_step': [], 'buffer_broadcasts_per_forward': [], 'error': None,
                'broadcasts_at_construction': broadcasts['n']}
-        train(rank, a, data, model, ddp, rec, broadcasts)
+        opt = train(rank, a, data, model, ddp, rec, broadcasts)
         rec['broadcasts_total'] = broadcasts['n']
+        if a.zero:
+            rec['zero'] = zero_record(model, opt)
         rec['params'] = params_json(model)
         write_json_atomic(os.path.join(result_dir, f'rank{rank}.json'), rec)
         dist.barrier()  # no rank tears down while a peer is in its last collective (torch 1.13 aborts it)
@@ -373,6 +430,15 @@ def run_ddp(a, argv):
         doc['params'] = replicas[0]
         if not doc['replicas_equal']:
             doc['replicas'] = replicas
+        if a.join:
+            doc['steps_run'] = [r['steps_run'] for r in ranks]
+        if a.zero:
+            parts = [r['zero']['partition'] for r in ranks]
+            if any(p != parts[0] for p in parts):
+                print('gpt_reference: the ranks computed different partitions', file=sys.stderr)
+                return 1
+            doc['zero'] = {'groups': ['decay', 'no_decay'], 'partition': parts[0],
+                           'state_numel': [r['zero']['state_numel'] for r in ranks]}
         doc['ranks'] = ranks
         print(f'gpt_reference: {a.world_size} ranks, {a.steps} steps in {wall:.2f}s', file=sys.stderr)
         if a.dump_params:

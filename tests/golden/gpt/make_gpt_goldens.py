@@ -36,6 +36,15 @@ CONFIGS = {
     'gpt_ws2_powersgd_hook': ['--comm-hook', 'powersgd', '--steps', '5'] + SMALL,
     'gpt_ws3_powersgd_rank2_hook': ['--world-size', '3', '--comm-hook', 'powersgd', '--powersgd-rank', '2',
                                     '--steps', '5'] + SMALL,
+    # ZeroRedundancyOptimizer (AdamW, nanoGPT's two groups): the partition over the groups and the state per rank.
+    'gpt_ws2_zero': ['--zero', 'true'] + SMALL,
+    'gpt_ws3_zero': ['--world-size', '3', '--zero', 'true', '--steps', '3'] + SMALL,
+    # Uneven inputs under one Join around the loop: rank r runs --steps - K*r steps.
+    'gpt_ws2_uneven1_join': ['--uneven', '1', '--join', 'true'] + SMALL,
+    'gpt_ws3_uneven1_join': ['--world-size', '3', '--uneven', '1', '--join', 'true'] + SMALL,
+    'gpt_ws2_uneven1_join_zero': ['--uneven', '1', '--join', 'true', '--zero', 'true'] + SMALL,
+    'gpt_ws3_uneven1_join_zero': ['--world-size', '3', '--uneven', '1', '--join', 'true', '--zero', 'true']
+    + SMALL,
     # C 20 and T 12: LayerNorm rows and softmax rows that are not whole AVX2 vectors (scalar tails).
     'gpt_single': ['--single', '--n-embd', '20', '--block-size', '12'],
     'gpt_single_dropout_tanh_nobias': ['--single', '--dropout', '0.1', '--gelu', 'tanh', '--bias', 'false'] + SMALL,

@@ -36,6 +36,25 @@ CONFIGS = {
     # Join with even inputs: nobody joins, but DDP's buffer broadcasts come from the highest rank and the
     # epoch ends with rank ws-1's parameters and buffers broadcast.
     'cnn_join_even_ws3': ['--world-size', '3', '--join', 'true'] + CNN,
+    # --join-scope run: one Join around all epochs (PyTorch's Join tutorial); a rank out of batches in epoch e goes
+    # on into epoch e+1, so the ranks' all-reduces pair across epochs, and only the run's end joins anybody.
+    # MLP: B = 6 per rank at ws 2; rank 1 runs 4 per epoch, three epochs (12 vs 18 steps).
+    'mlp_join_run_ws2': ['--world-size', '2', '--uneven', '2', '--join', 'true', '--join-scope', 'run']
+    + MLP[:-1] + ['3'],  # --epochs 3
+    # CNN: B = 16 per rank at ws 3 (batch 32); ranks run 16, 13, 10 per epoch, two epochs; BatchNorm buffers.
+    'cnn_join_run_ws3': ['--world-size', '3', '--uneven', '3', '--join', 'true', '--join-scope', 'run']
+    + [v if v != '1' else '2' for v in CNN],  # --epochs 2
+    # Join with a communication hook: a joined rank runs the hook on zero buckets (check_join_facts.py).
+    'mlp_join_allreduce_hook_ws2': ['--world-size', '2', '--uneven', '2', '--join', 'true', '--comm-hook',
+                                    'allreduce'] + MLP,
+    'mlp_join_fp16_hook_ws3': ['--world-size', '3', '--uneven', '1', '--join', 'true', '--comm-hook',
+                               'fp16-compress'] + MLP,
+    'mlp_join_powersgd_ws2': ['--world-size', '2', '--uneven', '2', '--join', 'true', '--comm-hook', 'powersgd',
+                              '--powersgd-start-iter', '2'] + MLP,
+    # Join([ddp, zero]) with ZeroRedundancyOptimizer: a joined rank's ZeRO hook steps its shard with the grads
+    # it has (None after zero_grad(set_to_none=True): the shard stays) and broadcasts it (check_join_facts.py).
+    'mlp_join_zero_ws2': ['--world-size', '2', '--uneven', '2', '--join', 'true', '--zero', 'true'] + MLP,
+    'cnn_join_zero_ws3': ['--world-size', '3', '--uneven', '3', '--join', 'true', '--zero', 'true'] + CNN,
 }
 
 
