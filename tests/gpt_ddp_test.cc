@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "src/flags.h"
+#include "src/ddp/zero.h"
 #include "src/gpt/train.h"
 #include "tests/testing.h"
 
@@ -78,8 +79,40 @@ void check(const std::string& name) {
       for (size_t i : rk.reducer->bucket(b).params) buckets.back().push_back(rk.params[i]->name);
     }
     EXPECT_EQ(buckets, gr["buckets"]["buckets"].get<std::vector<std::vector<std::string>>>()) << name;
+    if (g.contains("zero")) {  // 1.13's partition over AdamW's two groups, and the state each rank holds
+      const auto& zero = dynamic_cast<const ddp::ZeroRedundancyOptimizer&>(*rk.optimizer);
+      std::vector<std::string> mine, torch;
+      for (size_t i : zero.partition()[r]) mine.push_back(rk.params[i]->name);
+      for (const auto& group : g["zero"]["partition"][r]) {
+        for (const auto& n : group) torch.push_back(n.get<std::string>());
+      }
+      EXPECT_EQ(mine, torch) << name << " rank " << r << " partition";
+      EXPECT_EQ(rk.optimizer->state_numel(), g["zero"]["state_numel"][r].get<int64_t>()) << name << " rank " << r;
+    }
   }
   fmt::print("{}: {}/{} parameter floats bitwise equal over {} ranks\n", name, equal, total, res.ranks.size());
+}
+
+// ddp_sim --model gpt --threads N: the ranks compute side by side between collectives, each writing only its
+// own model, generator and log, so every bit is one thread's (dropout masks, ZeRO and Join included).
+TEST(GptDdp, ThreadsGiveTheBitsOfOneThread) {
+  RunConfig cfg = config_of(json::array({"--world-size", "3", "--dropout", "0.1", "--seed-per-rank", "--zero", "true",
+                                         "--uneven", "1", "--join", "true", "--n-embd", "16", "--block-size", "8"}));
+  const TextData data = TextData::load(cfg.data);
+  cfg.gpt.vocab_size = data.vocab_size();
+  cfg.threads = 1;
+  const GptSimResult one = simulate_gpt(cfg, data);
+  cfg.threads = 3;
+  const GptSimResult three = simulate_gpt(cfg, data);
+  int64_t floats = 0;
+  for (size_t r = 0; r < one.ranks.size(); ++r) {
+    EXPECT_EQ(one.ranks[r]->log.losses, three.ranks[r]->log.losses) << "rank " << r;
+    for (size_t i = 0; i < one.ranks[r]->params.size(); ++i) {
+      EXPECT_EQ(values(*one.ranks[r]->params[i]), values(*three.ranks[r]->params[i])) << one.ranks[r]->params[i]->name;
+      floats += one.ranks[r]->params[i]->numel();
+    }
+  }
+  fmt::print("--threads 3 vs 1: {} parameter floats over {} ranks compared bitwise\n", floats, one.ranks.size());
 }
 
 class GptDdp : public ::testing::TestWithParam<std::string> {};
@@ -93,7 +126,11 @@ INSTANTIATE_TEST_SUITE_P(Goldens, GptDdp,
                                            // torch's comm hooks (issue 18)
                                            "gpt_ws2_allreduce_hook", "gpt_ws3_allreduce_hook", "gpt_ws2_fp16_hook",
                                            "gpt_ws3_fp16_hook", "gpt_ws2_powersgd_hook",
-                                           "gpt_ws3_powersgd_rank2_hook"));
+                                           "gpt_ws3_powersgd_rank2_hook",
+                                           // ZeroRedundancyOptimizer and Join on the GPT (issue 27)
+                                           "gpt_ws2_zero", "gpt_ws3_zero", "gpt_ws2_uneven1_join",
+                                           "gpt_ws3_uneven1_join", "gpt_ws2_uneven1_join_zero",
+                                           "gpt_ws3_uneven1_join_zero"));
 
 // The same against real ranks: ddp_verify --model gpt --backend gloo, one process per rank, its dump.
 void check_verifier(const std::string& name, int expected_status) {
@@ -141,7 +178,8 @@ void check_verifier(const std::string& name, int expected_status) {
 TEST(GptDdp, VerifierOverGlooEqualsTorch) {
   for (const char* name :
        {"gpt_ws2_default", "gpt_ws4_dropout_seed_per_rank_nosync2", "gpt_ws3_clip_bucket_view_zeros",
-        "gpt_ws2_aux_find_unused", "gpt_ws2_gelu_tanh_nobias_eval", "gpt_ws3_fp16_hook", "gpt_ws2_powersgd_hook"}) {
+        "gpt_ws2_aux_find_unused", "gpt_ws2_gelu_tanh_nobias_eval", "gpt_ws3_fp16_hook", "gpt_ws2_powersgd_hook",
+        "gpt_ws3_zero", "gpt_ws3_uneven1_join", "gpt_ws3_uneven1_join_zero"}) {
     check_verifier(name, 0);
   }
   check_verifier("gpt_ws2_aux_unused_error", 1);  // torch's ranks raise; ours stop at the same step
@@ -159,7 +197,7 @@ TEST(GptDdp, EveryGoldenIsTested) {
   const json configs = testing::load_json("tests/golden/gpt/configs.json");
   int ddp = 0;
   for (const auto& [k, v] : configs.items()) ddp += k.rfind("gpt_single", 0) == 0 ? 0 : 1;
-  EXPECT_EQ(ddp, 12) << "a golden in configs.json is not in the list above";
+  EXPECT_EQ(ddp, 18) << "a golden in configs.json is not in the list above";
 }
 
 }  // namespace
