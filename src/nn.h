@@ -22,6 +22,8 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, const std::string& prefix, Generator& gen = default_generator(),
          bool reset_parameters = true, bool bias = true);
 
+  // The Matrix API (the MLP class's): an untied Linear with a bias, its grads accumulated directly (no
+  // use counting, no ready list). Modules use the Tensor API below.
   Matrix forward(const Matrix& x);  // remembers x for backward
   // Accumulates weight/bias grads; returns the grad wrt x when asked (the first layer's input needs none,
   // and PyTorch skips that product too).
