@@ -14,8 +14,9 @@ std::string torch_size(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
-Linear::Linear(int64_t in, int64_t out, const std::string& prefix, Generator& gen, bool reset_parameters)
-    : in_features(in), out_features(out) {
+Linear::Linear(int64_t in, int64_t out, const std::string& prefix, Generator& gen, bool reset_parameters,
+               bool has_bias)
+    : in_features(in), out_features(out), has_bias_(has_bias) {
   weight.name = prefix + ".weight";
   weight.shape = {out, in};
   weight.value.resize(out, in);
@@ -33,6 +34,10 @@ Linear::Linear(int64_t in, int64_t out, const std::string& prefix, Generator& ge
   const double std = gain / std::sqrt(static_cast<double>(in));
   const double bound = std::sqrt(3.0) * std;
   gen.uniform_(weight.data(), weight.numel(), -bound, bound);
+  if (!has_bias_) {
+    bias.value.setZero();
+    return;
+  }
   const double bias_bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;
   gen.uniform_(bias.data(), bias.numel(), -bias_bound, bias_bound);
 }
@@ -67,24 +72,71 @@ Matrix Linear::backward(const Matrix& grad_out, bool need_grad_input) {
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  if (x.shape.size() != 2 || x.shape[1] != in_features) {
+  if (x.shape.size() < 2 || x.shape.back() != in_features) {
     throw std::invalid_argument("Linear(" + std::to_string(in_features) + ", ...) got input " + torch_size(x.shape));
   }
-  Matrix y = forward(x.value);
-  return Tensor(std::move(y));
+  Parameter& w = effective_weight();
+  const int64_t rows = x.numel() / in_features;
+  input_ = x.value;
+  input_shape_ = x.shape;
+  std::vector<int64_t> shape = x.shape;
+  shape.back() = out_features;
+  Tensor y = Tensor::empty(shape);
+  kernels->forward(x.data(), w.data(), bias.data(), y.data(), rows, in_features, out_features);
+  count_use(w, *this);
+  if (has_bias_) count_use(bias, *this);
+  return y;
 }
 
 Tensor Linear::backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) {
-  Matrix g = backward(grad_out.value, need_grad_input);
-  ready.push_back(&bias);
-  ready.push_back(&weight);
+  Parameter& w = effective_weight();
+  const int64_t rows = grad_out.numel() / out_features;
+  // grad_weight = grad_out^T x: written straight into .grad when autograd assigns it, else summed in.
+  float* gw = direct_grad(w, *this);
+  const bool direct = gw != nullptr;
+  if (!direct) {
+    grad_scratch_.resize(out_features, in_features);
+    gw = grad_scratch_.data();
+  }
+  kernels->grad_weight(grad_out.data(), input_.data(), gw, rows, in_features, out_features);
+  if (has_bias_) {  // AccumulateGrad runs the bias's before the weight's
+    Matrix gb(out_features, 1);  // grad_out.sum(0)
+    kernels->grad_bias(grad_out.data(), gb.data(), rows, out_features);
+    add_grad(bias, *this, gb, ready);
+  }
+  if (direct) {
+    grad_written(w, *this, ready);
+  } else {
+    add_grad(w, *this, gw, ready);
+  }
   if (!need_grad_input) return Tensor();
-  return Tensor(std::move(g));
+  Tensor grad_in = Tensor::empty(input_shape_);
+  kernels->grad_input(grad_out.data(), w.data(), grad_in.data(), rows, in_features, out_features);
+  return grad_in;
+}
+
+std::vector<Parameter*> Linear::parameters() {
+  if (!has_bias_) return {&effective_weight()};
+  return {&effective_weight(), &bias};
+}
+
+std::vector<std::string> Linear::state_dict_keys() {
+  if (!has_bias_) return {weight.name};
+  return {weight.name, bias.name};
+}
+
+void Linear::tie_weight(Parameter& shared) {
+  if (shared.value.rows() != out_features || shared.value.cols() != in_features) {
+    throw std::invalid_argument(weight.name + ": cannot tie to " + shared.name + " of another shape");
+  }
+  tied_ = &shared;
+  weight.value = Matrix();  // its draws are spent; only the name (the state_dict key) is kept
+  weight.has_grad = false;
 }
 
 std::string Linear::repr() const {
   return "Linear(in_features=" + std::to_string(in_features) + ", out_features=" + std::to_string(out_features) +
-         ", bias=True)";
+         ", bias=" + (has_bias_ ? "True" : "False") + ")";
 }
 
 MLP::MLP(const std::vector<int64_t>& sizes, bool relu_between, const std::vector<std::string>& layer_names,

@@ -11,34 +11,52 @@
 
 namespace ddplab {
 
-// nn.Linear(in_features, out_features): y = x W^T + b, W is [out, in].
+// nn.Linear(in_features, out_features, bias): y = x W^T + b, W is [out, in].
 class Linear : public Module {
  public:
   // Draws exactly what reset_parameters draws, in its order: kaiming_uniform_(W, a=sqrt(5)) then
-  // uniform_(b, -1/sqrt(in), 1/sqrt(in)). With reset_parameters false nothing is drawn and both are zero
-  // (a copy of another Linear fills them).
+  // uniform_(b, -1/sqrt(in), 1/sqrt(in)) (no bias, no draw). With reset_parameters false nothing is drawn
+  // and both are zero (a copy of another Linear fills them). Without a bias F.linear is matmul(x, W^T):
+  // the products start from a zero bias (0 + s is s in every bit but a zero's sign), and `bias` stays
+  // zero and out of parameters().
   Linear(int64_t in_features, int64_t out_features, const std::string& prefix, Generator& gen = default_generator(),
-         bool reset_parameters = true);
+         bool reset_parameters = true, bool bias = true);
 
+  // The Matrix API (the MLP class's): an untied Linear with a bias, its grads accumulated directly (no
+  // use counting, no ready list). Modules use the Tensor API below.
   Matrix forward(const Matrix& x);  // remembers x for backward
   // Accumulates weight/bias grads; returns the grad wrt x when asked (the first layer's input needs none,
   // and PyTorch skips that product too).
   Matrix backward(const Matrix& grad_out, bool need_grad_input = true);
 
-  // As a Module: x is [N, in_features]. Autograd's AccumulateGrad runs the bias's before the weight's.
+  // As a Module: x is [..., in_features] (rows: every index but the last). Autograd's AccumulateGrad runs
+  // the bias's before the weight's.
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) override;
-  std::vector<Parameter*> parameters() override { return {&weight, &bias}; }
+  std::vector<Parameter*> parameters() override;
   using Module::parameters;
+  // The weight's key is this module's own ("lm_head.weight") even when it is tied to another's Parameter.
+  std::vector<std::string> state_dict_keys() override;
   void set_kernels(const LinearKernels& k) override { kernels = &k; }
   std::string repr() const override;
+
+  // Weight tying (nanoGPT's `transformer.wte.weight = lm_head.weight`): from now on this Linear computes with
+  // `shared`, and its parameters() list it; the own `weight` keeps only its name (the state_dict key).
+  void tie_weight(Parameter& shared);
+  // The weight the products use: `weight`, or the tied Parameter.
+  Parameter& effective_weight() { return tied_ != nullptr ? *tied_ : weight; }
+  bool has_bias() const { return has_bias_; }
 
   int64_t in_features, out_features;
   Parameter weight, bias;
   const LinearKernels* kernels = &cpu_kernels(Kernels::fast);  // where the products run
 
  private:
+  bool has_bias_ = true;
+  Parameter* tied_ = nullptr;
   Matrix input_;
+  std::vector<int64_t> input_shape_;  // the Module forward's
+  Matrix grad_scratch_;               // the weight's gradient when it cannot go straight into .grad
 };
 
 // A stack of Linear layers, optionally with ReLU between them (not after the last).

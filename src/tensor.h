@@ -18,6 +18,12 @@ struct Parameter {
   Matrix value;
   Matrix grad;  // meaningful only when has_grad
   bool has_grad = false;
+  // Autograd's AccumulateGrad node for this leaf (src/model/autograd.h: count_use, add_grad): the modules
+  // whose forward used it and whose gradient has not come back yet, and the sum of those that have (a
+  // parameter used by two modules, e.g. a tied weight, is accumulated once, when its last gradient arrives).
+  std::vector<const void*> users;
+  bool has_pending = false;
+  Matrix pending;
 
   int64_t numel() const { return value.size(); }
   float* data() { return value.data(); }

@@ -40,6 +40,8 @@ Tensor Conv2d::forward(const Tensor& x) {
   input_ = x;
   Tensor y = Tensor::empty({shape_.n, shape_.c_out, shape_.out_h(), shape_.out_w()});
   nn::conv2d_forward(shape_, x.data(), weight.data(), shape_.bias ? bias.data() : nullptr, y.data());
+  count_use(weight, *this);
+  if (shape_.bias) count_use(bias, *this);
   return y;
 }
 
@@ -49,12 +51,8 @@ Tensor Conv2d::backward(const Tensor& grad_out, bool need_grad_input, std::vecto
   Matrix gw(weight.value.rows(), weight.value.cols()), gb(shape_.c_out, 1);
   nn::conv2d_backward(shape_, input_.data(), weight.data(), grad_out.data(), need_grad_input ? gx.data() : nullptr,
                       gw.data(), shape_.bias ? gb.data() : nullptr);
-  weight.accumulate_grad(gw);
-  ready.push_back(&weight);
-  if (shape_.bias) {
-    bias.accumulate_grad(gb);
-    ready.push_back(&bias);
-  }
+  add_grad(weight, *this, gw, ready);
+  if (shape_.bias) add_grad(bias, *this, gb, ready);
   return gx;
 }
 

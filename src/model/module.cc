@@ -1,6 +1,58 @@
 #include "src/model/module.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace ddplab {
+
+Tensor Module::forward_ids(const std::vector<int64_t>&, const std::vector<int64_t>&) {
+  throw std::logic_error(repr() + " takes a float tensor, not token ids");
+}
+
+std::vector<Parameter*> Module::parameters() {
+  std::vector<Parameter*> ps;
+  for (Module* c : children()) {
+    for (Parameter* p : c->parameters()) {
+      if (std::find(ps.begin(), ps.end(), p) == ps.end()) ps.push_back(p);
+    }
+  }
+  return ps;
+}
+
+std::vector<Buffer*> Module::buffers() {
+  std::vector<Buffer*> bs;
+  for (Module* c : children()) {
+    for (Buffer* b : c->buffers()) bs.push_back(b);
+  }
+  return bs;
+}
+
+std::vector<std::string> Module::state_dict_keys() {
+  std::vector<std::string> keys;
+  const std::vector<Module*> cs = children();
+  if (cs.empty()) {
+    for (Parameter* p : parameters()) keys.push_back(p->name);
+    for (Buffer* b : buffers()) keys.push_back(b->name);
+    return keys;
+  }
+  for (Module* c : cs) {
+    for (std::string& k : c->state_dict_keys()) keys.push_back(std::move(k));
+  }
+  return keys;
+}
+
+void Module::train(bool mode) {
+  training_ = mode;
+  for (Module* c : children()) c->train(mode);
+}
+
+void Module::set_kernels(const LinearKernels& k) {
+  for (Module* c : children()) c->set_kernels(k);
+}
+
+void Module::set_generator(Generator& gen) {
+  for (Module* c : children()) c->set_generator(gen);
+}
 
 std::vector<const Parameter*> Module::parameters() const {
   const auto ps = const_cast<Module*>(this)->parameters();
@@ -12,6 +64,11 @@ std::vector<const Buffer*> Module::buffers() const {
   return {bs.begin(), bs.end()};
 }
 
+void apply(Module& m, const std::function<void(Module&)>& fn) {
+  for (Module* c : m.children()) apply(*c, fn);
+  fn(m);
+}
+
 std::string Sequential::next_name() const { return child_name(children_.size()); }
 
 std::string Sequential::child_name(size_t i) const {
@@ -20,9 +77,25 @@ std::string Sequential::child_name(size_t i) const {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  GraphScope graph(*this);
   Tensor h = x;
   for (auto& c : children_) h = c->forward(h);
   return h;
+}
+
+Tensor Sequential::forward_ids(const std::vector<int64_t>& ids, const std::vector<int64_t>& shape) {
+  if (children_.empty()) throw std::logic_error("an empty Sequential takes no token ids");
+  GraphScope graph(*this);
+  Tensor h = children_[0]->forward_ids(ids, shape);
+  for (size_t i = 1; i < children_.size(); ++i) h = children_[i]->forward(h);
+  return h;
+}
+
+std::vector<Module*> Sequential::children() {
+  std::vector<Module*> cs;
+  cs.reserve(children_.size());
+  for (auto& c : children_) cs.push_back(c.get());
+  return cs;
 }
 
 Tensor Sequential::backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) {

@@ -42,6 +42,8 @@ Tensor BatchNorm::forward(const Tensor& x) {
   nn::batchnorm_forward_train(x.data(), weight.data(), bias.data(), running_mean.value.data(), running_var.value.data(),
                               y.data(), save_mean_.data(), save_invstd_.data(), N, C_, L, momentum_, eps_);
   ++num_batches_tracked.count;
+  count_use(weight, *this);
+  count_use(bias, *this);
   return y;
 }
 
@@ -51,15 +53,14 @@ Tensor BatchNorm::backward(const Tensor& grad_out, bool need_grad_input, std::ve
   Matrix gw(C_, 1), gb(C_, 1);
   nn::batchnorm_backward_train(grad_out.data(), input_.data(), weight.data(), save_mean_.data(), save_invstd_.data(),
                                gx.data(), gw.data(), gb.data(), N, C_, L);
-  weight.accumulate_grad(gw);
-  bias.accumulate_grad(gb);
-  ready.push_back(&weight);
-  ready.push_back(&bias);
+  add_grad(weight, *this, gw, ready);
+  add_grad(bias, *this, gb, ready);
   if (!need_grad_input) return Tensor();
   return gx;
 }
 
-LayerNorm::LayerNorm(int64_t n, double eps, const std::string& prefix) : n_(n), eps_(eps) {
+LayerNorm::LayerNorm(int64_t n, double eps, const std::string& prefix, bool with_bias)
+    : n_(n), eps_(eps), has_bias_(with_bias) {
   weight = {prefix + ".weight", {n}, Matrix::Ones(n, 1)};
   bias = {prefix + ".bias", {n}, Matrix::Zero(n, 1)};
 }
@@ -73,8 +74,10 @@ Tensor LayerNorm::forward(const Tensor& x) {
   input_ = x;
   mean_.resize(static_cast<size_t>(M));
   rstd_.resize(static_cast<size_t>(M));
-  nn::layer_norm_forward(x.data(), weight.data(), bias.data(), y.data(), mean_.data(), rstd_.data(), M, n_,
-                         static_cast<float>(eps_));
+  nn::layer_norm_forward(x.data(), weight.data(), has_bias_ ? bias.data() : nullptr, y.data(), mean_.data(),
+                         rstd_.data(), M, n_, static_cast<float>(eps_));
+  count_use(weight, *this);
+  if (has_bias_) count_use(bias, *this);
   return y;
 }
 
@@ -83,12 +86,15 @@ Tensor LayerNorm::backward(const Tensor& grad_out, bool need_grad_input, std::ve
   Tensor gx = need_grad_input ? Tensor::empty(input_.shape) : Tensor();
   Matrix gw(n_, 1), gb(n_, 1);
   nn::layer_norm_backward(grad_out.data(), input_.data(), mean_.data(), rstd_.data(), weight.data(),
-                          need_grad_input ? gx.data() : nullptr, gw.data(), gb.data(), M, n_);
-  weight.accumulate_grad(gw);
-  bias.accumulate_grad(gb);
-  ready.push_back(&weight);
-  ready.push_back(&bias);
+                          need_grad_input ? gx.data() : nullptr, gw.data(), has_bias_ ? gb.data() : nullptr, M, n_);
+  add_grad(weight, *this, gw, ready);
+  if (has_bias_) add_grad(bias, *this, gb, ready);
   return gx;
+}
+
+std::vector<Parameter*> LayerNorm::parameters() {
+  if (!has_bias_) return {&weight};
+  return {&weight, &bias};
 }
 
 std::string LayerNorm::repr() const {
@@ -102,6 +108,10 @@ std::string BatchNorm::repr() const {
 
 Tensor Dropout::forward(const Tensor& x) {
   if (!training_) return x;  // eval draws nothing (and keeps the last training mask for last_mask())
+  if (p_ == 0.0) {           // the identity, drawing nothing (dropout_mask's answer, without the mask's memory)
+    noise_.clear();
+    return x;
+  }
   noise_.resize(static_cast<size_t>(x.numel()));
   if (!nn::dropout_mask(noise_.data(), x.numel(), p_, training_, *gen_)) {
     noise_.clear();

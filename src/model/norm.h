@@ -37,14 +37,16 @@ class BatchNorm : public Module {
 };
 
 // nn.LayerNorm(normalized_shape, eps=1e-5) over the last dimension (elementwise_affine: weight ones, bias
-// zeros; reset_parameters draws nothing). Training and eval compute alike.
+// zeros; reset_parameters draws nothing). Training and eval compute alike. With bias false it is nanoGPT's
+// LayerNorm(ndim, bias=False): F.layer_norm(x, shape, weight, None, 1e-5), no bias parameter (`bias` stays
+// zero and out of parameters()).
 class LayerNorm : public Module {
  public:
-  LayerNorm(int64_t normalized_shape, double eps, const std::string& prefix);
+  LayerNorm(int64_t normalized_shape, double eps, const std::string& prefix, bool bias = true);
   Tensor forward(const Tensor& x) override;
   // NativeLayerNormBackward's weight gradient reaches autograd before the bias's (the tiny GPT's buckets).
   Tensor backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) override;
-  std::vector<Parameter*> parameters() override { return {&weight, &bias}; }
+  std::vector<Parameter*> parameters() override;
   using Module::parameters;
   std::string repr() const override;
 
@@ -53,6 +55,7 @@ class LayerNorm : public Module {
  private:
   int64_t n_;
   double eps_;
+  bool has_bias_;
   Tensor input_;
   std::vector<float> mean_, rstd_;
 };
@@ -63,6 +66,7 @@ class Dropout : public Module {
  public:
   Dropout(double p, Generator& gen) : p_(p), gen_(&gen) {}
   Tensor forward(const Tensor& x) override;
+  void set_generator(Generator& gen) override { gen_ = &gen; }
   Tensor backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) override;
   std::string repr() const override;
   // The last training forward's mask values (0 or 1/(1-p)); empty when it drew nothing.
