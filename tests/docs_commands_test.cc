@@ -78,9 +78,9 @@ const std::map<std::string, std::string>& exempt() {
 struct DocCommand {
   std::string file;
   int line = 0;
-  std::string text;                  // as written, the comment removed
-  int expected_status = 0;           // `# exit N`
-  std::vector<std::string> output;   // console blocks: lines that must appear
+  std::string text;                 // as written, the comment removed
+  int expected_status = 0;          // `# exit N`
+  std::vector<std::string> output;  // console blocks: lines that must appear
 };
 
 std::string trim(const std::string& s) {
@@ -154,12 +154,16 @@ std::vector<DocCommand> extract(const std::string& file, std::vector<std::string
     if (in_fence) {
       if (fence_info == "sh") {
         if (t.empty() || t[0] == '#') continue;
-        DocCommand c{file, n};
+        DocCommand c;
+        c.file = file;
+        c.line = n;
         split_comment(t, &c.text, &c.expected_status);
         cmds.push_back(c);
       } else if (fence_info == "console") {
         if (starts_with(t, "$ ")) {
-          DocCommand c{file, n};
+          DocCommand c;
+          c.file = file;
+          c.line = n;
           split_comment(t.substr(2), &c.text, &c.expected_status);
           cmds.push_back(c);
         } else if (!cmds.empty() && !t.empty() && t != "...") {
@@ -179,7 +183,9 @@ std::vector<DocCommand> extract(const std::string& file, std::vector<std::string
       const std::string span = line.substr(pos + 1, end - pos - 1);
       if ((starts_with(span, "bazel-bin/") || starts_with(span, "bazel run //")) &&
           span.find(' ') != std::string::npos) {
-        DocCommand c{file, n};
+        DocCommand c;
+        c.file = file;
+        c.line = n;
         split_comment(span, &c.text, &c.expected_status);
         cmds.push_back(c);
       }
@@ -326,14 +332,15 @@ TEST(DocsCommands, EveryCommandRunsAsDocumented) {
     ++ran;
     std::printf("%5.1f s  exit %d  %s:%d  %s\n", secs, r.status, c.file.c_str(), c.line, c.text.c_str());
     const std::string all = r.out + r.err;
-    EXPECT_NE(r.status, 124) << c.file << ":" << c.line << ": '" << c.text << "' ran past " << kTimeoutSeconds
-                             << " s";
-    EXPECT_EQ(r.status, c.expected_status)
-        << c.file << ":" << c.line << ": '" << c.text << "'\nstdout:\n" << r.out << "\nstderr:\n" << r.err;
+    EXPECT_NE(r.status, 124) << c.file << ":" << c.line << ": '" << c.text << "' ran past " << kTimeoutSeconds << " s";
+    EXPECT_EQ(r.status, c.expected_status) << c.file << ":" << c.line << ": '" << c.text << "'\nstdout:\n"
+                                           << r.out << "\nstderr:\n"
+                                           << r.err;
     for (const std::string& want : c.output) {
       EXPECT_NE(all.find(want), std::string::npos)
           << c.file << ":" << c.line << ": '" << c.text << "' did not print the line the docs show:\n  " << want
-          << "\nit printed:\n" << all;
+          << "\nit printed:\n"
+          << all;
     }
   }
   std::printf("ran %d commands in %.1f s\n", ran,
