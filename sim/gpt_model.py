@@ -1,5 +1,5 @@
 """The tiny GPT of issue 17 as torch 1.13 runs it: nanoGPT's model.py shape, written from
-/work/notes/gpt_design.md (not copied), plus our auxiliary head. Used by sim/gpt_reference.py.
+the design docs/tiny_gpt.md describes, plus our auxiliary head. Used by sim/gpt_reference.py.
 
 Everything here draws from torch's default generator in program order (construction, initialisation, batches,
 dropout masks), as nanoGPT's train.py does after its one torch.manual_seed.

@@ -4,8 +4,8 @@
 World-size processes (torch.multiprocessing.spawn), one thread each, rendezvous through a TCPStore the parent
 opens on a free localhost port; every collective has a timeout (COLLECTIVE_TIMEOUT_S) and the whole run a
 wall-clock limit (GPT_REFERENCE_TIMEOUT). The model, data and optimizer are sim/gpt_model.py (nanoGPT's shape,
-/work/notes/gpt_design.md); the training loop is nanoGPT train.py's (below, `train`). Flags are the design
-note's. With --dump-params FILE the parent writes one JSON (atomically), see tests/golden/gpt/README.md:
+docs/tiny_gpt.md); the training loop is nanoGPT train.py's (below, `train`). Flags are those
+docs/tiny_gpt.md lists. With --dump-params FILE the parent writes one JSON (atomically), see tests/golden/gpt/README.md:
 
     /usr/bin/python3 sim/gpt_reference.py --world-size 2 --steps 4 --dump-params out.json
     /usr/bin/python3 sim/gpt_reference.py --single --dump-params first_step.json   # one process, no DDP
@@ -20,8 +20,8 @@ import sys
 # Pinned before torch loads, as tests/golden/make_goldens.py pins them (assigned, so nothing exported leaks
 # in): OpenBLAS's Prescott kernels, one BLAS thread, ATen's AVX2 kernels, oneDNN capped at AVX2. The spawned
 # ranks inherit them. DETAIL makes DDP's unused-parameter error name the parameters (set it to OFF or INFO
-# in the environment to see what a user sees by default); it does not change any value (checked, see
-# /work/notes/gpt_oracle_facts.md).
+# in the environment to see what a user sees by default); it does not change any value (checked by
+# tests/golden/gpt/check_facts.py).
 os.environ.update(OPENBLAS_CORETYPE='Prescott', OPENBLAS_NUM_THREADS='1', ATEN_CPU_CAPABILITY='avx2',
                   ONEDNN_MAX_CPU_ISA='AVX2')
 os.environ.setdefault('TORCH_DISTRIBUTED_DEBUG', 'DETAIL')

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every GPU claim of the NCCL path, in one run on a GPU machine (see ../shared/gpu/README.md for carrying
-# binaries there). Here:      tools/gpu_checks.sh bundle
+# Every GPU claim of the NCCL path, in one run on a GPU machine (tools/gpu_bundle.sh packs the binaries into
+# .gpu/ for a machine without Bazel; copy .gpu/ there with the checkout). Here:      tools/gpu_checks.sh bundle
 # There (repo root):          tools/gpu_checks.sh run OUTDIR [steps...]
 # Steps: tests (gpu_trainer_test, nccl_test), order (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar holding
 # nccl/wsN.json, the goldens of tests/golden/nccl/), faults (timed fault runs), bench (//bench:gpu_step, both kernel tables),
@@ -15,7 +15,7 @@ targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_trainer_test //test
 
 case "${1:-}" in
   bundle)
-    exec ../shared/gpu/bundle.sh "${targets[@]}" ;;
+    exec "$(dirname "$0")/gpu_bundle.sh" "${targets[@]}" ;;
   run)
     out=${2:?usage: $0 run OUTDIR [steps...]}; shift 2 ;;
   *)

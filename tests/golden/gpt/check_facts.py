@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Measures the torch 1.13 facts /work/notes/gpt_oracle_facts.md states, by running sim/gpt_reference.py
+"""Measures the torch 1.13 facts docs/tiny_gpt.md states, by running sim/gpt_reference.py
 (real DDP on Gloo, kernels pinned) in pairs of configurations and printing what differs. Run from the
 repository root (about 2-3 minutes on a loaded 2-core machine):
 

@@ -5,7 +5,7 @@ matrix_approximation_rank=R)` (its other defaults: error feedback, warm start, m
 random_seed 0). A wrapper hook records, per step and per rank, every call's bucket: index, is_last, the
 parameters' names and shapes, the RAW bucket buffer before powerSGD_hook touches it, and the averaged bucket
 the hook's future returns. Every model fits one bucket (several buckets deadlock or abort on gloo in 1.13:
-/work/notes/issue18_facts.md section 3). The C++ test feeds the raw buckets through ddplab's hook, one
+docs/hooks_zero_join.md, PowerSGD). The C++ test feeds the raw buckets through ddplab's hook, one
 thread per rank, and requires the results bit for bit.
 
 Also `randint.json`: numpy.random.RandomState(seed).randint(1_000_000_000), where 1.13 draws the seed of the

@@ -1,0 +1,351 @@
+// Runs every command the documentation shows (README.md and docs/*.md), so that a page cannot drift from the
+// programs it describes.
+//
+// The convention a command in the docs follows:
+// - In a fenced block whose info string is `sh`, every line that is not blank and does not start with `#` is a
+//   command. In a fenced block whose info string is `console`, a line starting with `$ ` is a command and the
+//   lines after it, up to the next `$ ` or the end of the block, are output: each must appear, as written, in
+//   what the command printed (stdout and stderr together); a line `...` stands for lines left out.
+// - An inline code span outside fenced blocks that starts with `bazel-bin/` or `bazel run //` and has arguments
+//   (a space) is a command too (tables of questions and commands).
+// - Text after `  #` (two spaces) is a comment. A comment `# exit N` states the exit status the command ends
+//   with; without one it must be 0.
+// - Commands are `bazel-bin/PKG/NAME ARGS`, run from the repository root, or `bazel run //PKG:NAME -- ARGS`
+//   (`//PKG/NAME` alone means `//PKG/NAME:NAME`). Each maps to the binary in this test's runfiles (a data
+//   dependency in tests/BUILD); an argument starting with `/tmp/` is moved into the test's temporary directory.
+// - Every other command (installing, building, a GPU, several hosts, a run the reader records) must be listed in
+//   kExempt below with the reason it cannot run here; a command that is neither mapped nor exempt fails the
+//   test, and so does an exemption no page uses any more, and so does a line outside `sh`/`console` blocks that
+//   starts like a command (`bazel`, `tools/`, `torchrun`, `mpirun`), so that no command hides from the test.
+// Each command runs under `timeout` (kTimeoutSeconds). Keep the docs' commands small: the whole test should stay
+// within a few minutes on 2 cores.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing.h"
+
+namespace {
+
+using ddplab::testing::CommandResult;
+using ddplab::testing::run_command;
+
+constexpr int kTimeoutSeconds = 120;
+
+// Commands the docs show that this test does not run, each with why. Keys are the command as written (the
+// comment removed, spaces trimmed).
+const std::map<std::string, std::string>& exempt() {
+  static const std::map<std::string, std::string> m = {
+      {"tools/install_deps.sh && bazel run //sim:two_replica",
+       "installs Debian packages (root or sudo, apt); bazel-bin/sim/two_replica itself runs in docs/simulator.md"},
+      {"tools/install_deps.sh", "installs Debian packages (root or sudo, apt)"},
+      {"bazel test //...", "the test suite this test is part of"},
+      {"bazel build //sim:all //verify:all //notebooks_ported/...",
+       "Bazel inside a test; the binaries it builds are this test's data dependencies"},
+      {"bazel run //sim:ddp_sim -- FLAGS", "a pattern: FLAGS stands for any flags"},
+      {"tools/gpu_checks.sh bundle", "runs Bazel, for a GPU machine"},
+      {"tools/gpu_checks.sh run OUT", "needs a GPU (tests/nccl_test and gpu_trainer_test skip without one)"},
+      {"bazel-bin/verify/ddp_verify --backend nccl --nproc 4 --share-gpus --nccl-exact --kernels reference",
+       "needs a GPU (tests/nccl_test runs it where there is one)"},
+      {"torchrun --no-python --nproc-per-node 2 bazel-bin/verify/ddp_verify",
+       "needs torch 2.x's torchrun (Debian's fails under Python 3.11); tests/torchrun_test covers the protocol"},
+      {"RANK=0 WORLD_SIZE=2 MASTER_ADDR=hostA MASTER_PORT=6379 bazel-bin/verify/ddp_verify --bind hostA --run-id exp1",
+       "two hosts and a Redis server; tests/multihost_test and ddp_verify_test cover it"},
+      {"RANK=1 WORLD_SIZE=2 MASTER_ADDR=hostA MASTER_PORT=6379 bazel-bin/verify/ddp_verify --bind hostB --run-id exp1",
+       "two hosts and a Redis server; tests/multihost_test and ddp_verify_test cover it"},
+      {"mpirun -np 4 bazel-bin/verify/ddp_verify --store file:/shared/ddp-run-1",
+       "OpenMPI and a shared directory; tests/ddp_verify_test covers the mpirun rendezvous"},
+      {"bazel-bin/verify/ddp_check runs/mine [--json FILE] [--report FILE.html]",
+       "the reader's own recorded run; lab 008's command runs the same path on a recorded run"},
+      {"bazel-bin/verify/ddp_check runs/mine",
+       "the reader's own recorded run; lab 008's command runs the same path on a recorded run"},
+  };
+  return m;
+}
+
+struct DocCommand {
+  std::string file;
+  int line = 0;
+  std::string text;                 // as written, the comment removed
+  int expected_status = 0;          // `# exit N`
+  std::vector<std::string> output;  // console blocks: lines that must appear
+};
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+// Splits "command  # comment" and reads `# exit N` from the comment.
+void split_comment(const std::string& raw, std::string* command, int* status) {
+  const size_t hash = raw.find("  #");
+  *command = trim(hash == std::string::npos ? raw : raw.substr(0, hash));
+  *status = 0;
+  if (hash == std::string::npos) return;
+  const std::string comment = raw.substr(hash);
+  const size_t at = comment.find("# exit ");
+  if (at != std::string::npos) *status = std::atoi(comment.c_str() + at + 7);
+}
+
+bool looks_like_command(const std::string& line) {
+  const std::string t = trim(line);
+  for (const char* p : {"bazel ", "bazel-bin/", "tools/", "torchrun ", "mpirun ", "$ bazel", "$ tools/"}) {
+    if (starts_with(t, p)) return true;
+  }
+  return false;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The documents: README.md and every docs/*.md in the runfiles.
+std::vector<std::string> doc_files() {
+  std::vector<std::string> files = {"README.md"};
+  if (DIR* d = opendir("docs")) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 3 && name.substr(name.size() - 3) == ".md") files.push_back("docs/" + name);
+    }
+    closedir(d);
+  }
+  std::sort(files.begin() + 1, files.end());
+  return files;
+}
+
+// Every command of one document; `misplaced` gets lines that look like commands outside sh/console blocks.
+std::vector<DocCommand> extract(const std::string& file, std::vector<std::string>* misplaced) {
+  std::vector<DocCommand> cmds;
+  std::istringstream in(read_file(file));
+  std::string line, fence_info;
+  bool in_fence = false;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    const std::string t = trim(line);
+    if (starts_with(t, "```")) {
+      if (in_fence) {
+        in_fence = false;
+      } else {
+        in_fence = true;
+        fence_info = trim(t.substr(3));
+      }
+      continue;
+    }
+    if (in_fence) {
+      if (fence_info == "sh") {
+        if (t.empty() || t[0] == '#') continue;
+        DocCommand c;
+        c.file = file;
+        c.line = n;
+        split_comment(t, &c.text, &c.expected_status);
+        cmds.push_back(c);
+      } else if (fence_info == "console") {
+        if (starts_with(t, "$ ")) {
+          DocCommand c;
+          c.file = file;
+          c.line = n;
+          split_comment(t.substr(2), &c.text, &c.expected_status);
+          cmds.push_back(c);
+        } else if (!cmds.empty() && !t.empty() && t != "...") {
+          cmds.back().output.push_back(line);
+        }
+      } else if (looks_like_command(line)) {
+        misplaced->push_back(file + ":" + std::to_string(n) + ": " + t);
+      }
+      continue;
+    }
+    if (looks_like_command(line)) misplaced->push_back(file + ":" + std::to_string(n) + ": " + t);
+    // Inline code spans that are commands.
+    size_t pos = 0;
+    while ((pos = line.find('`', pos)) != std::string::npos) {
+      const size_t end = line.find('`', pos + 1);
+      if (end == std::string::npos) break;
+      const std::string span = line.substr(pos + 1, end - pos - 1);
+      if ((starts_with(span, "bazel-bin/") || starts_with(span, "bazel run //")) &&
+          span.find(' ') != std::string::npos) {
+        DocCommand c;
+        c.file = file;
+        c.line = n;
+        split_comment(span, &c.text, &c.expected_status);
+        cmds.push_back(c);
+      }
+      pos = end + 1;
+    }
+  }
+  return cmds;
+}
+
+// Shell-like words: whitespace separates, single and double quotes group.
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool have = false;
+  char quote = 0;
+  for (const char ch : s) {
+    if (quote) {
+      if (ch == quote) {
+        quote = 0;
+      } else {
+        cur += ch;
+      }
+    } else if (ch == '\'' || ch == '"') {
+      quote = ch;
+      have = true;
+    } else if (ch == ' ' || ch == '\t') {
+      if (have) out.push_back(cur);
+      cur.clear();
+      have = false;
+    } else {
+      cur += ch;
+      have = true;
+    }
+  }
+  if (have) out.push_back(cur);
+  return out;
+}
+
+// The binary's runfiles path and its arguments, or an empty path when the command is not one this test maps.
+bool map_command(const std::string& text, std::string* binary, std::vector<std::string>* args, std::string* why) {
+  std::vector<std::string> w = words(text);
+  if (w.empty()) {
+    *why = "empty";
+    return false;
+  }
+  for (const std::string& x : w) {
+    if (x == "|" || x == "&&" || x == ";" || x == ">" || x.find('$') != std::string::npos) {
+      *why = "shell syntax ('" + x + "'): make it one plain command, or exempt it";
+      return false;
+    }
+  }
+  size_t first_arg = 1;
+  if (starts_with(w[0], "bazel-bin/")) {
+    *binary = w[0].substr(10);
+  } else if (w[0] == "bazel" && w.size() >= 3 && w[1] == "run" && starts_with(w[2], "//")) {
+    std::string label = w[2].substr(2);
+    const size_t colon = label.find(':');
+    if (colon == std::string::npos) {
+      *binary = label + "/" + label.substr(label.rfind('/') + 1);
+    } else {
+      *binary = label.substr(0, colon) + "/" + label.substr(colon + 1);
+    }
+    first_arg = 3;
+    if (w.size() > 3) {
+      if (w[3] != "--") {
+        *why = "bazel run takes the program's flags after --";
+        return false;
+      }
+      first_arg = 4;
+    }
+  } else {
+    *why = "not bazel-bin/... nor bazel run //...";
+    return false;
+  }
+  if (access(binary->c_str(), X_OK) != 0) {
+    *why = "no executable " + *binary + " in the runfiles: add its target to docs_commands_test's data";
+    return false;
+  }
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  for (size_t i = first_arg; i < w.size(); ++i) {
+    std::string a = w[i];
+    if (starts_with(a, "/tmp/") && tmp) a = std::string(tmp) + "/" + a.substr(5);
+    args->push_back(a);
+  }
+  return true;
+}
+
+std::vector<DocCommand> all_commands(std::vector<std::string>* misplaced) {
+  std::vector<DocCommand> all;
+  for (const std::string& f : doc_files()) {
+    const std::vector<DocCommand> c = extract(f, misplaced);
+    all.insert(all.end(), c.begin(), c.end());
+  }
+  return all;
+}
+
+TEST(DocsCommands, TheDocsAreHere) {
+  const std::vector<std::string> files = doc_files();
+  for (const char* want : {"README.md", "docs/simulator.md", "docs/verifier.md", "docs/models.md", "docs/tiny_gpt.md",
+                           "docs/hooks_zero_join.md", "docs/launching_and_stores.md", "docs/report.md",
+                           "docs/checking_a_real_run.md", "docs/development.md"}) {
+    EXPECT_NE(std::find(files.begin(), files.end(), want), files.end()) << want << " is not in the runfiles";
+  }
+}
+
+TEST(DocsCommands, EveryCommandIsRunOrExempt) {
+  std::vector<std::string> misplaced;
+  const std::vector<DocCommand> cmds = all_commands(&misplaced);
+  for (const std::string& m : misplaced) {
+    ADD_FAILURE() << "a command outside a ```sh or ```console block (the test would not see it): " << m;
+  }
+  std::set<std::string> used_exemptions;
+  for (const DocCommand& c : cmds) {
+    if (exempt().count(c.text)) {
+      used_exemptions.insert(c.text);
+      continue;
+    }
+    std::string binary, why;
+    std::vector<std::string> args;
+    EXPECT_TRUE(map_command(c.text, &binary, &args, &why))
+        << c.file << ":" << c.line << ": '" << c.text << "' cannot be run: " << why;
+  }
+  for (const auto& [text, reason] : exempt()) {
+    EXPECT_TRUE(used_exemptions.count(text)) << "exemption no page uses any more (remove it): " << text;
+  }
+  std::printf("%zu commands in the docs, %zu exempt\n", cmds.size(), used_exemptions.size());
+}
+
+TEST(DocsCommands, EveryCommandRunsAsDocumented) {
+  std::vector<std::string> misplaced;
+  const std::vector<DocCommand> cmds = all_commands(&misplaced);
+  int ran = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const DocCommand& c : cmds) {
+    if (exempt().count(c.text)) continue;
+    std::string binary, why;
+    std::vector<std::string> args;
+    if (!map_command(c.text, &binary, &args, &why)) continue;  // EveryCommandIsRunOrExempt says why
+    std::vector<std::string> argv = {"/usr/bin/timeout", "-k", "5", std::to_string(kTimeoutSeconds), binary};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto start = std::chrono::steady_clock::now();
+    const CommandResult r = run_command(argv);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++ran;
+    std::printf("%5.1f s  exit %d  %s:%d  %s\n", secs, r.status, c.file.c_str(), c.line, c.text.c_str());
+    const std::string all = r.out + r.err;
+    EXPECT_NE(r.status, 124) << c.file << ":" << c.line << ": '" << c.text << "' ran past " << kTimeoutSeconds << " s";
+    EXPECT_EQ(r.status, c.expected_status) << c.file << ":" << c.line << ": '" << c.text << "'\nstdout:\n"
+                                           << r.out << "\nstderr:\n"
+                                           << r.err;
+    for (const std::string& want : c.output) {
+      EXPECT_NE(all.find(want), std::string::npos)
+          << c.file << ":" << c.line << ": '" << c.text << "' did not print the line the docs show:\n  " << want
+          << "\nit printed:\n"
+          << all;
+    }
+  }
+  std::printf("ran %d commands in %.1f s\n", ran,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_GT(ran, 10);
+}
+
+}  // namespace
