@@ -14,6 +14,9 @@ struct CmpResult {
   float maxdiff = 0.0f;      // (a - b).abs().max(), in float32 like the tensors
   int64_t numel = 0;
   int64_t num_different = 0;  // elements whose bits differ (a != b)
+  // The largest ulp_distance between a[i] and b[i]: cmp() counts it from the tensors it compares, so
+  // that a table of these rows needs no second pass; -1 when a result was assembled by hand.
+  int64_t max_ulps = -1;
 };
 
 // rtol/atol default to torch.allclose's 1e-5 / 1e-8; the test is |a - b| <= atol + |rtol * b| in float32.
