@@ -116,8 +116,9 @@ TEST_F(Hardening, KillingTheLauncherLeavesNoRankAndNoDirectory) {
 // Cause 7: WORLD_SIZE / OMPI_COMM_WORLD_SIZE escaped the 1..64 limit of --nproc (100000 was accepted).
 TEST_F(Hardening, WorldSizeFromTheEnvironmentHasTheNprocLimit) {
   const std::string dir = testing::temp_dir();
+  // A rendezvous would wait the 60 s timeout: refused in under 30 s means refused before it, load or not.
   const std::vector<std::string> args = {"--store", "file:" + dir, "--samples", "200000", "--batch-size",
-                                         "1",       "--timeout",   "2",         "--quiet"};
+                                         "1",       "--timeout",   "60",        "--quiet"};
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"RANK=0", "WORLD_SIZE=100000"}, "WORLD_SIZE must be in [1, 64] (got 100000)"},
       {{"RANK=0", "WORLD_SIZE=65"}, "WORLD_SIZE must be in [1, 64] (got 65)"},
@@ -130,7 +131,7 @@ TEST_F(Hardening, WorldSizeFromTheEnvironmentHasTheNprocLimit) {
     EXPECT_EQ(r.status, 2) << r.err;
     EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
     EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_LT(seconds_since(t0), 1.5) << "refused before any rendezvous";
+    EXPECT_LT(seconds_since(t0), 30.0) << "refused before any rendezvous";
   }
 }
 
@@ -152,7 +153,10 @@ TEST_F(Hardening, FaultFlagsAreCheckedOnceBeforeRanksStart) {
   }
 }
 
-// Cause 8: a rank killed by a signal made the launcher exit 128+signal (137), outside 0/1/2/3.
+// Cause 8: a rank killed by a signal made the launcher exit 128+signal (137), outside 0/1/2/3. Issue 27: a
+// fresh clone's CI saw only "rank 0 exited with status 1; stopping the other ranks": rank 0 had exited on the
+// closed connection and the launcher reaped it first (waitpid hands zombies back in fork order). A death by
+// a signal is said whatever order the ranks are reaped in.
 TEST_F(Hardening, ARankKilledBySignalMakesTheLauncherExit1) {
   const Spawned launcher =
       spawn({}, kVerify,
@@ -160,12 +164,24 @@ TEST_F(Hardening, ARankKilledBySignalMakesTheLauncherExit1) {
   const bool up = wait_for(10, [&] { return launcher.err().find("injected fault: hang") != std::string::npos; });
   EXPECT_TRUE(up) << launcher.err();
   const std::map<int, pid_t> ranks = ranks_of(launcher.pid);
-  ASSERT_EQ(ranks.count(1), 1u) << launcher.err();
+  ASSERT_EQ(ranks.size(), 2u) << launcher.err();
+  // The CI run's order, made certain: the launcher stopped while rank 1 dies and rank 0 exits on the closed
+  // connection, so that both are waiting to be reaped when it runs again.
+  kill(launcher.pid, SIGSTOP);
   kill(ranks.at(1), SIGKILL);
+  const bool rank0_exited = wait_for(15, [&] {
+    char state = 0;
+    pid_t ppid = 0;
+    return proc_stat(ranks.at(0), &state, &ppid) && state == 'Z';
+  });
+  EXPECT_TRUE(rank0_exited) << "rank 0 did not exit on its peer's death";
+  kill(launcher.pid, SIGCONT);
   const int status = finish(launcher, 15);
   const std::string err = launcher.err();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << "\n" << err;
-  EXPECT_NE(err.find("rank 1 was killed by signal 9 (Killed)"), std::string::npos) << err;
+  EXPECT_NE(err.find("ddp_verify: rank 1 was killed by signal 9 (Killed)\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("rank 0 exited with status 1"), std::string::npos) << "rank 0 blamed for its peer's death\n"
+                                                                          << err;
   EXPECT_NE(err.find("rank 0: all_reduce #"), std::string::npos) << err;
   EXPECT_NE(err.find("rank 1 exited or hangs: its process is gone"), std::string::npos) << err;
 }
@@ -175,9 +191,12 @@ TEST_F(Hardening, ARankKilledBySignalMakesTheLauncherExit1) {
 // blocked on survivors that were themselves waiting), and the launcher killed them all before any spoke.
 TEST_F(Hardening, OnlyTheRankThatExitedIsBlamed) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
-      {kTrainer, {"--backend", "gloo", "--nproc", "4", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3"}},
+      {kTrainer,
+       {"--backend", "gloo", "--nproc", "4", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3", "--timeout",
+        "60"}},
       {kVerify,
-       {"--nproc", "4", "--epochs", "2", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3", "--quiet"}},
+       {"--nproc", "4", "--epochs", "2", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3", "--timeout", "60",
+        "--quiet"}},
   };
   for (const auto& [program, args] : runs) {
     SCOPED_TRACE(program);
@@ -195,7 +214,7 @@ TEST_F(Hardening, OnlyTheRankThatExitedIsBlamed) {
       ASSERT_TRUE(from > 10 && to != std::string::npos && to > from) << line;
       EXPECT_EQ(line.substr(from, to - from), "rank 2 exited or hangs: its process is gone") << line;
     }
-    EXPECT_LT(s, 10.0) << "a rank that exits must not cost the 30 s timeout\n" << r.err;
+    EXPECT_LT(s, 30.0) << "a rank that exits must not cost the 60 s timeout\n" << r.err;
   }
 }
 
@@ -246,8 +265,8 @@ TEST_F(Hardening, AStoppedRankDoesNotHoldTheLauncher) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << "\n" << err;
   EXPECT_NE(err.find("rank 1 exited or hangs"), std::string::npos) << err;
   // The timeout (3 s) and the blame window (1.5 s), then no grace for a rank that cannot report (before:
-  // 3.5 s of grace and 5 s more).
-  EXPECT_LT(s, 8.0) << err;
+  // 3.5 s of grace and 5 s more: 13 s). 11 s leaves a loaded machine 6 s of room.
+  EXPECT_LT(s, 11.0) << err;
   EXPECT_TRUE(wait_for(5, [&] { return gone(ranks.at(1)); })) << "the stopped rank is still there";
   kill(ranks.at(1), SIGKILL);
   waitpid(ranks.at(1), nullptr, 0);
@@ -347,8 +366,11 @@ TEST_F(Hardening, AnImmediateFailureSaysWhenItCame) {
 // in /proc while a lone rank waits at the rendezvous.
 TEST_F(Hardening, ARankIgnoresSigpipe) {
   const std::string dir = testing::temp_dir();
+  // Read once rank 0 has written its nonce, which it does after ignoring SIGPIPE (a fixed `sleep 1` was
+  // too short on a loaded machine).
   const std::string script = "RANK=0 WORLD_SIZE=2 " + std::string(kVerify) + " --store file:" + dir +
-                             " --timeout 20 --quiet 2>/dev/null & pid=$!; sleep 1; "
+                             " --timeout 60 --quiet 2>/dev/null & pid=$!; "
+                             "for i in $(seq 1000); do [ -s " + dir + "/ddplab/nonce ] && break; sleep 0.02; done; "
                              "grep '^SigIgn:' /proc/$pid/status; kill $pid; wait $pid";
   const CommandResult r = testing::run_command({"/bin/sh", "-c", script});
   const size_t at = r.out.find("SigIgn:");
