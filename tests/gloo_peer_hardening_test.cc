@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "src/gloo/gloo_comm.h"
 #include "tests/hardening.h"
 #include "tests/testing.h"
 
@@ -179,6 +180,21 @@ TEST_F(Hardening, APeerThatBreaksGlooEndsTheRankInOneLine) {
   EXPECT_EQ(lines(e.err), 1u) << e.err;
   EXPECT_LT(e.seconds, 20.0) << "not ended by what it was sent (--timeout 20)\n" << e.err;
   std::printf("rank 0 after %.2f s: %s", e.seconds, e.err.c_str());
+}
+
+// The wording for any world size and for each check a peer's bytes can fail; Gloo's other texts are left to
+// the generic line ("" here).
+TEST_F(Hardening, GlooProtocolBreaksAreSaidInDdplabsWords) {
+  EXPECT_EQ(dist::gloo_protocol_broken(
+                "[enforce fail at ./gloo/transport/tcp/pair.cc:510] op.preamble.length <= op.nbytes. 16 vs 8. ", 2, 4),
+            "rank 2: the connection of one of its 3 peers (Gloo does not say which) broke the Gloo protocol (it sent "
+            "more data than the receive it named can hold): the peer is not a ddplab rank of this run, or the "
+            "connection was corrupted (gloo: pair.cc:510 op.preamble.length <= op.nbytes. 16 vs 8)");
+  EXPECT_NE(dist::gloo_protocol_broken("[enforce fail at ./gloo/transport/tcp/pair.cc:490] !queue.empty(). ", 1, 2)
+                .find("rank 1: rank 0's connection broke the Gloo protocol (it sent a message this rank cannot take)"),
+            std::string::npos);
+  EXPECT_EQ(dist::gloo_protocol_broken("[./gloo/transport/tcp/pair.cc:574] Read timeout [127.0.0.1]:1", 0, 2), "");
+  EXPECT_EQ(dist::gloo_protocol_broken("[enforce fail at ./gloo/allreduce.cc:1] x", 0, 2), "");
 }
 
 // Issue 27: a peer's malformed address made rank 0 exit 2 at once, while rank 2, waiting for rank 0 to
