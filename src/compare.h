@@ -26,7 +26,7 @@ CmpResult cmp(const std::string& name, const float* a, const float* b, int64_t n
 // The notebook's line: f'{s:15s} | exact: {str(ex):5s} | approximate: {str(app):5s} | maxdiff: {maxdiff}'
 std::string format_cmp(const CmpResult& r);
 
-// How many float32 values lie between a and b (0 when equal; +0 and -0 are 1 apart).
+// How many float32 values lie between a and b (0 when equal, +0 and -0 included: both map to 0).
 int64_t ulp_distance(float a, float b);
 
 // Python's repr() of a float (shortest round-trip digits; '0.0', '1e-07', '1.1920928955078125e-07').

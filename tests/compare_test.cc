@@ -53,6 +53,7 @@ TEST(Cmp, CountsTheLargestDistanceInUlps) {
   EXPECT_EQ(cmp("u", a + 1, b + 1, 1).max_ulps, 0);
   EXPECT_EQ(cmp("u", a, b, 0).max_ulps, 0);
   EXPECT_EQ(CmpResult{}.max_ulps, -1) << "a result not from cmp() does not claim to know";
+  EXPECT_EQ(ulp_distance(-0.0f, 0.0f), 0) << "equal floats are 0 apart, signed zeros too";
 }
 
 }  // namespace
