@@ -1,5 +1,6 @@
 #include "src/compare.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +17,7 @@ CmpResult cmp(const std::string& name, const float* a, const float* b, int64_t n
   r.numel = n;
   r.exact = true;
   r.approximate = true;
+  r.max_ulps = 0;
   const float frtol = static_cast<float>(rtol), fatol = static_cast<float>(atol);
   bool any_nan_diff = false;
   for (int64_t i = 0; i < n; ++i) {
@@ -24,6 +26,7 @@ CmpResult cmp(const std::string& name, const float* a, const float* b, int64_t n
       r.exact = false;
       ++r.num_different;
     }
+    r.max_ulps = std::max(r.max_ulps, ulp_distance(x, y));
     const float err = std::fabs(x - y);
     const bool close = (x == y) || (std::isfinite(err) && err <= fatol + std::fabs(frtol * y));
     if (!close) r.approximate = false;

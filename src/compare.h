@@ -14,6 +14,9 @@ struct CmpResult {
   float maxdiff = 0.0f;      // (a - b).abs().max(), in float32 like the tensors
   int64_t numel = 0;
   int64_t num_different = 0;  // elements whose bits differ (a != b)
+  // The largest ulp_distance between a[i] and b[i]: cmp() counts it from the tensors it compares, so
+  // that a table of these rows needs no second pass; -1 when a result was assembled by hand.
+  int64_t max_ulps = -1;
 };
 
 // rtol/atol default to torch.allclose's 1e-5 / 1e-8; the test is |a - b| <= atol + |rtol * b| in float32.
@@ -23,7 +26,7 @@ CmpResult cmp(const std::string& name, const float* a, const float* b, int64_t n
 // The notebook's line: f'{s:15s} | exact: {str(ex):5s} | approximate: {str(app):5s} | maxdiff: {maxdiff}'
 std::string format_cmp(const CmpResult& r);
 
-// How many float32 values lie between a and b (0 when equal; +0 and -0 are 1 apart).
+// How many float32 values lie between a and b (0 when equal, +0 and -0 included: both map to 0).
 int64_t ulp_distance(float a, float b);
 
 // Python's repr() of a float (shortest round-trip digits; '0.0', '1e-07', '1.1920928955078125e-07').

@@ -2,6 +2,8 @@
 // (tests/golden/compare.json).
 #include "src/compare.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "tests/testing.h"
@@ -40,6 +42,18 @@ TEST(Cmp, NanIsNeitherExactNorClose) {
   const CmpResult r = cmp("n", a, b, 1);
   EXPECT_FALSE(r.exact);
   EXPECT_FALSE(r.approximate);
+}
+
+// The reports' "max ulps" column comes from cmp() itself (the labs' tables printed "?" before).
+TEST(Cmp, CountsTheLargestDistanceInUlps) {
+  const float one_up = std::nextafter(1.0f, 2.0f), three_up = std::nextafter(std::nextafter(one_up, 2.0f), 2.0f);
+  const float a[3] = {1.0f, 2.0f, -1.0f}, b[3] = {three_up, 2.0f, std::nextafter(-1.0f, -2.0f)};
+  EXPECT_EQ(cmp("u", a, b, 3).max_ulps, 3);
+  EXPECT_EQ(cmp("u", a + 1, b + 1, 2).max_ulps, 1) << "negative neighbours";
+  EXPECT_EQ(cmp("u", a + 1, b + 1, 1).max_ulps, 0);
+  EXPECT_EQ(cmp("u", a, b, 0).max_ulps, 0);
+  EXPECT_EQ(CmpResult{}.max_ulps, -1) << "a result not from cmp() does not claim to know";
+  EXPECT_EQ(ulp_distance(-0.0f, 0.0f), 0) << "equal floats are 0 apart, signed zeros too";
 }
 
 }  // namespace

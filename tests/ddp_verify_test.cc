@@ -111,7 +111,7 @@ TEST(Verify, RanksMeetThroughRedisTorchrunStyle) {
           "--save", "", "--appendonly", "no", static_cast<char*>(nullptr));
     _exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(testing::wait_for_listener(port, 10)) << "redis-server did not start on port " << port;
   // Two ranks started separately, as two hosts would start them; they meet at MASTER_ADDR:MASTER_PORT.
   const std::vector<std::string> env1 = {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
                                          "MASTER_PORT=" + std::to_string(port)};
@@ -149,7 +149,8 @@ TEST(Verify, ARankThatExitsStopsTheOthersAndNamesIt) {
   EXPECT_NE(r.err.find("rank 1 exited with status 1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("all_reduce #"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 1 exited or hangs"), std::string::npos) << r.err;
-  EXPECT_LT(s, 10.0) << "a crashed peer must not cost the whole timeout";
+  // The timeout is 30 s: 20 s leaves a loaded machine room and still tells the two apart.
+  EXPECT_LT(s, 20.0) << "a crashed peer must not cost the whole timeout";
 }
 
 TEST(Verify, ARankThatHangsIsNamedWithinTheTimeout) {

@@ -1,6 +1,6 @@
-// //verify:ddp_verify and the labs as launchers: a killed launcher, WORLD_SIZE from the environment, fault
-// flags, a rank killed by a signal, and which rank is blamed when one exits. Each test names the cause it
-// guards. Only loopback addresses are used.
+// //verify:ddp_verify and the labs as launchers: a killed launcher, a rank killed by a signal or stopped,
+// which rank is blamed when one exits, a failure every rank meets (flags refused before any rank starts:
+// launch_flags_test). Each test names the cause it guards. Only loopback addresses are used.
 #include <dirent.h>
 #include <poll.h>
 #include <signal.h>
@@ -113,46 +113,10 @@ TEST_F(Hardening, KillingTheLauncherLeavesNoRankAndNoDirectory) {
   }
 }
 
-// Cause 7: WORLD_SIZE / OMPI_COMM_WORLD_SIZE escaped the 1..64 limit of --nproc (100000 was accepted).
-TEST_F(Hardening, WorldSizeFromTheEnvironmentHasTheNprocLimit) {
-  const std::string dir = testing::temp_dir();
-  const std::vector<std::string> args = {"--store", "file:" + dir, "--samples", "200000", "--batch-size",
-                                         "1",       "--timeout",   "2",         "--quiet"};
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"RANK=0", "WORLD_SIZE=100000"}, "WORLD_SIZE must be in [1, 64] (got 100000)"},
-      {{"RANK=0", "WORLD_SIZE=65"}, "WORLD_SIZE must be in [1, 64] (got 65)"},
-      {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=100000"},
-       "OMPI_COMM_WORLD_SIZE must be in [1, 64] (got 100000)"},
-  };
-  for (const auto& [env, expect] : cases) {
-    const auto t0 = Clock::now();
-    const CommandResult r = run(env, kVerify, args);
-    EXPECT_EQ(r.status, 2) << r.err;
-    EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_LT(seconds_since(t0), 1.5) << "refused before any rendezvous";
-  }
-}
-
-// Cause 10: a fault aimed at a rank the run does not have was refused by every rank (one line each), or,
-// within the 0..63 range, silently injected nothing. Now: refused once, before any rank starts.
-TEST_F(Hardening, FaultFlagsAreCheckedOnceBeforeRanksStart) {
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"notebooks_ported/001_toy_ddp/001_toy_ddp", "--fault", "exit", "--fault-rank", "99"},
-       "--fault-rank must be in [0, 1] (got 99)"},
-      {{kVerify, "--fault", "exit", "--fault-rank", "5"}, "--fault-rank must be in [0, 1] (got 5)"},
-      {{kVerify, "--fault-at", "3"}, "--fault-at needs --fault exit|hang"},
-  };
-  for (const auto& [cmd, expect] : cases) {
-    std::vector<std::string> args(cmd.begin() + 1, cmd.end());
-    args.insert(args.begin(), {"--backend", "gloo", "--nproc", "2"});
-    const CommandResult r = run({}, cmd[0], args);
-    EXPECT_EQ(r.status, 2) << r.err;
-    EXPECT_EQ(r.err, cmd[0].substr(cmd[0].rfind('/') + 1) + ": " + expect + "\n");
-  }
-}
-
-// Cause 8: a rank killed by a signal made the launcher exit 128+signal (137), outside 0/1/2/3.
+// Cause 8: a rank killed by a signal made the launcher exit 128+signal (137), outside 0/1/2/3. Issue 27: a
+// fresh clone's CI saw only "rank 0 exited with status 1; stopping the other ranks": rank 0 had exited on the
+// closed connection and the launcher reaped it first (waitpid hands zombies back in fork order). A death by
+// a signal is said whatever order the ranks are reaped in.
 TEST_F(Hardening, ARankKilledBySignalMakesTheLauncherExit1) {
   const Spawned launcher =
       spawn({}, kVerify,
@@ -160,12 +124,24 @@ TEST_F(Hardening, ARankKilledBySignalMakesTheLauncherExit1) {
   const bool up = wait_for(10, [&] { return launcher.err().find("injected fault: hang") != std::string::npos; });
   EXPECT_TRUE(up) << launcher.err();
   const std::map<int, pid_t> ranks = ranks_of(launcher.pid);
-  ASSERT_EQ(ranks.count(1), 1u) << launcher.err();
+  ASSERT_EQ(ranks.size(), 2u) << launcher.err();
+  // The CI run's order, made certain: the launcher stopped while rank 1 dies and rank 0 exits on the closed
+  // connection, so that both are waiting to be reaped when it runs again.
+  kill(launcher.pid, SIGSTOP);
   kill(ranks.at(1), SIGKILL);
+  const bool rank0_exited = wait_for(15, [&] {
+    char state = 0;
+    pid_t ppid = 0;
+    return proc_stat(ranks.at(0), &state, &ppid) && state == 'Z';
+  });
+  EXPECT_TRUE(rank0_exited) << "rank 0 did not exit on its peer's death";
+  kill(launcher.pid, SIGCONT);
   const int status = finish(launcher, 15);
   const std::string err = launcher.err();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << "\n" << err;
-  EXPECT_NE(err.find("rank 1 was killed by signal 9 (Killed)"), std::string::npos) << err;
+  EXPECT_NE(err.find("ddp_verify: rank 1 was killed by signal 9 (Killed)\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("rank 0 exited with status 1"), std::string::npos) << "rank 0 blamed for its peer's death\n"
+                                                                          << err;
   EXPECT_NE(err.find("rank 0: all_reduce #"), std::string::npos) << err;
   EXPECT_NE(err.find("rank 1 exited or hangs: its process is gone"), std::string::npos) << err;
 }
@@ -175,9 +151,12 @@ TEST_F(Hardening, ARankKilledBySignalMakesTheLauncherExit1) {
 // blocked on survivors that were themselves waiting), and the launcher killed them all before any spoke.
 TEST_F(Hardening, OnlyTheRankThatExitedIsBlamed) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
-      {kTrainer, {"--backend", "gloo", "--nproc", "4", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3"}},
+      {kTrainer,
+       {"--backend", "gloo", "--nproc", "4", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3", "--timeout",
+        "60"}},
       {kVerify,
-       {"--nproc", "4", "--epochs", "2", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3", "--quiet"}},
+       {"--nproc", "4", "--epochs", "2", "--fault", "exit", "--fault-rank", "2", "--fault-at", "3", "--timeout", "60",
+        "--quiet"}},
   };
   for (const auto& [program, args] : runs) {
     SCOPED_TRACE(program);
@@ -195,28 +174,7 @@ TEST_F(Hardening, OnlyTheRankThatExitedIsBlamed) {
       ASSERT_TRUE(from > 10 && to != std::string::npos && to > from) << line;
       EXPECT_EQ(line.substr(from, to - from), "rank 2 exited or hangs: its process is gone") << line;
     }
-    EXPECT_LT(s, 10.0) << "a rank that exits must not cost the 30 s timeout\n" << r.err;
-  }
-}
-
-// Issue 19, cause 7: flags that could not take effect were accepted and ignored: --fault on the simulator,
-// --threads on real ranks, --fault-at past the run's last all-reduce (the run exited 0, nothing injected).
-TEST_F(Hardening, FlagsThatCannotTakeEffectAreRefused) {
-  const std::string lab001 = "notebooks_ported/001_toy_ddp/001_toy_ddp";
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{lab001, "--fault", "exit"},
-       "--fault takes effect only on real ranks (--backend gloo|nccl): the simulator injects no faults"},
-      {{lab001, "--backend", "gloo", "--nproc", "2", "--threads", "-1"},
-       "--threads takes effect only on the simulator (--backend sim): real ranks do not read it"},
-      {{kVerify, "--nproc", "2", "--fault", "exit", "--fault-rank", "1", "--fault-at", "100000", "--quiet"},
-       "rank 1: --fault-at 100000 is past this run's last all-reduce (#"},
-  };
-  for (const auto& [cmd, expect] : cases) {
-    SCOPED_TRACE(cmd[0]);
-    const CommandResult r = run({}, cmd[0], std::vector<std::string>(cmd.begin() + 1, cmd.end()));
-    EXPECT_EQ(r.status, 2) << r.err;
-    EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_LT(s, 30.0) << "a rank that exits must not cost the 60 s timeout\n" << r.err;
   }
 }
 
@@ -246,8 +204,8 @@ TEST_F(Hardening, AStoppedRankDoesNotHoldTheLauncher) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << "\n" << err;
   EXPECT_NE(err.find("rank 1 exited or hangs"), std::string::npos) << err;
   // The timeout (3 s) and the blame window (1.5 s), then no grace for a rank that cannot report (before:
-  // 3.5 s of grace and 5 s more).
-  EXPECT_LT(s, 8.0) << err;
+  // 3.5 s of grace and 5 s more: 13 s). 11 s leaves a loaded machine 6 s of room.
+  EXPECT_LT(s, 11.0) << err;
   EXPECT_TRUE(wait_for(5, [&] { return gone(ranks.at(1)); })) << "the stopped rank is still there";
   kill(ranks.at(1), SIGKILL);
   waitpid(ranks.at(1), nullptr, 0);
@@ -312,21 +270,6 @@ TEST_F(Hardening, AFailureEveryRankMeetsIsSaidOnce) {
   }
 }
 
-// Issue 19, "messages a learner meets": without a GPU, --backend nccl said "needs 2 CUDA devices;
-// cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version". It says that there is
-// no NVIDIA driver or GPU, and that --share-gpus needs only one.
-TEST_F(Hardening, NoGpuIsSaidPlainly) {
-  const CommandResult r = run({}, kVerify, {"--nproc", "2", "--backend", "nccl"});
-  if (r.status == 0) GTEST_SKIP() << "this machine has GPUs for NCCL";
-  EXPECT_EQ(r.status, 3) << r.err;
-  if (r.err.find("built without CUDA") != std::string::npos) GTEST_SKIP() << "built without CUDA: " << r.err;
-  EXPECT_NE(r.err.find("NCCL backend needs 2 CUDA devices, and this machine has none: no NVIDIA driver or GPU here"),
-            std::string::npos)
-      << r.err;
-  EXPECT_NE(r.err.find("; --share-gpus runs every rank on one GPU"), std::string::npos) << r.err;
-  EXPECT_EQ(lines(r.err), 1u) << r.err;
-}
-
 // Issue 19, "messages a learner meets": a peer that exits makes Gloo fail at once, yet the survivors said
 // "failed after at most 30000 ms". They say when it failed, and that it was before the timeout.
 TEST_F(Hardening, AnImmediateFailureSaysWhenItCame) {
@@ -347,8 +290,11 @@ TEST_F(Hardening, AnImmediateFailureSaysWhenItCame) {
 // in /proc while a lone rank waits at the rendezvous.
 TEST_F(Hardening, ARankIgnoresSigpipe) {
   const std::string dir = testing::temp_dir();
+  // Read once rank 0 has written its nonce, which it does after ignoring SIGPIPE (a fixed `sleep 1` was
+  // too short on a loaded machine).
   const std::string script = "RANK=0 WORLD_SIZE=2 " + std::string(kVerify) + " --store file:" + dir +
-                             " --timeout 20 --quiet 2>/dev/null & pid=$!; sleep 1; "
+                             " --timeout 60 --quiet 2>/dev/null & pid=$!; "
+                             "for i in $(seq 1000); do [ -s " + dir + "/ddplab/nonce ] && break; sleep 0.02; done; "
                              "grep '^SigIgn:' /proc/$pid/status; kill $pid; wait $pid";
   const CommandResult r = testing::run_command({"/bin/sh", "-c", script});
   const size_t at = r.out.find("SigIgn:");
@@ -380,8 +326,9 @@ TEST_F(Hardening, GptBadInputIsOneLineExit2AndWritesNothing) {
       {{"--n-layer", "-1"}, "--n-layer must be in [1, 48] (got -1)"},
       {{"--dropout", "1"}, "--dropout must be in [0, 1) (got 1)"},
       {{"--static-graph", "true", "--no-sync", "2"}, "--static-graph true with --no-sync 2: torch 1.13 fails"},
-      {{"--optimizer", "sgd"}, "--optimizer must be one of adamw (got 'sgd')"},
-      {{"--dataset", "digits"}, "--dataset must be one of text (got 'digits')"},
+      {{"--optimizer", "sgd"}, "--model gpt trains with --optimizer adamw (nanoGPT's)"},
+      {{"--dataset", "digits"}, "--model gpt trains on --dataset text (nanoGPT's get_batch)"},
+      {{"--layers", "2,2"}, "--layers is a flag of the sequential models (mlp, cnn, a spec), not of --model gpt"},
       {{"--lr", "1e999"}, "--lr must be a finite number"},
       {{"--wat"}, "unknown flag --wat"},
   };

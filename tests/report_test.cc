@@ -190,6 +190,23 @@ TEST(Report, Labs) {
   expect_self_contained(html, "004_parallelism");
   EXPECT_NE(html.find("<tr class=\"exact\">"), std::string::npos);
   EXPECT_NE(html.find(fmt_id("output")), std::string::npos);
+  // Issue 27: the labs' "max ulps" column said "?". Counted now: 0 where every bit agrees, more where not.
+  EXPECT_EQ(html.find("<td class=\"num\">?</td>"), std::string::npos) << "an unknown max ulps";
+  size_t exact = 0, inexact = 0;
+  for (size_t at = html.find("<tr class=\""); at != std::string::npos; at = html.find("<tr class=\"", at + 1)) {
+    const std::string row = html.substr(at, html.find("</tr>", at) - at);
+    std::vector<std::string> cells;
+    for (size_t c = row.find("<td"); c != std::string::npos; c = row.find("<td", c + 1)) {
+      const size_t open = row.find('>', c) + 1;
+      cells.push_back(row.substr(open, row.find("</td>", open) - open));
+    }
+    if (cells.size() != 8) continue;  // a cmp row with counts: name, floats, verdict, exact, allclose, maxdiff, ulps
+    const bool same = row.rfind("<tr class=\"exact\">", 0) == 0;
+    (same ? exact : inexact)++;
+    EXPECT_EQ(cells[6] == "0", same) << row;
+  }
+  EXPECT_GT(exact, 0u);
+  EXPECT_GT(inexact, 0u) << "lab 004's DataParallel gradients are allclose only";
 }
 
 // Issue 16: "buffers per rank" and "Dropout masks per rank", for models that have buffers / Dropout only.

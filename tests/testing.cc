@@ -79,6 +79,21 @@ int free_port() {
   return port;
 }
 
+bool wait_for_listener(int port, double seconds) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < static_cast<int>(seconds * 50); ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool up = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    if (up) return true;
+    usleep(20000);
+  }
+  return false;
+}
+
 std::string temp_dir() {
   const char* base = std::getenv("TEST_TMPDIR");
   std::string tmpl = std::string(base ? base : "/tmp") + "/ddplab.XXXXXX";

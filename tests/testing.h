@@ -31,6 +31,9 @@ bool torch_available();
 int bind_loopback(int type_flags, int* port);
 // A port on 127.0.0.1 that was free a moment ago (for a server the test starts).
 int free_port();
+// Waits up to `seconds` until something accepts connections on 127.0.0.1:`port` (a server the test
+// started): a fixed sleep was too short on a loaded machine. Whether it came up in time.
+bool wait_for_listener(int port, double seconds);
 
 // A fresh empty directory under TEST_TMPDIR.
 std::string temp_dir();

@@ -171,7 +171,7 @@ TEST(Torchrun, NoStoreOrANonTcpStoreServerGivesOneLine) {
             "--save", "", "--appendonly", "no", static_cast<char*>(nullptr));
       _exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_TRUE(testing::wait_for_listener(rport, 10)) << "redis-server did not start on port " << rport;
     const std::string at = "127.0.0.1:" + std::to_string(rport);
     const CommandResult r = testing::run_command({kVerify, "--nproc", "2", "--store", "tcp://" + at});
     kill(redis, SIGTERM);

@@ -42,6 +42,33 @@ std::string gloo_message(const std::exception& e) {
   return what.substr(0, 200);
 }
 
+// A rank whose rendezvous fails leaves its line under the run's nonce, so that the peers still connecting
+// stop too instead of waiting for it (Gloo waits up to 5x its timeout for a peer that never connects).
+const char* const kGaveUpKey = "gloo_setup_failed";
+
+void mark_gave_up(Store& s, const std::string& why) {
+  try {
+    if (!s.exists(s.key(kGaveUpKey))) s.put(s.key(kGaveUpKey), one_line(why));
+  } catch (const std::exception&) {  // the store itself failing: the peers will time out instead
+  }
+}
+
+// "rank 0 gave up first: <what it said>", or nothing.
+std::optional<std::string> peer_gave_up(Store& s) {
+  std::optional<std::string> v;
+  try {
+    v = s.fetch(s.key(kGaveUpKey));
+  } catch (const std::exception&) {
+  }
+  if (!v) return std::nullopt;
+  const std::string line = one_line(*v);
+  const size_t colon = line.find(": ");
+  if (line.rfind("rank ", 0) == 0 && colon != std::string::npos && colon < 12) {
+    return line.substr(0, colon) + " gave up first: " + line.substr(colon + 2);
+  }
+  return "a peer gave up first: " + line;
+}
+
 // Gloo's view of the store: its keys below the run's nonce, every wait bounded by the run's deadline,
 // every value it reads checked (Gloo would trust a planted address and connect to it).
 class GlooView : public gloo::rendezvous::Store {
@@ -64,7 +91,16 @@ class GlooView : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys) override { wait(keys, left(deadline_)); }
   void wait(const std::vector<std::string>& keys, const milliseconds&) override {
     for (const std::string& k : keys) {
-      if (!poll_until(deadline_, [&] { return s_.exists(s_.key(k)); })) {
+      auto next_check = Clock::now();
+      if (!poll_until(deadline_, [&] {
+            if (Clock::now() >= next_check) {  // a peer that gave up: no point waiting for the others
+              next_check = Clock::now() + milliseconds(100);
+              if (const auto why = peer_gave_up(s_)) {
+                throw SetupError(fmt::format("rank {}: {} {}", rank_, failure_, *why));
+              }
+            }
+            return s_.exists(s_.key(k));
+          })) {
         throw SetupError(fmt::format("rank {}: {} rank {} never published its {}", rank_, failure_, owner(k), what(k)));
       }
     }
@@ -180,6 +216,32 @@ std::string resolve_bind(const std::string& address) {
     throw UsageError(fmt::format("--bind '{}' is not an address of this machine (cannot listen on {})", address, why));
   }
   return numeric;
+}
+
+std::string gloo_protocol_broken(const std::string& what, int rank, int world_size) {
+  const std::string tag = "[enforce fail at ./gloo/transport/tcp/";
+  if (what.rfind(tag, 0) != 0) return "";
+  const size_t close = what.find("] ");
+  if (close == std::string::npos) return "";
+  const std::string where = what.substr(tag.size(), close - tag.size());  // "pair.cc:488"
+  std::string check = what.substr(close + 2, 120);
+  if (const size_t nl = check.find('\n'); nl != std::string::npos) check.resize(nl);
+  while (!check.empty() && (check.back() == ' ' || check.back() == '.')) check.pop_back();
+  // The checks a peer's bytes can fail (pair.cc's prepareRead): what the message named that this rank lacks.
+  const std::string expected =
+      check.find("localPendingRecv_") != std::string::npos
+          ? "it sent data for a receive this rank never posted"
+      : check.find("nbytes") != std::string::npos || check.find("size_") != std::string::npos
+          ? "it sent more data than the receive it named can hold"
+          : "it sent a message this rank cannot take";
+  const std::string who = world_size == 2 ? fmt::format("rank {}'s connection", 1 - rank)
+                                          : fmt::format("the connection of one of its {} peers (Gloo does not "
+                                                        "say which)",
+                                                        world_size - 1);
+  return fmt::format(
+      "rank {}: {} broke the Gloo protocol ({}): the peer is not a ddplab rank of this run, or the "
+      "connection was corrupted (gloo: {} {})",
+      rank, who, expected, where, check);
 }
 
 namespace {
@@ -313,16 +375,26 @@ std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, i
   }
   join_run(*store, rank, world_size, deadline, failure);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
-  ctx->setTimeout(std::max(left(deadline), milliseconds(100)));
+  // Gloo waits 5x the context's timeout for a pair's first connection (tcp/pair.h, "a longer timeout when
+  // waiting for initial connect"): rank 2 of 3 waited 15 s at --timeout 3 for a rank 0 that had already
+  // exited. A fifth of what is left ends that wait by the run's deadline; collectives pass their own timeout.
+  ctx->setTimeout(std::max(left(deadline) / 5, milliseconds(20)));
   GlooView view(*store, rank, world_size, attr.hostname.find(':') != std::string::npos ? AF_INET6 : AF_INET, deadline,
                 failure);
   try {
     ctx->connectFullMesh(view, device);
-  } catch (const SetupError&) {
+  } catch (const SetupError& e) {
+    mark_gave_up(*store, e.what());
     throw;
   } catch (const std::exception& e) {
-    throw SetupError(fmt::format("rank {}: {} {}", rank, failure, gloo_message(e)));
+    // Gloo's own failure (a connect timeout) often follows from a peer that gave up: say what it found.
+    const auto first = peer_gave_up(*store);
+    const std::string line = first ? fmt::format("rank {}: {} {} (gloo: {})", rank, failure, *first, gloo_message(e))
+                                   : fmt::format("rank {}: {} {}", rank, failure, gloo_message(e));
+    mark_gave_up(*store, line);
+    throw SetupError(line);
   }
+  ctx->setTimeout(timeout);  // the default of anything that does not pass its own
   auto c = std::make_unique<GlooComm>(std::move(store), std::move(ctx));
   c->timeout = timeout;
   return c;

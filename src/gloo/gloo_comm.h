@@ -16,6 +16,12 @@ namespace ddplab::dist {
 // on; throws UsageError "--bind 'x' does not resolve: ..." or "... is not an address of this machine".
 std::string resolve_bind(const std::string& address);
 
+// Gloo's network thread enforces what a peer sends, and its exception escapes that thread ("[enforce fail
+// at ./gloo/transport/tcp/pair.cc:488] it != localPendingRecv_.end()."). Given such a text, the line that says
+// it in ddplab's words: "rank 1's connection broke the Gloo protocol (...)", naming the peer where this rank
+// has one (Gloo does not say which pair threw), with Gloo's text as a trailing detail. "" for other texts.
+std::string gloo_protocol_broken(const std::string& what, int rank, int world_size);
+
 std::unique_ptr<comm::Communicator> connect_gloo(std::shared_ptr<Store> store, int rank, int world_size,
                                                  const std::string& bind_address, std::chrono::milliseconds timeout);
 

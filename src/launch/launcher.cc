@@ -232,18 +232,33 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
     }
     return true;
   };
+  bool signalled_by_us = false;  // from here on, a rank's death by SIGTERM/SIGKILL is the launcher's doing
+  const auto say = [&](int rank, bool exited, int raw, bool stopping) {
+    std::fprintf(stderr, "%s: rank %d %s%s\n", program_invocation_short_name, rank,
+                 exited ? fmt::format("exited with status {}", raw).c_str()
+                        : fmt::format("was killed by signal {} ({})", raw, strsignal(raw)).c_str(),
+                 stopping ? "; stopping the other ranks" : "");
+  };
   while (remaining > 0) {
     if (g_stop_signal != 0 && interrupted == 0) {
       interrupted = g_stop_signal;
       std::fprintf(stderr, "%s: interrupted by signal %d (%s): stopping %d rank%s\n", program_invocation_short_name,
                    interrupted, strsignal(interrupted), remaining, remaining > 1 ? "s" : "");
       signal_all(interrupted == SIGHUP ? SIGTERM : interrupted);
+      signalled_by_us = true;
       term_at = kNever;
       kill_at = Clock::now() + std::chrono::seconds(5);
     }
+    // Every rank that has ended by now, in one sweep: waitpid(-1) hands zombies back in fork order, so a
+    // rank 0 that exited 1 because rank 1 was SIGKILLed came back first, and the launcher blamed rank 0.
+    struct Ended {
+      int rank, raw;
+      bool exited, said_why;
+    };
+    std::vector<Ended> batch;
+    pid_t pid = 0;
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
+    while (remaining > 0 && (pid = waitpid(-1, &status, WNOHANG)) > 0) {
       if (pid == watchdog) {  // it ended early (it should not): nothing left to remove the directory later
         watchdog = -1;
         continue;
@@ -255,23 +270,29 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
       if (rank < 0) continue;
       --remaining;
       pids[static_cast<size_t>(rank)] = -1;
-      // The promise is 0/1/2/3: a rank killed by a signal, or exiting with another status, failed: 1.
       const bool exited = WIFEXITED(status);
       const int raw = exited ? WEXITSTATUS(status) : WTERMSIG(status);
-      const int code = exited && raw <= 3 ? raw : 1;
-      const bool said_why = rank_stderr.ended(rank, exited ? raw : -1);
-      if (interrupted != 0) continue;  // stopped by the forwarded signal: not a failure of its own
-      if (code != 0 && first_status == 0) {
-        first_status = code;
-        // A rank that ended on bad input or a failed rendezvous (2, 3) has said why: that is the line.
-        const bool told = said_why && exited && (raw == 2 || raw == 3);
-        if (!told && (remaining > 0 || !exited || raw > 3)) {
-          std::fprintf(stderr, "%s: rank %d %s%s\n", program_invocation_short_name, rank,
-                       exited ? fmt::format("exited with status {}", raw).c_str()
-                              : fmt::format("was killed by signal {} ({})", raw, strsignal(raw)).c_str(),
-                       remaining > 0 ? "; stopping the other ranks" : "");
+      batch.push_back({rank, raw, exited, rank_stderr.ended(rank, exited ? raw : -1)});
+    }
+    if (!batch.empty()) {
+      if (interrupted != 0) continue;  // stopped by the forwarded signal: not a failure of their own
+      // The cause: a rank killed by a signal (its peers exit 1 only because it vanished), else the first
+      // failure reaped. The promise is 0/1/2/3: a death by signal, or another status, is a failure: 1.
+      const Ended* cause = nullptr;
+      for (const Ended& e : batch) {
+        const bool failed = !e.exited || e.raw != 0;
+        if (failed && (!cause || (!e.exited && cause->exited))) cause = &e;
+      }
+      for (const Ended& e : batch) {
+        if (&e == cause && first_status == 0) {
+          first_status = e.exited && e.raw <= 3 ? e.raw : 1;
+          // A rank that ended on bad input or a failed rendezvous (2, 3) has said why: that is the line.
+          const bool told = e.said_why && e.exited && (e.raw == 2 || e.raw == 3);
+          if (!told && (remaining > 0 || !e.exited || e.raw > 3)) say(e.rank, e.exited, e.raw, remaining > 0);
+          if (remaining > 0) term_at = Clock::now() + grace;
+        } else if (!e.exited && !signalled_by_us) {
+          say(e.rank, false, e.raw, false);  // a death by a signal of someone else's is always said
         }
-        if (remaining > 0) term_at = Clock::now() + grace;
       }
       continue;
     }
@@ -279,11 +300,13 @@ int launch_local(int nproc, const std::vector<std::string>& args, std::vector<st
     if (term_at != kNever && all_stopped()) term_at = Clock::now();
     if (Clock::now() >= term_at) {
       signal_all(SIGTERM);
+      signalled_by_us = true;
       term_at = kNever;
       kill_at = Clock::now() + std::chrono::seconds(5);
     }
     if (Clock::now() > kill_at) {
       signal_all(SIGKILL);
+      signalled_by_us = true;
       kill_at = kNever;
     }
     rank_stderr.pump(20);

@@ -101,7 +101,7 @@ void pin_nccl_order() {
 
 // An exception that escapes a library's own thread (Gloo's network loop enforces what a hostile peer can
 // break) would end the rank in std::terminate's abort: one line and status 1 instead.
-int g_terminating_rank = -1;
+int g_terminating_rank = -1, g_world_size = 0;
 [[noreturn]] void on_terminate() {
   std::string what = "an exception escaped a library thread";
   if (const std::exception_ptr e = std::current_exception()) {
@@ -113,8 +113,13 @@ int g_terminating_rank = -1;
     } catch (...) {
     }
   }
-  std::fprintf(stderr, "%s: rank %d: the run failed: %s\n", program_invocation_short_name, g_terminating_rank,
-               escape_control(what).c_str());
+  // A peer that broke Gloo's protocol: said in ddplab's words (Gloo's own text names a line of its source).
+  if (const std::string said = gloo_protocol_broken(what, g_terminating_rank, g_world_size); !said.empty()) {
+    std::fprintf(stderr, "%s: %s\n", program_invocation_short_name, escape_control(said).c_str());
+  } else {
+    std::fprintf(stderr, "%s: rank %d: the run failed: %s\n", program_invocation_short_name, g_terminating_rank,
+                 escape_control(what).c_str());
+  }
   std::fflush(stderr);
   _exit(1);
 }
@@ -160,6 +165,7 @@ int worker(const Flags& flags, const RunFlags& run, const RankEnv& env,
         "MASTER_ADDR/MASTER_PORT");
   }
   g_terminating_rank = env.rank;
+  g_world_size = env.world_size;
   std::set_terminate(on_terminate);
   Rank rank;
   rank.env = env;

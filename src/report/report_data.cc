@@ -16,8 +16,8 @@
 namespace ddplab::report {
 
 Row cmp_row(const std::string& name, const float* a, const float* b, int64_t n) {
-  Row r{cmp(name, a, b, n), 0};
-  for (int64_t i = 0; i < n; ++i) r.max_ulps = std::max(r.max_ulps, ulp_distance(a[i], b[i]));
+  Row r{cmp(name, a, b, n)};
+  r.max_ulps = r.cmp.max_ulps;
   return r;
 }
 
