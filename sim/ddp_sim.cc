@@ -111,12 +111,8 @@ int run(int argc, char** argv) {
   if (!quiet && !cfg.set_epoch && cfg.shuffle && cfg.epochs > 1) {
     fmt::print(
         "set_epoch was never called: DistributedSampler shuffles with seed + epoch and its epoch stays 0, so every "
-        "epoch repeats
-epoch 1's order (the lines above): each rank meets the same batches in the same order "
-        "every epoch, one
-fixed ordering instead of a reshuffle; sampler.set_epoch(epoch) before each epoch "
-        "reshuffles
-");
+        "epoch repeats\nepoch 1's order (the lines above): each rank meets the same batches in the same order every "
+        "epoch, one\nfixed ordering instead of a reshuffle; sampler.set_epoch(epoch) before each epoch reshuffles\n");
   }
   if (res.buckets_rebuilt.empty()) {
     fmt::print("buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True\n");

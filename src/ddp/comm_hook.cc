@@ -81,11 +81,8 @@ std::string format_hook_reports(const std::string& hook, const std::vector<std::
   if (most >= (int64_t{1} << 20)) {  // a value near zero, or two on either side of it
     out += fmt::format(
         "  max ulps counts the float32 values between the two results: near zero they are dense (about 9e8 of "
-        "them lie
-  between 0 and 1e-6), and two results on either side of zero are as many apart as both "
-        "magnitudes
-  together, so {} ulps can be a tiny |diff|: read it beside max |diff|
-",
+        "them lie\n  between 0 and 1e-6), and two results on either side of zero are as many apart as both "
+        "magnitudes\n  together, so {} ulps can be a tiny |diff|: read it beside max |diff|\n",
         most);
   }
   return out;
