@@ -366,7 +366,7 @@ TEST_F(Hardening, GptBadInputIsOneLineExit2AndWritesNothing) {
         "--world-size 3 disagrees with --nproc 2");
   check(kVerify,
         {"--model", "gpt", "--backend", "gloo", "--nproc", "64", "--n-layer", "8", "--n-embd", "1024", "--n-head", "1"},
-        "--batch-size, --nproc: parameters x replicas = 100866048 x 64");
+        "parameters x replicas = 100866048 x 64");
   std::printf("gpt bad input: %d runs of ddp_sim and ddp_verify, each one line and exit 2, nothing written\n", n + 4);
 }
 }  // namespace
