@@ -316,7 +316,7 @@ int run(int argc, char** argv) {
     }
   }
   threads_from_flags(flags);  // rank 0's simulator reads it: checked here, before any rank starts
-  const dist::RunFlags run = dist::read_run_flags(flags, dist::Backends::real);
+  const dist::RunFlags run = dist::read_run_flags(flags, dist::Backends::real, cfg.world_size);  // --world-size: cfg's
   if (cfg.is_gpt()) return run_gpt_verify(flags, run, argc, argv, cfg);
   if (run.nccl_exact) {  // NCCL pinned to one ring: the simulator adds in that order
     if (flags.has("allreduce") && cfg.allreduce != collective::Algorithm::nccl_ring) {

@@ -71,7 +71,9 @@ std::chrono::milliseconds RunFlags::timeout() const {
   return std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
 }
 
-RunFlags read_run_flags(const Flags& flags, Backends backends) {
+namespace {
+
+RunFlags read_run_flags_impl(const Flags& flags, Backends backends, int world_size) {
   RunFlags run;
   const Backend def = backends == Backends::real ? Backend::gloo : Backend::sim;
   run.backend = static_cast<Backend>(
@@ -89,7 +91,7 @@ RunFlags read_run_flags(const Flags& flags, Backends backends) {
   run.share_gpus = nccl_only("share-gpus");
   run.nccl_exact = nccl_only("nccl-exact");
   run.nproc = static_cast<int>(flags.get_int("nproc", 0, 1, ddp::kMaxWorldSize));
-  run.world_size = static_cast<int>(flags.get_int("world-size", 0, 1, ddp::kMaxWorldSize));
+  run.world_size = world_size;
   if (!flags.has("fault")) {  // a fault aimed nowhere would silently inject nothing
     for (const char* f : {"fault-rank", "fault-at"}) {
       if (flags.has(f)) throw UsageError(fmt::format("--{} needs --fault {}", f, fault_choices()));
@@ -101,6 +103,17 @@ RunFlags read_run_flags(const Flags& flags, Backends backends) {
   run.fault_rank = flags.get_int("fault-rank", 0, INT64_MIN, INT64_MAX);
   run.fault_at = static_cast<int>(flags.get_int("fault-at", 1, 1, 1 << 30));
   return run;
+}
+
+}  // namespace
+
+RunFlags read_run_flags(const Flags& flags, Backends backends, int64_t config_world_size) {
+  return read_run_flags_impl(flags, backends, flags.has("world-size") ? static_cast<int>(config_world_size) : 0);
+}
+
+RunFlags read_run_flags(const Flags& flags, Backends backends) {
+  return read_run_flags_impl(flags, backends,
+                             static_cast<int>(flags.get_int("world-size", 0, 1, ddp::kMaxWorldSize)));
 }
 
 void check_fault_rank(const RunFlags& run, int world_size) {

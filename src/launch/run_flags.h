@@ -42,6 +42,9 @@ struct RunFlags {
 // backends, a flag the chosen kind of run never reads is refused (issue 19, cause 7): on the simulator the
 // fault flags, --store, --run-id, --bind and --nproc; on real ranks --threads.
 RunFlags read_run_flags(const Flags& flags, Backends backends);
+// The same for a program whose flag table has read --world-size already (ddp_verify's ddp::Config): that value
+// is taken, not parsed again, so one flag has one reading and one refusal.
+RunFlags read_run_flags(const Flags& flags, Backends backends, int64_t config_world_size);
 
 // --fault-rank must name a rank of the run: in [0, world_size - 1]; throws UsageError.
 void check_fault_rank(const RunFlags& run, int world_size);
