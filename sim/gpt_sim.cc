@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "src/ddp/join.h"
 #include "src/ddp/zero.h"
 #include "src/flags.h"
 #include "src/gpt/output.h"
@@ -36,6 +37,7 @@ int run_gpt_sim(const Flags& flags, ddp::Config cfg) {
   } else if (cfg.find_unused_parameters) {
     fmt::print("buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True\n");
   }
+  if (const std::string j = ddp::join_summary(cfg); !j.empty()) fmt::print("{}\n", j);
   std::vector<gpt::RankRecord> ranks;
   for (const auto& r : res.ranks) ranks.push_back(gpt::record_of(*r));
   if (!flags.get_bool("quiet", false)) {  // as ddp_verify --model gpt: no per-step lines nor cmp tables

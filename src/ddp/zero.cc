@@ -84,7 +84,7 @@ std::string zero_block(const std::vector<Parameter*>& params, const std::vector<
   const int64_t plain = std::accumulate(state_numel.begin(), state_numel.end(), int64_t{0});
   std::string out = fmt::format(
       "ZeroRedundancyOptimizer (torch 1.13: parameters sorted by numel, largest first, each to the rank with the "
-      "fewest so far;\neach rank steps its shard, then broadcasts it): optimizer state per rank, floats (bytes), "
+      "fewest so far,\ngroup by group with the totals carried; each rank steps its shard, then broadcasts it): optimizer state per rank, floats (bytes), "
       "vs plain DDP's {} ({} B) on every rank\n",
       plain, 4 * plain);
   for (size_t r = 0; r < partition.size(); ++r) {
