@@ -227,7 +227,7 @@ const std::vector<FlagSpec>& flag_table() {
        [](const Config& c) { return choice_names().join_divide[c.join_divide_active]; }, true,
        &choice_names().join_divide},
       later({"join-scope",
-             "  --join-scope {choices}      one Join per epoch, or one around all epochs (PyTorch's Join tutorial): a\n"
+             "  --join-scope {choices}  one Join per epoch, or one around all epochs (PyTorch's Join tutorial): a\n"
              "                            rank out of batches goes on into the next epoch [{def}]\n",
              [](const Flags& f, Config& c) {
                const auto& names = choice_names().join_scope;
