@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <set>
 
 #include <fmt/format.h>
@@ -34,6 +35,109 @@ int64_t nonfinite(const std::vector<float>& v) {
   return n;
 }
 
+bool all_zero(const std::vector<float>& v) {
+  for (float x : v)
+    if (x != 0.0f) return false;
+  return true;
+}
+
+// The norm of the rank's own gradient in this step (its backwards' local gradients summed) and of the
+// gradient DDP left; NaN where nothing was recorded.
+std::pair<double, double> norms(const Manifest& m, const StepRecord& rec) {
+  double local = 0, ddp = 0;
+  bool any_local = false, any_ddp = false;
+  std::vector<double> acc;
+  for (const TensorInfo& p : m.params) {
+    acc.assign(static_cast<size_t>(p.numel), 0.0);
+    bool here = false;
+    for (size_t k = 0; k < rec.backwards.size(); ++k)
+      if (const safetensors::Tensor* g = rec.find("local/" + std::to_string(k), p.name)) {
+        here = true;
+        for (size_t i = 0; i < acc.size(); ++i) acc[i] += g->data[i];
+      }
+    if (here) {
+      any_local = true;
+      for (double x : acc) local += x * x;
+    }
+    if (const safetensors::Tensor* g = rec.find("grad", p.name)) {
+      any_ddp = true;
+      for (float x : g->data) ddp += double(x) * x;
+    }
+  }
+  return {any_local ? std::sqrt(local) : NAN, any_ddp ? std::sqrt(ddp) : NAN};
+}
+
+// The findings that need no step: what the recorder could not record, the optimizer's parameters, ranks
+// whose recording stopped or that did not reach close(), and the comm hook's limits.
+void run_findings(const Run& run, const GradReplay& replay, Findings& found) {
+  const Manifest& m = run.first();
+  if (!m.unchecked_params.empty()) {
+    std::string names;
+    for (const UncheckedParam& u : m.unchecked_params)
+      names += fmt::format("{}'{}' ({}, {})", names.empty() ? "" : ", ", u.name, u.dtype, u.why);
+    found.add("not-checked", "note", "params", -1, -1, m.unchecked_params[0].name,
+              fmt::format("{} not checked: the recorder keeps float32 parameters with dense gradients only; every "
+                          "other parameter, the replicas and the data are checked",
+                          names));
+  }
+  const size_t held = m.params.size() - m.missing_params.size();
+  if (!m.missing_params.empty() || !m.missing_unchecked.empty()) {
+    const bool none = held == 0 && m.missing_unchecked.size() == m.unchecked_params.size();
+    const std::string first = !m.missing_params.empty() ? m.params[m.missing_params[0]].name : m.missing_unchecked[0];
+    const size_t missing = m.missing_params.size() + m.missing_unchecked.size();
+    found.add("optimizer-misses-parameters", "problem", none ? "none" : "some", -1, -1, first,
+              none ? fmt::format("the optimizer ({}) holds none of DDP's {} parameters{}: optimizer.step() never "
+                                 "changes the model DDP trains. Usually an optimizer built over another model's "
+                                 "parameters (copy.deepcopy(model), a model made again) instead of "
+                                 "ddp_model.parameters()",
+                                 m.optimizer_class, missing,
+                                 m.foreign_params ? fmt::format(" (it holds {} other tensors)", m.foreign_params) : "")
+                   : fmt::format("the optimizer ({}) holds {} of DDP's {} parameters: {} of them (first '{}') get "
+                                 "DDP's averaged gradient but are never stepped. Usually param_groups built from part "
+                                 "of the model, or parameters added after the optimizer was made",
+                                 m.optimizer_class, held, m.params.size() + m.unchecked_params.size(), missing, first));
+  }
+  for (const Manifest& rm : run.ranks) {
+    if (rm.stopped_step >= 0)
+      found.add("recording-stopped", "note", "", rm.stopped_step, rm.rank, "",
+                fmt::format("rank {}'s recorder stopped at step {}: {}. The training went on; steps after it are not "
+                            "checked on that rank",
+                            rm.rank, rm.stopped_step, rm.stopped_why));
+    else if (!rm.complete)
+      found.add("recording-stopped", "note", "incomplete", rm.steps.empty() ? -1 : rm.steps.back(), rm.rank, "",
+                fmt::format("rank {} did not reach DDPTrace.close() (the run ended there by an error, a signal or a "
+                            "hang): its trace ends {}",
+                            rm.rank, rm.steps.empty() ? "before its first step" : fmt::format("at step {}", rm.steps.back())));
+  }
+  if (!replay.grads_checked())
+    found.add("not-checked", "note", "comm-hook", -1, -1, "",
+              "DDP's gradients are not predicted: " + replay.grads_why() +
+                  ". torch ships this hook, so it is trusted; the replicas, the optimizer step and the data are checked");
+  if (m.ddp.comm_hook == "noop")
+    found.add("not-checked", "note", "noop-hook", -1, -1, "",
+              "noop_hook all-reduces nothing: each rank steps with its own gradient and the replicas drift apart by "
+              "design (torch ships it to measure what communication costs); the replicas are not compared");
+}
+
+// The ranks' all-reduces pair by position: a rank that ran a backward without DDP's all-reduce while the
+// others all-reduced (its forward was the wrapped module's, or ran under no_sync() on that rank only) shifts
+// every later pairing. Returns the ranks that did.
+std::vector<int> unsynced_ranks(const std::vector<const StepRecord*>& recs) {
+  size_t nb = 0;
+  for (const StepRecord* r : recs)
+    if (r) nb = std::max(nb, r->backwards.size());
+  std::vector<int> out;
+  for (size_t k = 0; k < nb; ++k) {
+    bool any_sync = false;
+    for (const StepRecord* r : recs) any_sync = any_sync || (r && k < r->backwards.size() && r->backwards[k].sync);
+    if (!any_sync) continue;
+    for (const StepRecord* r : recs)
+      if (r && (k >= r->backwards.size() || !r->backwards[k].sync)) out.push_back(r->rank);
+    if (!out.empty()) break;
+  }
+  return out;
+}
+
 }  // namespace
 
 void Counts::add(const CmpResult& r) {
@@ -63,68 +167,189 @@ CheckResult check_run(const Run& run) {
   res.run_dir = run.dir;
   res.steps = run.steps;
   GradReplay replay(run);
-  res.order_known = replay.exact_expected();
+  res.order_known = replay.exact_expected() && replay.grads_checked();
   res.order = replay.order();
   Findings found(run);
+  run_findings(run, replay, found);
   const bool adam = m.optimizer_class == "Adam" || m.optimizer_class == "AdamW";
   if (adam && !m.sqrt_exact) {
     res.step_exact = false;
     res.step_why = "this torch build's float sqrt is not IEEE's (the recorder's probe: a pip build's CPU sqrt is "
                    "MKL's VML, within 1 ulp), and " + m.optimizer_class + " divides by sqrt(exp_avg_sq): compared allclose";
   }
+  std::vector<RankData> data;
+  for (int r = 0; r < ws; ++r) data.push_back(read_data(run.dir, r));
+  std::set<int64_t> averaged;  // steps after which a model averager ran (every rank's list: the same calls)
+  for (const Averaging& a : m.averaging) averaged.insert(a.after_step);
+  const bool local_sgd = m.ddp.comm_hook == "post_localSGD";
 
-  std::vector<StepRecord> prev;  // the previous recorded step of every rank
-  for (int64_t step : run.steps) {
-    std::vector<StepRecord> recs;
-    for (int r = 0; r < ws; ++r) recs.push_back(read_step(run, r, step));
+  // The ranks' records merged by DDP iteration, (segment, index): one record per rank in memory, plus each
+  // rank's previous one (its parameters after the step only).
+  std::vector<size_t> next(static_cast<size_t>(ws), 0);
+  std::vector<std::unique_ptr<StepRecord>> head(static_cast<size_t>(ws)), prev(static_cast<size_t>(ws));
+  bool pairing_lost = false, any_local = false, any_nonzero = false, any_moved = false, first = true;
+  int64_t averagings = 0;
+  std::set<int> gone;  // ranks whose trace ended, already reported
+  while (true) {
+    for (int r = 0; r < ws; ++r) {
+      const auto& steps = run.ranks[static_cast<size_t>(r)].steps;
+      auto& h = head[static_cast<size_t>(r)];
+      if (!h && next[static_cast<size_t>(r)] < steps.size())
+        h = std::make_unique<StepRecord>(read_step(run, r, steps[next[static_cast<size_t>(r)]++]));
+    }
+    const StepRecord* lowest = nullptr;
+    for (const auto& h : head)
+      if (h && (!lowest || std::tie(h->segment, h->index) < std::tie(lowest->segment, lowest->index))) lowest = h.get();
+    if (!lowest) break;
+    const auto key = std::make_pair(lowest->segment, lowest->index);
+    std::vector<std::unique_ptr<StepRecord>> cur(static_cast<size_t>(ws));
+    std::vector<const StepRecord*> recs(static_cast<size_t>(ws), nullptr);
+    for (int r = 0; r < ws; ++r) {
+      auto& h = head[static_cast<size_t>(r)];
+      if (h && std::make_pair(h->segment, h->index) == key) {
+        cur[static_cast<size_t>(r)] = std::move(h);
+        recs[static_cast<size_t>(r)] = cur[static_cast<size_t>(r)].get();
+      }
+    }
+    const StepRecord* ref = nullptr;
+    for (const StepRecord* rec : recs) ref = ref ? ref : rec;
+    const int64_t step = ref->step;
     StepLine line;
     line.step = step;
     line.rank_grads.resize(static_cast<size_t>(ws));
     line.rank_params.resize(static_cast<size_t>(ws));
+    for (const StepRecord* rec : recs) line.ran.push_back(rec != nullptr);
 
+    // Ranks with no record of this iteration: joined (Join shadows their all-reduces with zeros), or their
+    // trace ended.
+    bool missing = false;
+    for (int r = 0; r < ws; ++r) {
+      if (recs[static_cast<size_t>(r)] || ref->join) continue;
+      missing = true;
+      const Manifest& rm = run.ranks[static_cast<size_t>(r)];
+      if (gone.count(r) || (rm.stopped_step >= 0 && rm.stopped_step <= step)) continue;
+      gone.insert(r);
+      found.add("uneven-steps", pairing_lost ? "note" : "problem", "", step, r, "",
+                fmt::format("step {}: rank {} has no record of this iteration (its trace ends at step {}{}) while rank {} "
+                            "went on, and no Join was active. {}",
+                            step, r, rm.steps.empty() ? -1 : rm.steps.back(), rm.complete ? "" : "; it did not reach close()",
+                            ref->rank,
+                            pairing_lost ? "A consequence of the unpaired all-reduce above"
+                                         : "Ranks that take different numbers of steps without Join hang or pair the "
+                                           "wrong all-reduces: wrap the training loop in `with Join([ddp_model]):` "
+                                           "for uneven inputs, or give every rank as many batches (DistributedSampler "
+                                           "does)"));
+    }
     // 1. DDP's synchronised backward: predicted .grad against what each rank recorded.
-    std::string why;
-    const bool predicted = replay.predict(recs, &why);
-    for (const std::string& note : replay.take_notes()) found.add("buckets-not-as-predicted", "note", "", step, -1, "", note);
-    if (!predicted) found.add("not-checked", "note", "", step, -1, "", "gradients of step " + std::to_string(step) + " not predicted: " + why);
-    for (int r = 0; r < ws && predicted; ++r) {
-      std::vector<CmpResult> rows;
-      for (size_t i = 0; i < m.params.size(); ++i) {
-        const Parameter& p = replay.param(r, i);
-        const safetensors::Tensor* got = recs[r].find("grad", p.name);
-        if (!got) continue;
-        line.nonfinite += nonfinite(got->data);
-        if (!p.has_grad) {
-          found.add("grad-not-as-predicted", "problem", "", step, r, p.name,
-                    fmt::format("step {}, rank {}: '{}' has a .grad after backward, but DDP's replay leaves it None",
-                                step, r, p.name));
-          continue;
+    if (!pairing_lost) {
+      const std::vector<int> unsynced = unsynced_ranks(recs);
+      for (int r : unsynced)
+        found.add("not-all-reduced", "problem", "module-call", step, r, "",
+                  fmt::format("step {}, rank {}: the backward ran without DDP's all-reduce while the other ranks "
+                              "all-reduced: usually `ddp_model.module(x)` (the wrapped model) instead of "
+                              "`ddp_model(x)`, or no_sync() on this rank only. From here on this rank's all-reduces "
+                              "pair with the other ranks' of another step, so the gradients are not predicted",
+                              step, r));
+      pairing_lost = !unsynced.empty();
+    }
+    if (replay.grads_checked() && !pairing_lost && !missing) {
+      std::string why;
+      const bool predicted = replay.predict(recs, &why);
+      for (const std::string& note : replay.take_notes()) found.add("buckets-not-as-predicted", "note", "", step, -1, "", note);
+      if (!predicted) found.add("not-checked", "note", "", step, -1, "", "gradients of step " + std::to_string(step) + " not predicted: " + why);
+      for (int r = 0; r < ws && predicted; ++r) {
+        if (!recs[static_cast<size_t>(r)]) continue;
+        std::vector<CmpResult> rows;
+        for (size_t i = 0; i < m.params.size(); ++i) {
+          const Parameter& p = replay.param(r, i);
+          const safetensors::Tensor* got = recs[static_cast<size_t>(r)]->find("grad", p.name);
+          if (!got) continue;
+          line.nonfinite += nonfinite(got->data);
+          if (!p.has_grad) {
+            found.add("grad-not-as-predicted", "problem", "", step, r, p.name,
+                      fmt::format("step {}, rank {}: '{}' has a .grad after backward, but DDP's replay leaves it None",
+                                  step, r, p.name));
+            continue;
+          }
+          CmpResult c = compare(p.name, got->data, p.grad.data());
+          line.grads.add(c);
+          line.rank_grads[static_cast<size_t>(r)].add(c);
+          rows.push_back(c);
         }
-        CmpResult c = compare(p.name, got->data, p.grad.data());
-        line.grads.add(c);
-        line.rank_grads[static_cast<size_t>(r)].add(c);
-        rows.push_back(c);
+        found.grads_vs_prediction(step, r, rows, res.order_known, &res.first_divergence);
       }
-      found.grads_vs_prediction(step, r, rows, res.order_known, &res.first_divergence);
     }
 
-    // 2. The replica invariant, stage by stage, and the optimizer step against torch.optim's arithmetic.
+    // 2. The optimizer step against torch.optim's arithmetic, and what the run as a whole did.
+    std::vector<double> ln(static_cast<size_t>(ws), NAN), dn(static_cast<size_t>(ws), NAN);
     for (int r = 0; r < ws; ++r) {
+      const StepRecord* rec = recs[static_cast<size_t>(r)];
+      if (!rec) continue;
+      std::tie(ln[static_cast<size_t>(r)], dn[static_cast<size_t>(r)]) = norms(m, *rec);
+      for (const auto& [key_name, t] : rec->tensors)
+        if (key_name.rfind("local/", 0) == 0) {
+          any_local = true;
+          any_nonzero = any_nonzero || !all_zero(t.data);
+        }
+      any_moved = any_moved || !first_difference(m, *rec, "param_before", *rec, "param_after").empty();
       std::vector<Matrix> after;
       std::string opt_why;
-      const bool stepped = predict_step(m, recs[r], &after, &opt_why);
-      if (!stepped && r == 0) found.add("not-checked", "note", "", step, -1, "", "optimizer step not predicted: " + opt_why);
+      const bool stepped = predict_step(m, *rec, &after, &opt_why);
+      if (!stepped) found.add("not-checked", "note", "optimizer", step, -1, "", "optimizer step not predicted: " + opt_why);
       std::vector<CmpResult> rows;
       for (size_t i = 0; i < m.params.size() && stepped; ++i) {
         const std::string& name = m.params[i].name;
-        CmpResult c = compare(name, recs[r].find("param_after", name)->data, after[i].data());
+        CmpResult c = compare(name, rec->find("param_after", name)->data, after[i].data());
         line.params.add(c);
         line.rank_params[static_cast<size_t>(r)].add(c);
         rows.push_back(c);
       }
       if (stepped) found.step_vs_prediction(step, r, rows, res.step_exact, &res.first_divergence);
     }
-    line.replicas_equal = found.replicas(recs, prev, &res.first_divergence);
+    res.local_norm.push_back(ln);
+    res.ddp_norm.push_back(dn);
+
+    // 3. The replica invariant. What replaced a rank's parameters between its previous step and this one:
+    // Join's final broadcast at the end of a Join (from the rank that took the most steps, the larger rank
+    // on a tie), a model averager; anything else is a change outside optimizer.step().
+    std::vector<std::string> moved(static_cast<size_t>(ws));
+    bool after_averaging = false;
+    for (int r = 0; r < ws; ++r) {
+      const StepRecord* rec = recs[static_cast<size_t>(r)];
+      const StepRecord* p = prev[static_cast<size_t>(r)].get();
+      if (!rec || !p || p->step + 1 != rec->step) continue;
+      if (averaged.count(p->step)) {
+        after_averaging = true;
+        continue;
+      }
+      const StepRecord* source = p;
+      if (p->join && p->segment != rec->segment) {
+        for (const auto& q : prev)
+          if (q && q->segment == p->segment && std::tie(q->index, q->rank) > std::tie(source->index, source->rank))
+            source = q.get();
+      }
+      moved[static_cast<size_t>(r)] = first_difference(m, *rec, "param_before", *source, "param_after");
+    }
+    if (after_averaging) {
+      std::string differs;
+      int who = -1;
+      for (const StepRecord* rec : recs)
+        if (rec && differs.empty()) {
+          differs = first_difference(m, *rec, "param_before", *ref, "param_before");
+          who = rec->rank;
+        }
+      if (differs.empty()) {
+        ++averagings;
+      } else {
+        found.add("replicas-diverged", "problem", "outside-step", step, who, differs,
+                  fmt::format("step {}: the model averager ran after step {}, but rank {}'s '{}' differs from rank {}'s "
+                              "afterwards: averaging must leave every replica equal",
+                              step, step - 1, who, differs, ref->rank));
+      }
+    }
+    const bool local = replay.local_gradients() || (local_sgd && !replay.grads_checked()) ||
+                       (m.ddp.comm_hook == "noop");
+    line.replicas_equal = local ? !after_averaging || averagings > 0 : found.replicas(recs, moved, first, &res.first_divergence);
     found.per_step(recs);
     res.grads.checked += line.grads.checked, res.grads.exact += line.grads.exact;
     res.grads.allclose += line.grads.allclose, res.grads.different += line.grads.different;
@@ -136,14 +361,38 @@ CheckResult check_run(const Run& run) {
                             "arithmetic also gives one counts as agreeing with the prediction)",
                             step, line.nonfinite));
     res.lines.push_back(line);
-    // The next step needs only where this one left the parameters: memory stays one step of all ranks.
-    for (StepRecord& rec : recs)
-      for (auto it = rec.tensors.begin(); it != rec.tensors.end();)
-        it = it->first.rfind("param_after/", 0) == 0 ? std::next(it) : rec.tensors.erase(it);
-    prev = std::move(recs);
+    // The next step needs only where this one left the parameters: memory stays two steps of all ranks.
+    for (int r = 0; r < ws; ++r) {
+      auto& c = cur[static_cast<size_t>(r)];
+      if (!c) continue;
+      for (auto it = c->tensors.begin(); it != c->tensors.end();)
+        it = it->first.rfind("param_after/", 0) == 0 ? std::next(it) : c->tensors.erase(it);
+      prev[static_cast<size_t>(r)] = std::move(c);
+    }
+    first = false;
+  }
+  if (averagings > 0)
+    found.add("model-averaging", "note", "", -1, -1, "",
+              fmt::format("post-local SGD: the replicas were equal right after each of the {} model averagings; "
+                          "between them each rank steps with its own gradient, so they differ by design and are not "
+                          "compared",
+                          averagings));
+  if (any_local && !any_nonzero) {
+    found.add("nothing-trains", "problem", "zero-gradients", 0, -1, "",
+              "every gradient of every rank is exactly zero at every recorded step: the loss does not depend on the "
+              "parameters. Usually a loss that is constant, e.g. nn.CrossEntropyLoss over a model with one output "
+              "column (softmax over one class is always 1, so the loss is 0), or a loss computed from detached "
+              "tensors");
+  } else if (!any_moved && !res.lines.empty() && m.missing_params.empty()) {
+    found.add("nothing-trains", "problem", "parameters-unchanged", 0, -1, "",
+              "optimizer.step() never changed a parameter of the DDP model at any recorded step: usually an optimizer "
+              "over other tensors than ddp_model.parameters(), or lr=0");
   }
   res.buckets = replay.buckets();
-  found.after_run();
+  if (!data_findings(run, data, &found, &res.data)) {
+    found.after_run();
+    res.data.source = "fingerprints";
+  }
   res.findings = found.take();
   return res;
 }

@@ -8,15 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "src/check/data.h"
 #include "src/check/trace.h"
 #include "src/compare.h"
 
 namespace ddplab::check {
 
 // kinds: replicas-diverged (cause: gradients | gradients-changed | optimizer | outside-step),
-// grad-not-as-predicted, step-not-as-predicted, same-data-on-all-ranks, same-order-every-epoch,
-// overlapping-data, buffers-differ, grads-changed-before-step, unused-parameters, buckets-not-as-predicted,
-// not-checked. severity: "problem" or "note".
+// grad-not-as-predicted, step-not-as-predicted, not-all-reduced, uneven-steps, optimizer-misses-parameters,
+// nothing-trains, same-data-on-all-ranks, same-order-every-epoch, overlapping-data,
+// validation-overlaps-training, buffers-differ, grads-changed-before-step, unused-parameters,
+// buckets-not-as-predicted, model-averaging, recording-stopped, not-checked, nonfinite.
+// severity: "problem" or "note". docs/checking_a_real_run.md has the table.
 struct Finding {
   std::string kind, severity, cause, name, message;
   int64_t step = -1;
@@ -30,6 +33,7 @@ struct Counts {
 
 struct StepLine {
   int64_t step = 0;
+  std::vector<bool> ran;  // per rank: it ran this iteration (false: it had joined, or its trace ended)
   Counts grads, params;                           // all ranks
   std::vector<Counts> rank_grads, rank_params;  // per rank (the --report page)
   bool replicas_equal = true;
@@ -55,6 +59,10 @@ struct CheckResult {
   std::string step_why;      // why not, when not
   Counts grads, params;
   std::vector<StepLine> lines;
+  DataSummary data;
+  // Per step and rank, for the --report page: the norm of the rank's own (local, accumulated) gradient and
+  // of the gradient DDP left (.grad after backward); NaN where not recorded.
+  std::vector<std::vector<double>> local_norm, ddp_norm;
   std::vector<Finding> findings;
   Divergence first_divergence;
   bool problems() const;

@@ -24,6 +24,8 @@ bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
   return true;
 }
 
+}  // namespace
+
 // The first parameter whose `kind` tensor differs between two records (a tensor absent on one side
 // differs), or "".
 std::string first_difference(const Manifest& m, const StepRecord& a, const char* kind_a, const StepRecord& b,
@@ -35,6 +37,8 @@ std::string first_difference(const Manifest& m, const StepRecord& a, const char*
   }
   return "";
 }
+
+namespace {
 
 std::vector<CmpResult> table(const Manifest& m, const StepRecord& got, const char* kind_got, const StepRecord& want,
                              const char* kind_want) {
@@ -61,11 +65,11 @@ struct Stage {
 };
 constexpr Stage kStages[] = {
     {"grad", "gradients", ".grad after DDP's backward", "after backward",
-     "differs from rank 0's: DDP's all-reduce did not leave the same average on every rank",
+     "differs from rank {}'s: DDP's all-reduce did not leave the same average on every rank",
      "Usually a comm hook that does not all-reduce, no_sync() on some ranks only, or ranks that ran different "
      "backwards"},
     {"grad_step", "gradients-changed", ".grad at optimizer.step()", "DDP left equal gradients on every rank, but",
-     "was changed before optimizer.step() differently from rank 0's",
+     "was changed before optimizer.step() differently from rank {}'s",
      "Usually rank-dependent gradient code after backward (scaling, clipping with a per-rank norm, an `if rank "
      "== ...` branch)"},
 };
@@ -134,56 +138,78 @@ void Findings::step_vs_prediction(int64_t step, int r, const std::vector<CmpResu
   }
 }
 
-bool Findings::replicas(const std::vector<StepRecord>& recs, const std::vector<StepRecord>& prev, Divergence* div) {
+bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::vector<std::string>& moved,
+                        bool first_step, Divergence* div) {
   const Manifest& m = run_.first();
-  const bool consecutive = !prev.empty() && prev[0].step + 1 == recs[0].step;
-  // Parameters changed between two steps on some rank (outside optimizer.step()).
-  std::vector<std::string> moved(recs.size());
-  for (size_t r = 0; r < recs.size() && consecutive; ++r)
-    moved[r] = first_difference(m, recs[r], "param_before", prev[r], "param_after");
+  const StepRecord* ref = nullptr;
+  for (const StepRecord* rec : recs) ref = ref ? ref : rec;
+  const int r0 = ref->rank;
+  const auto synced = [](const StepRecord& rec) {
+    for (const Backward& b : rec.backwards)
+      if (b.sync) return true;
+    return false;
+  };
   bool equal = true;
-  for (size_t r = 1; r < recs.size(); ++r) {
-    const std::string after = first_difference(m, recs[r], "param_after", recs[0], "param_after");
+  for (const StepRecord* rec : recs) {
+    if (!rec || rec == ref) continue;
+    const std::string after = first_difference(m, *rec, "param_after", *ref, "param_after");
     if (after.empty()) continue;
     equal = false;
-    const int rank = static_cast<int>(r);
-    const std::string before = first_difference(m, recs[r], "param_before", recs[0], "param_before");
+    const int rank = rec->rank;
+    const std::string before = first_difference(m, *rec, "param_before", *ref, "param_before");
     std::string name;
     const auto note_div = [&](const std::string& title, const char* kind) {
-      if (div->step < 0) *div = {recs[0].step, rank, title, table(m, recs[r], kind, recs[0], kind)};
+      if (div->step < 0) *div = {ref->step, rank, title, table(m, *rec, kind, *ref, kind)};
     };
+    const std::string& moved_r = moved[static_cast<size_t>(rank)];
+    const std::string& moved_0 = moved[static_cast<size_t>(r0)];
     if (!before.empty()) {
-      if (diverged_ && moved[r].empty() && moved[0].empty()) continue;  // an earlier divergence carried on
-      const int who = !moved[r].empty() ? rank : !moved[0].empty() ? 0 : rank;
-      const std::string& changed = !moved[r].empty() ? moved[r] : !moved[0].empty() ? moved[0] : before;
-      note_div(fmt::format("rank {}'s parameters before optimizer.step() vs rank 0's", r), "param_before");
-      add("replicas-diverged", "problem", "outside-step", recs[0].step, who, changed,
+      if (diverged_ && moved_r.empty() && moved_0.empty()) continue;  // an earlier divergence carried on
+      const int who = !moved_r.empty() ? rank : !moved_0.empty() ? r0 : rank;
+      const std::string& changed = !moved_r.empty() ? moved_r : !moved_0.empty() ? moved_0 : before;
+      note_div(fmt::format("rank {}'s parameters before optimizer.step() vs rank {}'s", rank, r0), "param_before");
+      add("replicas-diverged", "problem", "outside-step", ref->step, who, changed,
           fmt::format("step {}: rank {}'s '{}' changed outside optimizer.step() (it differs from what the previous "
                       "step left{}), so the replicas no longer agree. Usually code that edits parameters on some "
                       "ranks only (under torch.no_grad(), a rank-dependent init or load after DDP(...))",
-                      recs[0].step, who, changed, consecutive ? "" : ", or from rank 0's at the first recorded step"));
-    } else if (const Stage* stage = first_stage_differing(m, recs[r], recs[0], &name)) {
-      note_div(fmt::format("rank {}'s {} vs rank 0's", r, stage->what), stage->kind);
-      add("replicas-diverged", "problem", stage->cause, recs[0].step, rank, name,
-          fmt::format("step {}: {} rank {}'s '{}'.grad {}. {}", recs[0].step, stage->before, r, name, stage->differs,
-                      stage->usually));
+                      ref->step, who, changed, first_step ? ", or from rank " + std::to_string(r0) + "'s at the first recorded step" : ""));
+    } else if (!synced(*rec) || !synced(*ref)) {
+      // No all-reduce ran in this step on one of the two: the gradients were never averaged.
+      const int who = !synced(*rec) ? rank : r0;
+      name = first_difference(m, *rec, "grad_step", *ref, "grad_step");
+      note_div(fmt::format("rank {}'s .grad at optimizer.step() vs rank {}'s", rank, r0), "grad_step");
+      add("replicas-diverged", "problem", "gradients", ref->step, who, name.empty() ? after : name,
+          fmt::format("step {}: no all-reduce ran on rank {} in this step (every backward ran under no_sync(), or "
+                      "without DDP's forward), so its gradient was never averaged with the other ranks' and the "
+                      "replicas step apart. no_sync() is for accumulating: leave the last micro-batch of each step "
+                      "outside it",
+                      ref->step, who));
+    } else if (const Stage* stage = first_stage_differing(m, *rec, *ref, &name)) {
+      note_div(fmt::format("rank {}'s {} vs rank {}'s", rank, stage->what, r0), stage->kind);
+      add("replicas-diverged", "problem", stage->cause, ref->step, rank, name,
+          fmt::format("step {}: {} rank {}'s '{}'.grad {}. {}", ref->step, stage->before, rank, name,
+                      fmt::format(fmt::runtime(stage->differs), r0), stage->usually));
     } else {
-      note_div(fmt::format("rank {}'s parameters after optimizer.step() vs rank 0's", r), "param_after");
-      add("replicas-diverged", "problem", "optimizer", recs[0].step, rank, after,
+      note_div(fmt::format("rank {}'s parameters after optimizer.step() vs rank {}'s", rank, r0), "param_after");
+      add("replicas-diverged", "problem", "optimizer", ref->step, rank, after,
           fmt::format("step {}: every rank's optimizer saw the same parameters and gradients, but rank {}'s '{}' "
-                      "stepped to other values than rank 0's. Usually rank-dependent optimizer settings (lr, "
+                      "stepped to other values than rank {}'s. Usually rank-dependent optimizer settings (lr, "
                       "weight decay, a scheduler stepped on some ranks) or optimizer state that differs",
-                      recs[0].step, r, after));
+                      ref->step, rank, after, r0));
     }
   }
   if (!equal) diverged_ = true;
   return equal;
 }
 
-void Findings::per_step(const std::vector<StepRecord>& recs) {
+void Findings::per_step(const std::vector<const StepRecord*>& present) {
   const Manifest& m = run_.first();
-  const int64_t step = recs[0].step;
-  for (const StepRecord& rec : recs) {
+  std::vector<const StepRecord*> recs;
+  for (const StepRecord* p : present)
+    if (p) recs.push_back(p);
+  const int64_t step = recs[0]->step;
+  for (const StepRecord* rec_p : recs) {
+    const StepRecord& rec = *rec_p;
     // .grad changed between the end of backward and the step: the factor, and whether it is one factor.
     double gg = 0, gs = 0, ss = 0;
     std::string first;
@@ -214,11 +240,16 @@ void Findings::per_step(const std::vector<StepRecord>& recs) {
       for (size_t i = 0; i < m.params.size(); ++i)
         if (!ready.count(i))
           add("unused-parameters", "note", "", step, rec.rank, m.params[i].name,
-              fmt::format("step {}, rank {}: '{}' got no gradient in backward {} (find_unused_parameters={}): a "
-                          "branch of the model the forward did not take; DDP then {}",
-                          step, rec.rank, m.params[i].name, k, m.ddp.find_unused_parameters ? "True" : "False",
-                          m.ddp.find_unused_parameters ? "all-reduces zeros in its place"
-                                                       : "waits for it (find_unused_parameters=True is needed)"));
+              fmt::format("step {}, rank {}: '{}' got no gradient in backward {} ({}): a branch of the model the "
+                          "forward did not take; DDP then {}",
+                          step, rec.rank, m.params[i].name, k,
+                          m.ddp.static_graph ? "static_graph=True"
+                                             : m.ddp.find_unused_parameters ? "find_unused_parameters=True"
+                                                                            : "find_unused_parameters=False",
+                          m.ddp.static_graph ? "all-reduces zeros in its place, as static_graph learned in the "
+                                               "first iteration"
+                          : m.ddp.find_unused_parameters ? "all-reduces zeros in its place"
+                                                         : "waits for it (find_unused_parameters=True is needed)"));
     }
     for (const auto& fwd : rec.inputs)
       for (const std::string& fp : fwd) seq_[static_cast<size_t>(rec.rank)].push_back({step, fp});
@@ -227,19 +258,19 @@ void Findings::per_step(const std::vector<StepRecord>& recs) {
   // buffers with its own batch); the finding is for broadcast_buffers=False, where they never meet again.
   for (size_t r = 1; r < recs.size() && !m.ddp.broadcast_buffers; ++r)
     for (const TensorInfo& b : m.buffers) {
-      const auto* x = tensor(recs[r], "buffer", b.name);
-      const auto* y = tensor(recs[0], "buffer", b.name);
+      const auto* x = tensor(*recs[r], "buffer", b.name);
+      const auto* y = tensor(*recs[0], "buffer", b.name);
       if (x && y && !same_values(*x, *y))
         add("buffers-differ", "note", "", step, static_cast<int>(r), b.name,
             fmt::format("step {}: rank {}'s buffer '{}' differs from rank 0's (broadcast_buffers=False): each rank "
                         "keeps the running statistics of its own batches, so evaluation gives different results on "
                         "different ranks",
-                        step, r, b.name));
+                        step, recs[r]->rank, b.name));
     }
-  if (recs[0].inputs.empty()) return;
+  if (recs[0]->inputs.empty()) return;
   ++steps_with_inputs_;
   bool identical = recs.size() > 1;
-  for (size_t r = 1; r < recs.size(); ++r) identical = identical && recs[r].inputs == recs[0].inputs;
+  for (size_t r = 1; r < recs.size(); ++r) identical = identical && recs[r]->inputs == recs[0]->inputs;
   if (identical) identical_steps_.push_back(step);
 }
 

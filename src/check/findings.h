@@ -14,6 +14,11 @@
 
 namespace ddplab::check {
 
+// The first parameter whose `kind_a` tensor in `a` differs from its `kind_b` tensor in `b` (absent on one
+// side counts as different; NaN equals NaN), or "".
+std::string first_difference(const Manifest& m, const StepRecord& a, const char* kind_a, const StepRecord& b,
+                             const char* kind_b);
+
 class Findings {
  public:
   explicit Findings(const Run& run) : run_(run), seq_(static_cast<size_t>(run.world_size())) {}
@@ -24,12 +29,14 @@ class Findings {
   void grads_vs_prediction(int64_t step, int r, const std::vector<CmpResult>& rows, bool order_known, Divergence* div);
   // Rank r's recorded parameters after optimizer.step() against torch.optim's arithmetic.
   void step_vs_prediction(int64_t step, int r, const std::vector<CmpResult>& rows, bool exact_expected, Divergence* div);
-  // The replica invariant; `prev` is the previous recorded step (empty at the first). True when every
-  // rank's parameters after the step equal rank 0's.
-  bool replicas(const std::vector<StepRecord>& recs, const std::vector<StepRecord>& prev, Divergence* div);
+  // The replica invariant over the ranks that ran this iteration (recs[r] null: rank r has joined).
+  // moved[r] names rank r's first parameter that changed between its previous step and this one where
+  // nothing DDP does explains it ("" : none). True when every rank's parameters after the step agree.
+  bool replicas(const std::vector<const StepRecord*>& recs, const std::vector<std::string>& moved, bool first_step,
+                Divergence* div);
   // Gradients changed before the step, buffers, unused parameters; collects the input fingerprints.
-  void per_step(const std::vector<StepRecord>& recs);
-  // The data findings, from every step's fingerprints.
+  void per_step(const std::vector<const StepRecord*>& recs);
+  // The data findings from every step's fingerprints, where no sampler's indices were recorded.
   void after_run();
   std::vector<Finding> take();
 

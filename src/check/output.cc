@@ -40,6 +40,31 @@ nlohmann::json counts_json(const Counts& c) {
   return {{"checked", c.checked}, {"exact", c.exact}, {"allclose", c.allclose}, {"different", c.different}};
 }
 
+// One line per loader iteration (an epoch) of the training loaders: what each rank's sampler yielded.
+std::string data_lines(const CheckResult& r) {
+  std::string out;
+  for (size_t i = 0; i < r.data.epochs.size();) {
+    const EpochLine& e0 = r.data.epochs[i];
+    std::string line = fmt::format("data loader {} epoch {}", e0.loader, e0.iteration);
+    for (; i < r.data.epochs.size() && r.data.epochs[i].loader == e0.loader && r.data.epochs[i].iteration == e0.iteration; ++i) {
+      const EpochLine& e = r.data.epochs[i];
+      line += fmt::format(" | rank {}: {} seen, {} distinct, {} shared{}", e.rank, e.seen, e.distinct, e.shared,
+                          e.order_changed < 0 ? "" : e.order_changed ? ", order changed" : ", SAME order");
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+nlohmann::json data_json(const DataSummary& d) {
+  nlohmann::json epochs = nlohmann::json::array();
+  for (const EpochLine& e : d.epochs)
+    epochs.push_back({{"rank", e.rank}, {"loader", e.loader}, {"epoch", e.iteration}, {"first_step", e.first_step},
+                      {"seen", e.seen}, {"distinct", e.distinct}, {"shared", e.shared},
+                      {"order_changed", e.order_changed < 0 ? nlohmann::json(nullptr) : nlohmann::json(e.order_changed == 1)}});
+  return {{"source", d.source}, {"verdict", d.verdict}, {"epochs", epochs}};
+}
+
 }  // namespace
 
 std::string format_text(const CheckResult& r) {
@@ -51,7 +76,9 @@ std::string format_text(const CheckResult& r) {
   for (const StepLine& l : r.lines)
     out += fmt::format("step {:>4} | {} | {} | replicas {}\n", l.step, counts_text(l.grads, "grads"),
                        counts_text(l.params, "params"), l.replicas_equal ? "equal" : "DIFFER");
+  out += data_lines(r);
   out += fmt::format("\nsummary: {}; {}\n", counts_text(r.grads, "grads"), counts_text(r.params, "params"));
+  if (r.data.source == "sampler") out += "data: " + r.data.verdict + "\n";
   if (r.findings.empty()) out += "findings: none\n";
   for (const Finding& f : r.findings)
     out += fmt::format("{} {}{} ({}): {}\n", f.severity == "problem" ? "PROBLEM" : "note", f.kind,
@@ -86,6 +113,7 @@ std::string format_json(const CheckResult& r) {
                       {"grads", counts_json(r.grads)},
                       {"params", counts_json(r.params)},
                       {"findings", findings},
+                      {"data", data_json(r.data)},
                       {"per_step", steps}};
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }

@@ -19,18 +19,37 @@ Matrix as_matrix(const std::vector<float>& v) {
   return m;
 }
 
-// The run's comm hook as ddplab's (null: none, or one ddplab does not know).
-std::unique_ptr<ddp::CommHook> known_hook(const DdpOptions& d, bool* known) {
+// The hooks torch ships in torch.distributed.algorithms.ddp_comm_hooks, as the recorder names them.
+bool torch_ships(const DdpOptions& d) {
+  static const char* kKinds[] = {"allreduce", "fp16_compress", "bf16_compress", "powerSGD", "batched_powerSGD",
+                                 "noop", "post_localSGD", "fp16_compress_wrapper", "bf16_compress_wrapper",
+                                 "quantization_pertensor", "quantization_perchannel"};
+  for (const char* k : kKinds)
+    if (d.comm_hook == k) return true;
+  return d.comm_hook_module.rfind("torch.distributed.", 0) == 0;
+}
+
+// The run's comm hook as ddplab's. null with *known true: no hook; null with *known false: one ddplab
+// does not model (*why says which and why). post_localSGD is the allreduce hook until its switch (the
+// caller swaps in the local part, local_sgd_hook()).
+std::unique_ptr<ddp::CommHook> known_hook(const DdpOptions& d, bool* known, std::string* why) {
   *known = true;
   ddp::CommHookOptions o;
-  if (d.comm_hook.empty()) return nullptr;
-  if (d.comm_hook == "allreduce") {
+  std::string kind = d.comm_hook;
+  // fp16/bf16_compress_wrapper(allreduce_hook) casts the bucket, divides and sums in 16 bits and casts back:
+  // fp16/bf16_compress_hook's arithmetic.
+  if ((kind == "fp16_compress_wrapper" || kind == "bf16_compress_wrapper") && d.comm_hook_inner == "allreduce")
+    kind = kind == "fp16_compress_wrapper" ? "fp16_compress" : "bf16_compress";
+  if (kind.empty()) return nullptr;
+  if (kind == "allreduce" || kind == "post_localSGD") {
     o.name = "allreduce";
-  } else if (d.comm_hook == "fp16_compress") {
+  } else if (kind == "fp16_compress") {
     o.name = "fp16-compress";
-  } else if (d.comm_hook == "bf16_compress") {
+  } else if (kind == "bf16_compress") {
     o.name = "bf16-compress";
-  } else if (d.comm_hook == "powerSGD") {
+  } else if (kind == "noop") {
+    o.name = "noop";
+  } else if (kind == "powerSGD") {
     const json& s = d.comm_hook_state;
     o.name = "powersgd";
     o.powersgd_rank = s.value("matrix_approximation_rank", int64_t{1});
@@ -40,11 +59,22 @@ std::unique_ptr<ddp::CommHook> known_hook(const DdpOptions& d, bool* known) {
     o.powersgd_warm_start = s.value("warm_start", true);
     o.powersgd_random_seed = s.value("random_seed", uint64_t{0});
     if (o.powersgd_rank > 2) {
-      *known = false;  // torch orthogonalises with LAPACK's QR above rank 2: not modelled
+      *known = false;
+      *why = "PowerSGD with matrix_approximation_rank " + std::to_string(o.powersgd_rank) +
+             " orthogonalises with LAPACK's QR, which ddplab does not model (ranks 1 and 2 it does)";
       return nullptr;
     }
   } else {
     *known = false;
+    if (kind == "batched_powerSGD")
+      *why = "batched_powerSGD_hook (one square matrix per bucket) is not modelled; powerSGD_hook is";
+    else if (kind.rfind("quantization", 0) == 0)
+      *why = "torch's " + kind + "_hook quantizes to uint8 with scales all-gathered, not modelled";
+    else if (kind.find("wrapper") != std::string::npos)
+      *why = "torch's " + kind + " around " + (d.comm_hook_inner.empty() ? std::string("a hook") : d.comm_hook_inner) +
+             " is modelled only around allreduce_hook";
+    else
+      *why = "comm hook '" + d.comm_hook + "'";
     return nullptr;
   }
   return ddp::make_comm_hook(o);
@@ -86,6 +116,7 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
   if (ws == 1) order_ = "one rank: nothing to add";
   params_.resize(static_cast<size_t>(ws));
   bool hook_known = true;
+  std::string hook_why;
   for (int r = 0; r < ws; ++r) {
     auto& ps = params_[static_cast<size_t>(r)];
     for (const TensorInfo& t : m.params) {
@@ -100,7 +131,7 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
     auto red = std::make_unique<ddp::Reducer>(ptrs, ws, m.ddp.bucket_cap_mb, ddp::Average::predivide);
     red->set_gradient_as_bucket_view(m.ddp.gradient_as_bucket_view);
     red->set_first_bucket_bytes(static_cast<size_t>(m.ddp.first_bucket_bytes));
-    if (auto hook = known_hook(m.ddp, &hook_known)) red->register_comm_hook(std::move(hook));
+    if (auto hook = known_hook(m.ddp, &hook_known, &hook_why)) red->register_comm_hook(std::move(hook));
     // find_unused_parameters=True (not static_graph): DDP never rebuilds; its one layout is
     // _compute_bucket_assignment_by_size over the parameters in order with limits [1 MiB, cap], reversed.
     if (m.ddp.find_unused_parameters && !m.ddp.static_graph) {
@@ -119,11 +150,37 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
   }
   if (reducers_[0]->comm_hook()) hooked_ = std::make_unique<ddp::HookedAllreduce>(ws, algorithm_);
   check_layout(m.torch_buckets_initial, "at DDP(...) (iteration 0)", -1);
-  if (!hook_known) {
+  if (!hook_known && torch_ships(m.ddp)) {
+    // A hook torch ships is right by construction: its gradients are not compared (no false alarm); the
+    // replicas, the optimizer step and the data are still checked.
+    grads_checked_ = false;
+    grads_why_ = hook_why;
+    order_ = "comm hook " + m.ddp.comm_hook + ": " + hook_why + ", so DDP's gradients are not predicted";
+  } else if (!hook_known) {
     exact_ = false;
     order_ = "comm hook '" + m.ddp.comm_hook +
-             "' is not one ddplab models (allreduce, fp16_compress, bf16_compress, powerSGD up to rank 2): "
-             "predicted as DDP's built-in average, compared allclose";
+             "' is the script's own (ddplab models torch's allreduce, fp16/bf16 compress and their wrappers around "
+             "allreduce, noop, post-local SGD, PowerSGD up to rank 2): predicted as DDP's built-in average, "
+             "compared allclose";
+  } else if (m.ddp.comm_hook == "post_localSGD") {
+    // Until state.iter reaches start_localSGD_iter the hook is allreduce_hook; from then on it all-reduces
+    // within its subgroup: nothing to do in a subgroup of one rank, allreduce_hook in one of every rank.
+    const json& st = m.ddp.comm_hook_state;
+    local_sgd_switch_ = std::max<int64_t>(0, st.value("start_localSGD_iter", int64_t{0}) - st.value("iter", int64_t{0}));
+    const bool reduce = st.value("post_local_gradient_allreduce", true);
+    const int64_t sub = st.contains("subgroup_size") && st.at("subgroup_size").is_number_integer()
+                            ? st.at("subgroup_size").get<int64_t>() : -1;
+    local_hook_ = !reduce || sub == 1 ? "noop" : sub == ws ? "allreduce" : "";
+    if (local_hook_.empty()) {
+      grads_checked_ = false;
+      grads_why_ = "post_localSGD_hook all-reduces within subgroups of " + std::to_string(sub) +
+                   " ranks after its switch, not modelled";
+    }
+    order_ = fmt::format("post-local SGD: allreduce_hook over {} for {} more iterations, then {}", order_,
+                         local_sgd_switch_, local_hook_ == "noop" ? "each rank's own gradient (local SGD)"
+                                                                  : "allreduce_hook within the subgroup");
+  } else if (m.ddp.comm_hook == "noop") {
+    order_ = "noop_hook: no all-reduce at all, each rank keeps its own gradient";
   } else if (hooked_ && m.ddp.comm_hook == "powerSGD" && m.every != 1) {
     exact_ = false;
     order_ += "; PowerSGD keeps state across steps and every=" + std::to_string(m.every) +
@@ -136,6 +193,12 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
 void GradReplay::sync(int64_t step) {
   std::vector<ddp::Reducer*> reds;
   for (auto& r : reducers_) reds.push_back(r.get());
+  if (local_sgd_switch_ >= 0 && syncs_ == local_sgd_switch_ && local_hook_ == "noop") {
+    ddp::CommHookOptions o;
+    o.name = "noop";
+    for (auto& r : reducers_) r->register_comm_hook(ddp::make_comm_hook(o));
+  }
+  ++syncs_;
   if (hooked_) {
     hooked_->run(reds);
   } else {
@@ -169,28 +232,45 @@ void GradReplay::check_layout(const std::vector<std::vector<size_t>>& torch, con
                                reducers_[0]->describe()));
 }
 
-bool GradReplay::predict(const std::vector<StepRecord>& recs, std::string* why) {
+bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string* why) {
   const Manifest& m = run_.first();
   const size_t np = m.params.size(), ws = recs.size();
-  const size_t nb = recs[0].backwards.size();
-  for (const StepRecord& rec : recs) {
-    if (rec.backwards.size() != nb) {
-      *why = fmt::format("rank {} ran {} backwards before step {}, rank 0 ran {}: DDP's all-reduces do not pair",
-                         rec.rank, rec.backwards.size(), rec.step, nb);
+  // The ranks that ran this iteration; the others have joined (Join): they shadow every all-reduce with zeros.
+  const StepRecord* ref = nullptr;
+  size_t active = 0;
+  for (const StepRecord* rec : recs)
+    if (rec) {
+      ref = ref ? ref : rec;
+      ++active;
+    }
+  const size_t nb = ref->backwards.size();
+  for (const StepRecord* rec : recs) {
+    if (!rec) continue;
+    if (rec->backwards.size() != nb) {
+      *why = fmt::format("rank {} ran {} backwards before step {}, rank {} ran {}: DDP's all-reduces do not pair",
+                         rec->rank, rec->backwards.size(), rec->step, ref->rank, nb);
       return false;
     }
     for (size_t k = 0; k < nb; ++k)
-      if (rec.backwards[k].sync != recs[0].backwards[k].sync) {
-        *why = fmt::format("backward {} of step {} synchronised on rank 0 but not on rank {}", k, rec.step, rec.rank);
+      if (rec->backwards[k].sync != ref->backwards[k].sync) {
+        *why = fmt::format("backward {} of step {} synchronised on rank {} but not on rank {}", k, rec->step,
+                           ref->backwards[k].sync ? ref->rank : rec->rank, ref->backwards[k].sync ? rec->rank : ref->rank);
         return false;
       }
   }
+  if (active < ws && !ref->divide_by_initial_world_size && reducers_[0]->comm_hook()) {
+    *why = "Join(divide_by_initial_world_size=False) with a comm hook is not modelled";
+    return false;
+  }
+  const int64_t div = ref->divide_by_initial_world_size ? static_cast<int64_t>(ws) : static_cast<int64_t>(active);
   for (size_t r = 0; r < ws; ++r) {
+    reducers_[r]->set_join_state(recs[r] == nullptr, div);
+    if (!recs[r]) continue;
     // .grad as the step found it: the recorded prior, or None.
     bool any_prior = false;
     for (size_t i = 0; i < np; ++i) {
       Parameter& p = params_[r][i];
-      const safetensors::Tensor* prior = recs[r].find("prior", p.name);
+      const safetensors::Tensor* prior = recs[r]->find("prior", p.name);
       p.has_grad = prior != nullptr;
       if (prior) {
         p.grad = Eigen::Map<const Matrix>(prior->data.data(), 1, static_cast<Eigen::Index>(prior->data.size()));
@@ -199,13 +279,14 @@ bool GradReplay::predict(const std::vector<StepRecord>& recs, std::string* why) 
     }
     if (!any_prior) reducers_[r]->grads_set_to_none();
   }
+  const bool unused_zeros = m.ddp.find_unused_parameters || m.ddp.static_graph;
   std::vector<std::vector<bool>> used(ws, std::vector<bool>(np, false));
   for (size_t k = 0; k < nb; ++k) {
     const std::string kind = "local/" + std::to_string(k);
     for (size_t r = 0; r < ws; ++r)
-      for (size_t i = 0; i < np; ++i) {
+      for (size_t i = 0; i < np && recs[r]; ++i) {
         Parameter& p = params_[r][i];
-        if (const safetensors::Tensor* g = recs[r].find(kind, p.name)) {
+        if (const safetensors::Tensor* g = recs[r]->find(kind, p.name)) {
           // AccumulateGrad: grad += new, or grad = new (one copy, straight from the record)
           const Eigen::Map<const Matrix> local(g->data.data(), 1, static_cast<Eigen::Index>(g->data.size()));
           if (p.has_grad) {
@@ -217,8 +298,8 @@ bool GradReplay::predict(const std::vector<StepRecord>& recs, std::string* why) 
           used[r][i] = true;
         }
       }
-    if (!recs[0].backwards[k].sync) continue;
-    if (m.ddp.find_unused_parameters) {
+    if (!ref->backwards[k].sync) continue;
+    if (unused_zeros) {
       std::vector<bool> global(np, true);
       for (size_t r = 0; r < ws; ++r)
         for (size_t i = 0; i < np; ++i) global[i] = global[i] && !used[r][i];
@@ -229,15 +310,15 @@ bool GradReplay::predict(const std::vector<StepRecord>& recs, std::string* why) 
       }
     } else {
       for (size_t r = 0; r < ws; ++r)
-        for (size_t i = 0; i < np; ++i)
+        for (size_t i = 0; i < np && recs[r]; ++i)
           if (!params_[r][i].has_grad) {
             *why = fmt::format("parameter '{}' got no gradient on rank {} in step {}, and find_unused_parameters "
                                "is False (torch would have raised)",
-                               params_[r][i].name, r, recs[r].step);
+                               params_[r][i].name, r, recs[r]->step);
             return false;
           }
     }
-    sync(recs[0].step);
+    sync(ref->step);
     for (auto& u : used) std::fill(u.begin(), u.end(), false);  // local_used_map resets per sync
   }
   return true;

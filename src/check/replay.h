@@ -23,11 +23,19 @@ class GradReplay {
 
   // Every rank's .grad after the step's backwards (local gradients accumulated, each synchronised backward
   // reduced as DDP reduces it). false (and `why` set) when the step cannot be predicted.
-  bool predict(const std::vector<StepRecord>& recs, std::string* why);
+  // recs[r] is null for a rank that has joined (Join): it contributes zeros to every all-reduce.
+  bool predict(const std::vector<const StepRecord*>& recs, std::string* why);
   // Rank r's predicted parameter i (.grad meaningful when has_grad).
   const Parameter& param(int r, size_t i) const { return params_[static_cast<size_t>(r)][i]; }
 
   bool exact_expected() const { return exact_; }
+  // false when the run's comm hook is one torch ships that ddplab does not model: gradients not compared.
+  bool grads_checked() const { return grads_checked_; }
+  const std::string& grads_why() const { return grads_why_; }
+  // Each rank keeps its own gradient by design from this iteration on (noop_hook, local SGD).
+  bool local_gradients() const {
+    return run_.first().ddp.comm_hook == "noop" || (local_sgd_switch_ >= 0 && syncs_ > local_sgd_switch_ && local_hook_ == "noop");
+  }
   const std::string& order() const { return order_; }
   std::string buckets() const { return reducers_[0]->describe(); }
   // Notes from the replay (a layout that differed from torch's), drained by the caller.
@@ -43,6 +51,11 @@ class GradReplay {
   bool exact_ = true;
   std::string order_;
   bool first_sync_done_ = false;
+  bool grads_checked_ = true;
+  std::string grads_why_;
+  int64_t local_sgd_switch_ = -1;  // post-local SGD: synchronised backwards until its local part
+  std::string local_hook_;         // what the local part is: "noop" (subgroups of one), "allreduce", "" unknown
+  int64_t syncs_ = 0;
   std::vector<std::vector<Parameter>> params_;              // [rank][param]
   std::vector<std::unique_ptr<ddp::Reducer>> reducers_;     // one per rank
   std::unique_ptr<ddp::HookedAllreduce> hooked_;            // a known comm hook, per rank on threads

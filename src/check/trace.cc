@@ -180,15 +180,49 @@ Manifest parse_manifest_fields(const std::string& path) {
     if (!ddp.at("comm_hook").is_string()) fail(path, "ddp.comm_hook is not a string");
     m.ddp.comm_hook = ddp.at("comm_hook").get<std::string>();
   }
+  for (const auto& [key, out] : {std::pair<const char*, std::string*>{"comm_hook_module", &m.ddp.comm_hook_module},
+                                  {"comm_hook_inner", &m.ddp.comm_hook_inner}})
+    if (ddp.contains(key) && ddp.at(key).is_string()) *out = ddp.at(key).get<std::string>();
   if (ddp.contains("comm_hook_state") && !ddp.at("comm_hook_state").is_null()) m.ddp.comm_hook_state = ddp.at("comm_hook_state");
   check_hook_state(m.ddp.comm_hook_state, path);
   m.params = tensor_infos(field(j, "params", path), "params", path);
-  if (m.params.empty()) fail(path, "\"params\" is empty");
+  if (j.contains("unchecked_params") && !j.at("unchecked_params").is_null()) {
+    const json& u = j.at("unchecked_params");
+    if (!u.is_array() || u.size() > kMaxTensors) fail(path, "\"unchecked_params\" is not a list");
+    for (const json& t : u)
+      m.unchecked_params.push_back({str(t, "name", path), t.value("dtype", std::string("?")), t.value("why", std::string("?"))});
+  }
+  if (m.params.empty() && m.unchecked_params.empty()) fail(path, "\"params\" is empty");
   if (j.contains("buffers")) m.buffers = tensor_infos(j.at("buffers"), "buffers", path);
   const json& opt = field(j, "optimizer", path);
   m.optimizer_class = str(opt, "class", path);
   m.param_groups = field(opt, "param_groups", path);
   check_param_groups(m.param_groups, m.params.size(), path);
+  if (opt.contains("missing_params") && !opt.at("missing_params").is_null())
+    m.missing_params = indices(opt.at("missing_params"), "optimizer.missing_params", path, m.params.size());
+  if (opt.contains("missing_unchecked") && opt.at("missing_unchecked").is_array())
+    for (const json& n : opt.at("missing_unchecked"))
+      if (n.is_string()) m.missing_unchecked.push_back(n.get<std::string>());
+  if (opt.contains("foreign_params") && !opt.at("foreign_params").is_null())
+    m.foreign_params = integer(opt.at("foreign_params"), "optimizer.foreign_params", path, 0, int64_t{1} << 40);
+  m.complete = boolean(j, "complete", path, true);
+  m.join = boolean(j, "join", path, false);
+  if (j.contains("stopped") && j.at("stopped").is_object()) {
+    const json& st = j.at("stopped");
+    m.stopped_step = st.contains("step") && st.at("step").is_number_integer() ? st.at("step").get<int64_t>() : 0;
+    m.stopped_why = st.value("why", std::string("(no reason given)"));
+  }
+  if (j.contains("lightning") && j.at("lightning").is_object())
+    m.lightning_strategy = j.at("lightning").value("strategy", std::string("ddp"));
+  if (j.contains("averaging") && !j.at("averaging").is_null()) {
+    const json& a = j.at("averaging");
+    if (!a.is_array() || a.size() > static_cast<size_t>(kMaxSteps)) fail(path, "\"averaging\" is not a list");
+    for (const json& e : a)
+      m.averaging.push_back({integer(field(e, "after_step", path), "averaging.after_step", path, 0, kMaxSteps),
+                             e.contains("group_size") && !e.at("group_size").is_null()
+                                 ? integer(e.at("group_size"), "averaging.group_size", path, 1, kMaxWorldSize)
+                                 : int64_t{0}});
+  }
   if (j.contains("first_ready_order") && !j.at("first_ready_order").is_null())
     m.first_ready_order = indices(j.at("first_ready_order"), "first_ready_order", path, m.params.size());
   for (const char* when : {"initial", "rebuilt"}) {
@@ -220,6 +254,12 @@ const safetensors::Tensor* StepRecord::find(const std::string& kind, const std::
   return it == tensors.end() ? nullptr : &it->second;
 }
 
+int64_t Run::total_steps() const {
+  int64_t n = 0;
+  for (const Manifest& m : ranks) n += static_cast<int64_t>(m.steps.size());
+  return n;
+}
+
 Run open_run(const std::string& dir_in) {
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -242,7 +282,6 @@ Run open_run(const std::string& dir_in) {
     if (m.run_id != m0.run_id) differs("run_id");
     if (m.rank != r) fail(m.path, fmt::format("says rank {}, but lies in rank{}/", m.rank, r));
     if (m.world_size != m0.world_size) differs("world_size");
-    if (m.steps != m0.steps) differs("list of recorded steps");
     if (m.params.size() != m0.params.size()) differs("number of parameters");
     for (size_t i = 0; i < m.params.size(); ++i)
       if (m.params[i].name != m0.params[i].name || m.params[i].shape != m0.params[i].shape)
@@ -257,7 +296,10 @@ Run open_run(const std::string& dir_in) {
   if (is_dir(fmt::format("{}/rank{}", dir, m0.world_size)))
     fail(fmt::format("{}/rank{}", dir, m0.world_size), fmt::format("exists, but the run's world_size is {}", m0.world_size));
   run.steps = m0.steps;
-  if (run.steps.empty()) fail(m0.path, "records no step (was optimizer.step() called between DDPTrace() and close()?)");
+  if (run.total_steps() == 0)
+    fail(m0.path, m0.stopped_step >= 0 ? "records no step: recording stopped at step " + std::to_string(m0.stopped_step) +
+                                             " (" + m0.stopped_why + ")"
+                                       : "records no step (was optimizer.step() called between DDPTrace() and close()?)");
   return run;
 }
 
@@ -313,6 +355,17 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
           if (f.is_string()) fps.push_back(f.get<std::string>());
       rec.inputs.push_back(std::move(fps));
     }
+  }
+  rec.index = step;
+  if (meta.contains("segment") && !meta.at("segment").is_null()) {
+    const json& seg = meta.at("segment");
+    if (!seg.is_array() || seg.size() != 2) fail(rec.path, "\"segment\" is not a pair [segment, index]");
+    rec.segment = integer(seg[0], "segment", rec.path, 0, kMaxSteps);
+    rec.index = integer(seg[1], "segment index", rec.path, 0, kMaxSteps);
+  }
+  if (meta.contains("join") && meta.at("join").is_object()) {
+    rec.join = true;
+    rec.divide_by_initial_world_size = boolean(meta.at("join"), "divide_by_initial_world_size", rec.path, true);
   }
   if (meta.contains("state_steps") && meta.at("state_steps").is_object())
     for (const auto& [k, v] : meta.at("state_steps").items())

@@ -41,7 +41,20 @@ struct DdpOptions {
   bool static_graph = false;
   int64_t first_bucket_bytes = 1 << 20;  // the first rebuilt bucket's cap (torch 2.x: bucket_cap_mb when given)
   std::string comm_hook;             // "" (none), "allreduce", "fp16_compress", "powerSGD", or a hook's name
-  nlohmann::json comm_hook_state = nlohmann::json::object();    // PowerSGDState's fields
+  std::string comm_hook_module;      // the hook function's __module__ ("" when the recorder did not say)
+  std::string comm_hook_inner;       // fp16/bf16_compress_wrapper: the wrapped hook's kind
+  nlohmann::json comm_hook_state = nlohmann::json::object();    // PowerSGDState's or PostLocalSGDState's fields
+};
+
+// A parameter DDP reduces that the recorder did not record (a sparse gradient, a dtype other than float32).
+struct UncheckedParam {
+  std::string name, dtype, why;
+};
+
+// A model averager (post-local SGD) averaged every rank's parameters after optimizer step `after_step`.
+struct Averaging {
+  int64_t after_step = 0;
+  int64_t group_size = 0;
 };
 
 struct Manifest {
@@ -58,6 +71,16 @@ struct Manifest {
   std::vector<std::vector<size_t>> torch_buckets;          // torch's rebuilt layout, when the recorder saw it
   std::vector<std::vector<size_t>> torch_buckets_initial;  // torch's layout at DDPTrace() (iteration 0)
   std::map<std::string, std::string> env;
+  bool complete = true;             // false: the manifest of a rank that did not reach close() (crashed, hung)
+  int64_t stopped_step = -1;        // recording stopped early at this step (the recorder's own trouble)
+  std::string stopped_why;
+  std::string lightning_strategy;   // LightningCallback's Trainer strategy ("" : not Lightning)
+  bool join = false;                // some recorded forward ran with DDP's Join enabled
+  std::vector<UncheckedParam> unchecked_params;
+  std::vector<size_t> missing_params;          // DDP's parameters in no optimizer param group
+  std::vector<std::string> missing_unchecked;  // unchecked ones in no param group
+  int64_t foreign_params = 0;                  // optimizer parameters that are not the DDP module's
+  std::vector<Averaging> averaging;
   // The recorder's probe: torch.sqrt on float32 is IEEE's correctly rounded sqrt in this build (false for
   // pip builds whose CPU sqrt is MKL's VML, within 1 ulp): Adam's step is then compared allclose.
   bool sqrt_exact = true;
@@ -78,6 +101,11 @@ struct StepRecord {
   std::map<std::string, int64_t> state_steps;    // Adam's step count before this step
   std::vector<double> lr;                        // per param group
   std::map<std::string, int64_t> int_buffers;
+  // Which DDP iteration this is: steps of all ranks with equal (segment, index) paired their all-reduces.
+  // A segment is the stretch between two Join context boundaries (without Join: one segment, index = step).
+  int64_t segment = 0, index = 0;
+  bool join = false;                      // its forward ran with DDP's Join enabled
+  bool divide_by_initial_world_size = true;
   safetensors::TensorMap tensors;
 
   // The tensor "<kind>/<name>", or null when the recorder did not write it.
@@ -87,13 +115,14 @@ struct StepRecord {
 struct Run {
   std::string dir;
   std::vector<Manifest> ranks;  // ranks[r].rank == r
-  std::vector<int64_t> steps;   // recorded on every rank
+  std::vector<int64_t> steps;   // rank 0's recorded steps (others may differ: Join, a rank that stopped)
   int world_size() const { return static_cast<int>(ranks.size()); }
   const Manifest& first() const { return ranks.front(); }
+  int64_t total_steps() const;  // every rank's recorded steps together
 };
 
 // Reads and cross-checks every rank's manifest: one run id, one world size, ranks 0..N-1 all present,
-// the same parameters, options and steps. Throws TraceError.
+// the same parameters and options. Ranks may have recorded different steps. Throws TraceError.
 Run open_run(const std::string& dir);
 
 // rank's record of `step`, its tensors checked against the manifest's shapes. Throws TraceError.
