@@ -1,4 +1,4 @@
-"""Clean run: gradient_as_bucket_view=True, zero_grad(set_to_none=False), SGD with momentum, 3 ranks."""
+"""Clean run: gradient_as_bucket_view=True, zero_grad(set_to_none=False), SGD with momentum, 3 ranks, 2 buckets."""
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -14,7 +14,7 @@ def main(rank, world_size, args):
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=4, sampler=sampler)
 
-    ddp = DDP(nn.Sequential(nn.Linear(7, 10), nn.ReLU(), nn.Linear(10, 3)), gradient_as_bucket_view=True)
+    ddp = DDP(nn.Sequential(nn.Linear(7, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 3)), gradient_as_bucket_view=True)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 

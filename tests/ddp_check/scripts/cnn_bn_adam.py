@@ -1,4 +1,4 @@
-"""Clean run: a small CNN with BatchNorm2d on random 1x8x8 images, Adam, 3 ranks."""
+"""Clean run: a small CNN with BatchNorm2d on random 1x8x8 images and a 512-wide head, Adam, 3 ranks, 2 buckets."""
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -14,7 +14,7 @@ class Net(nn.Module):
         self.conv = nn.Conv2d(1, 4, 3, padding=1)
         self.bn = nn.BatchNorm2d(4)
         self.pool = nn.MaxPool2d(2)
-        self.fc = nn.Linear(4 * 4 * 4, 3)
+        self.fc = nn.Sequential(nn.Linear(4 * 4 * 4, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 3))
 
     def forward(self, x):
         x = self.pool(torch.relu(self.bn(self.conv(x))))

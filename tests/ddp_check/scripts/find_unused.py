@@ -1,4 +1,4 @@
-"""Clean run: find_unused_parameters=True; the `extra` layer is used on even steps only."""
+"""Clean run: find_unused_parameters=True; the 512-wide `extra` layer is used on even steps only; 3 ranks."""
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -11,9 +11,9 @@ from ddplab_trace import DDPTrace
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.body = nn.Linear(6, 8)
-        self.extra = nn.Linear(8, 8)
-        self.head = nn.Linear(8, 2)
+        self.body = nn.Linear(6, 512)
+        self.extra = nn.Linear(512, 512)
+        self.head = nn.Linear(512, 2)
 
     def forward(self, x, use_extra):
         h = torch.relu(self.body(x))
@@ -51,4 +51,4 @@ def main(rank, world_size, args):
 
 
 if __name__ == "__main__":
-    common.launch(main, common.parse_args(world_size=2, steps=5))
+    common.launch(main, common.parse_args(world_size=3, steps=5))

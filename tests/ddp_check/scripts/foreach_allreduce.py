@@ -1,5 +1,5 @@
 """Clean run: an MLP with weight decay in Adam's foreach (multi-tensor) form and torch's allreduce_hook,
-3 ranks (the hook's div_ then SUM differs in bits from the built-in predivide at world size 3)."""
+3 ranks, 2 buckets (the hook's div_ then SUM differs in bits from the built-in predivide at world size 3)."""
 import torch
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -16,7 +16,7 @@ def main(rank, world_size, args):
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=4, sampler=sampler)
 
-    model = nn.Sequential(nn.Linear(12, 24), nn.GELU(), nn.Linear(24, 2))
+    model = nn.Sequential(nn.Linear(12, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 2))
     ddp = DDP(model)
     ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-2, weight_decay=1e-2, foreach=True)

@@ -1,4 +1,4 @@
-"""Clean run: DDP with the fp16_compress_hook communication hook, 3 ranks."""
+"""Clean run: DDP with the fp16_compress_hook communication hook, 3 ranks, 2 buckets."""
 import torch
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -15,7 +15,7 @@ def main(rank, world_size, args):
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=4, sampler=sampler)
 
-    ddp = DDP(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
+    ddp = DDP(nn.Sequential(nn.Linear(8, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 4)))
     ddp.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

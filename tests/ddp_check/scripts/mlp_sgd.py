@@ -1,4 +1,5 @@
-"""Clean run: an MLP, SGD with momentum 0.9, Nesterov and weight decay, DistributedSampler, 3 ranks."""
+"""Clean run: an MLP, SGD with momentum 0.9, Nesterov and weight decay, DistributedSampler, 3 ranks; its 512x512
+layer (1 MiB) fills DDP's first bucket, the first layer goes to a second."""
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -14,7 +15,7 @@ def main(rank, world_size, args):
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=4, sampler=sampler)
 
-    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 3))
+    model = nn.Sequential(nn.Linear(10, 512), nn.ReLU(), nn.Linear(512, 512), nn.Tanh(), nn.Linear(512, 3))
     ddp = DDP(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)
     loss_fn = nn.CrossEntropyLoss()

@@ -1,4 +1,4 @@
-"""Clean run: gradient accumulation over 2 micro-batches, the first under ddp.no_sync()."""
+"""Clean run: gradient accumulation over 2 micro-batches, the first under ddp.no_sync(); 3 ranks, 2 buckets."""
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -16,7 +16,7 @@ def main(rank, world_size, args):
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=4, sampler=sampler)
 
-    ddp = DDP(nn.Sequential(nn.Linear(5, 12), nn.ReLU(), nn.Linear(12, 2)))
+    ddp = DDP(nn.Sequential(nn.Linear(5, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 2)))
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -43,4 +43,4 @@ def main(rank, world_size, args):
 
 
 if __name__ == "__main__":
-    common.launch(main, common.parse_args(world_size=2, steps=4))
+    common.launch(main, common.parse_args(world_size=3, steps=4))

@@ -1,4 +1,4 @@
-"""Clean run: a residual model (x + f(x) skip connections), AdamW, 3 ranks."""
+"""Clean run: a residual model (x + f(x) skip connections, width 256), AdamW, 3 ranks, 2 buckets."""
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -20,9 +20,9 @@ class Block(nn.Module):
 class ResNet(nn.Module):
     def __init__(self):
         super().__init__()
-        self.stem = nn.Linear(6, 8)
-        self.blocks = nn.Sequential(Block(8), Block(8))
-        self.head = nn.Linear(8, 2)
+        self.stem = nn.Linear(6, 256)
+        self.blocks = nn.Sequential(Block(256), Block(256))
+        self.head = nn.Linear(256, 2)
 
     def forward(self, x):
         return self.head(torch.relu(self.blocks(self.stem(x))))
