@@ -30,15 +30,6 @@ std::string opt_str(const json& j, const char* key) {
   return j.contains(key) && j.at(key).is_string() ? j.at(key).get<std::string>() : "";
 }
 
-// The advice for a sampler mistake, in the script's own terms.
-std::string sampler_advice(const Run& run) {
-  if (!run.first().lightning_strategy.empty())
-    return "Lightning inserts a DistributedSampler itself: leave Trainer(use_distributed_sampler=True) (the default) "
-           "and do not pass a sampler of your own";
-  return "DataLoader(dataset, sampler=DistributedSampler(dataset)) with the same seed on every rank, and "
-         "sampler.set_epoch(epoch) at the start of each epoch";
-}
-
 struct Key {
   int64_t loader, iteration;
   bool operator<(const Key& o) const { return std::tie(loader, iteration) < std::tie(o.loader, o.iteration); }

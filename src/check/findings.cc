@@ -84,6 +84,14 @@ const Stage* first_stage_differing(const Manifest& m, const StepRecord& a, const
 
 }  // namespace
 
+std::string sampler_advice(const Run& run) {
+  if (!run.first().lightning_strategy.empty())
+    return "Lightning inserts a DistributedSampler itself: leave Trainer(use_distributed_sampler=True) (the default) "
+           "and do not pass a sampler of your own";
+  return "DataLoader(dataset, sampler=DistributedSampler(dataset)) with the same seed on every rank, and "
+         "sampler.set_epoch(epoch) at the start of each epoch";
+}
+
 void Findings::add(const std::string& kind, const std::string& severity, const std::string& cause, int64_t step,
                    int rank, const std::string& name, const std::string& message) {
   const auto key = std::make_tuple(kind, cause + "|" + (kind == "unused-parameters" ? name : ""), rank);
@@ -279,9 +287,8 @@ void Findings::after_run() {
   if (ws > 1 && !identical_steps_.empty() && 2 * static_cast<int64_t>(identical_steps_.size()) >= steps_with_inputs_) {
     add("same-data-on-all-ranks", "problem", "", identical_steps_[0], -1, "",
         fmt::format("step {}: every rank was fed the very same samples ({} of {} recorded steps): DDP then "
-                    "computes the same gradient {} times. Use a DistributedSampler (DataLoader(dataset, "
-                    "sampler=DistributedSampler(dataset)))",
-                    identical_steps_[0], identical_steps_.size(), steps_with_inputs_, ws));
+                    "computes the same gradient {} times. {}",
+                    identical_steps_[0], identical_steps_.size(), steps_with_inputs_, ws, sampler_advice(run_)));
     return;
   }
   // Per rank: where it is first fed a sample it was fed before (its second epoch has begun by then).
@@ -328,11 +335,10 @@ void Findings::after_run() {
     }
   // DistributedSampler pads an epoch with at most world_size - 1 repeated samples.
   if (shared > ws - 1)
-    add("overlapping-data", "problem", "", first_step, -1, "",
+    add("overlapping-data", "problem", "fingerprints", first_step, -1, "",
         fmt::format("{} samples were fed to more than one rank within an epoch (first at step {}): the ranks' "
-                    "shards overlap. Each rank needs its own part of the data: DistributedSampler with "
-                    "num_replicas=world_size and rank=rank, the same seed on every rank",
-                    shared, first_step));
+                    "shards overlap. Each rank needs its own part of the data: {}",
+                    shared, first_step, sampler_advice(run_)));
 }
 
 }  // namespace ddplab::check

@@ -19,6 +19,9 @@ namespace ddplab::check {
 std::string first_difference(const Manifest& m, const StepRecord& a, const char* kind_a, const StepRecord& b,
                              const char* kind_b);
 
+// What to write instead, for a data-sharding mistake, in the script's own terms (plain torch or Lightning).
+std::string sampler_advice(const Run& run);
+
 class Findings {
  public:
   explicit Findings(const Run& run) : run_(run), seq_(static_cast<size_t>(run.world_size())) {}

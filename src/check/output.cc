@@ -1,4 +1,4 @@
-// ddp_check's three outputs: the text a learner reads, the --json document, the --report page.
+// ddp_check's outputs: the text a learner reads and the --json document (the --report page: report_html.cc).
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -20,20 +20,6 @@ std::string where(const Finding& f) {
   if (f.rank >= 0) s += fmt::format("{}rank {}", s.empty() ? "" : ", ", f.rank);
   if (!f.name.empty()) s += fmt::format("{}'{}'", s.empty() ? "" : ", ", f.name);
   return s;
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 nlohmann::json counts_json(const Counts& c) {
@@ -116,56 +102,6 @@ std::string format_json(const CheckResult& r) {
                       {"data", data_json(r.data)},
                       {"per_step", steps}};
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
-
-std::string format_html(const CheckResult& r) {
-  std::string out =
-      "<!doctype html><html><head><meta charset=\"utf-8\"><title>ddp_check</title><style>"
-      "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}"
-      "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td.l,th.l{text-align:left}"
-      ".bad{background:#fdd}.ok{background:#dfd}.note{background:#ffe}code{font-size:90%}</style></head><body>";
-  out += fmt::format("<h1>ddp_check: {}</h1>", r.problems() ? "problems" : "as predicted");
-  out += fmt::format("<p><code>{}</code>: world_size {}, backend {}, torch {}, {} steps recorded.</p>",
-                     html_escape(r.run_dir), r.world_size, html_escape(r.backend), html_escape(r.torch_version),
-                     r.steps.size());
-  out += fmt::format("<p>Addition order: {}.<br>Buckets from iteration 1: <code>{}</code>{}</p>", html_escape(r.order),
-                     html_escape(r.buckets), r.step_exact ? "" : "<br>Optimizer step: " + html_escape(r.step_why));
-  out += "<h2>Findings</h2>";
-  if (r.findings.empty()) out += "<p>None: every rank did what DDP's semantics say.</p>";
-  out += "<table><tr><th class=l>severity</th><th class=l>kind</th><th class=l>where</th><th class=l>what</th></tr>";
-  for (const Finding& f : r.findings)
-    out += fmt::format("<tr class={}><td class=l>{}</td><td class=l>{}{}</td><td class=l>{}</td><td class=l>{}</td></tr>",
-                       f.severity == "problem" ? "bad" : "note", f.severity, f.kind,
-                       f.cause.empty() ? "" : " / " + html_escape(f.cause), html_escape(where(f)), html_escape(f.message));
-  // One row per step and rank: each rank's .grad after backward and parameters after the step, against
-  // the prediction (exact / allclose / different tensors), and whether the replicas agreed after the step.
-  out += "</table><h2>Per step and rank: predicted vs recorded</h2><table><tr><th>step</th><th>rank</th>"
-         "<th>grads exact</th><th>allclose</th><th>different</th><th>params exact</th><th>allclose</th>"
-         "<th>different</th><th>replicas</th></tr>";
-  for (const StepLine& l : r.lines) {
-    for (size_t k = 0; k < l.rank_grads.size(); ++k) {
-      const Counts& g = l.rank_grads[k];
-      const Counts& p = l.rank_params[k];
-      out += fmt::format("<tr class={}><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td>"
-                         "<td>{}</td><td>{}</td></tr>",
-                         l.replicas_equal && !g.different && !p.different ? "ok" : "bad", l.step, k, g.exact,
-                         g.checked, g.allclose, g.different, p.exact, p.checked, p.allclose, p.different,
-                         l.replicas_equal ? "equal" : "differ");
-    }
-  }
-  out += "</table>";
-  if (r.first_divergence.step >= 0) {
-    out += fmt::format("<h2>First divergence, step {}</h2><p>{}</p><table><tr><th class=l>tensor</th><th>exact</th>"
-                       "<th>approximate</th><th>maxdiff</th><th>values differing</th></tr>",
-                       r.first_divergence.step, html_escape(r.first_divergence.title));
-    for (const CmpResult& c : r.first_divergence.rows)
-      out += fmt::format("<tr class={}><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} of {}</td></tr>",
-                         c.exact ? "ok" : "bad", html_escape(c.name), c.exact ? "True" : "False",
-                         c.approximate ? "True" : "False", python_float_repr(c.maxdiff), c.num_different, c.numel);
-    out += "</table>";
-  }
-  out += "</body></html>\n";
-  return out;
 }
 
 }  // namespace ddplab::check

@@ -341,7 +341,7 @@ bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>*
   }
   for (size_t gi = 0; gi < m.param_groups.size(); ++gi) {
     const nlohmann::json& g = m.param_groups[gi];
-    for (const char* flag : {"amsgrad", "maximize", "capturable", "differentiable", "fused"}) {
+    for (const char* flag : {"amsgrad", "maximize", "capturable", "differentiable", "fused", "decoupled_weight_decay"}) {
       if (g.contains(flag) && g.at(flag).is_boolean() && g.at(flag).get<bool>()) {
         *why = cls + " with " + flag + "=True is not modelled";
         return false;
