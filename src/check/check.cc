@@ -80,23 +80,6 @@ void run_findings(const Run& run, const GradReplay& replay, Findings& found) {
                           "other parameter, the replicas and the data are checked",
                           names));
   }
-  const size_t held = m.params.size() - m.missing_params.size();
-  if (!m.missing_params.empty() || !m.missing_unchecked.empty()) {
-    const bool none = held == 0 && m.missing_unchecked.size() == m.unchecked_params.size();
-    const std::string first = !m.missing_params.empty() ? m.params[m.missing_params[0]].name : m.missing_unchecked[0];
-    const size_t missing = m.missing_params.size() + m.missing_unchecked.size();
-    found.add("optimizer-misses-parameters", "problem", none ? "none" : "some", -1, -1, first,
-              none ? fmt::format("the optimizer ({}) holds none of DDP's {} parameters{}: optimizer.step() never "
-                                 "changes the model DDP trains. Usually an optimizer built over another model's "
-                                 "parameters (copy.deepcopy(model), a model made again) instead of "
-                                 "ddp_model.parameters()",
-                                 m.optimizer_class, missing,
-                                 m.foreign_params ? fmt::format(" (it holds {} other tensors)", m.foreign_params) : "")
-                   : fmt::format("the optimizer ({}) holds {} of DDP's {} parameters: {} of them (first '{}') get "
-                                 "DDP's averaged gradient but are never stepped. Usually param_groups built from part "
-                                 "of the model, or parameters added after the optimizer was made",
-                                 m.optimizer_class, held, m.params.size() + m.unchecked_params.size(), missing, first));
-  }
   for (const Manifest& rm : run.ranks) {
     if (rm.stopped_step >= 0)
       found.add("recording-stopped", "note", "", rm.stopped_step, rm.rank, "",
@@ -117,6 +100,38 @@ void run_findings(const Run& run, const GradReplay& replay, Findings& found) {
     found.add("not-checked", "note", "noop-hook", -1, -1, "",
               "noop_hook all-reduces nothing: each rank steps with its own gradient and the replicas drift apart by "
               "design (torch ships it to measure what communication costs); the replicas are not compared");
+}
+
+// DDP's parameters the traced optimizer does not hold: a mistake when nothing else changes them either (an
+// optimizer over copy.deepcopy(model)); a second optimizer that steps them is a design, said as a note.
+// `changed` says whether each missing parameter (manifest order of missing_params) changed over the run.
+void optimizer_findings(const Manifest& m, const std::vector<bool>& changed, Findings& found) {
+  size_t moved = 0;
+  for (bool c : changed) moved += c;
+  if (moved > 0) {
+    found.add("not-checked", "note", "other-optimizer", -1, -1, m.params[m.missing_params[0]].name,
+              fmt::format("{} of DDP's parameters are not in the traced optimizer ({}) but changed during the run "
+                          "(first '{}'): another optimizer steps them; they are checked as DDP reduces them, not stepped",
+                          m.missing_params.size(), m.optimizer_class, m.params[m.missing_params[0]].name));
+    return;
+  }
+  const size_t held = m.params.size() - m.missing_params.size();
+  if (!m.missing_params.empty() || !m.missing_unchecked.empty()) {
+    const bool none = held == 0 && m.missing_unchecked.size() == m.unchecked_params.size();
+    const std::string first = !m.missing_params.empty() ? m.params[m.missing_params[0]].name : m.missing_unchecked[0];
+    const size_t missing = m.missing_params.size() + m.missing_unchecked.size();
+    found.add("optimizer-misses-parameters", "problem", none ? "none" : "some", -1, -1, first,
+              none ? fmt::format("the optimizer ({}) holds none of DDP's {} parameters{}: optimizer.step() never "
+                                 "changes the model DDP trains. Usually an optimizer built over another model's "
+                                 "parameters (copy.deepcopy(model), a model made again) instead of "
+                                 "ddp_model.parameters()",
+                                 m.optimizer_class, missing,
+                                 m.foreign_params ? fmt::format(" (it holds {} other tensors)", m.foreign_params) : "")
+                   : fmt::format("the optimizer ({}) holds {} of DDP's {} parameters: {} of them (first '{}') get "
+                                 "DDP's averaged gradient but are never stepped. Usually param_groups built from part "
+                                 "of the model, or parameters added after the optimizer was made",
+                                 m.optimizer_class, held, m.params.size() + m.unchecked_params.size(), missing, first));
+  }
 }
 
 // The ranks' all-reduces pair by position: a rank that ran a backward without DDP's all-reduce while the
@@ -189,6 +204,7 @@ CheckResult check_run(const Run& run) {
   std::vector<std::unique_ptr<StepRecord>> head(static_cast<size_t>(ws)), prev(static_cast<size_t>(ws));
   bool pairing_lost = false, any_local = false, any_nonzero = false, any_moved = false, first = true;
   int64_t averagings = 0;
+  std::vector<std::vector<float>> missing_first(m.missing_params.size());  // rank 0's first param_before
   std::set<int> gone;  // ranks whose trace ended, already reported
   while (true) {
     for (int r = 0; r < ws; ++r) {
@@ -211,9 +227,22 @@ CheckResult check_run(const Run& run) {
         recs[static_cast<size_t>(r)] = cur[static_cast<size_t>(r)].get();
       }
     }
+    // param_before/ left out by the recorder: the rank's previous step's param_after/ (a copy: both are compared).
+    for (int r = 0; r < ws; ++r) {
+      StepRecord* rec = cur[static_cast<size_t>(r)].get();
+      if (!rec || !rec->param_before_is_previous) continue;
+      const StepRecord* p = prev[static_cast<size_t>(r)].get();
+      if (!p || p->step + 1 != rec->step)
+        throw TraceError(rec->path + ": its param_before is the previous step's param_after, but step " +
+                         std::to_string(rec->step - 1) + " is not recorded");
+      for (const TensorInfo& t : m.params) rec->tensors["param_before/" + t.name] = *p->find("param_after", t.name);
+    }
     const StepRecord* ref = nullptr;
     for (const StepRecord* rec : recs) ref = ref ? ref : rec;
     const int64_t step = ref->step;
+    if (first && recs[0])
+      for (size_t i = 0; i < m.missing_params.size(); ++i)
+        missing_first[i] = recs[0]->find("param_before", m.params[m.missing_params[i]].name)->data;
     StepLine line;
     line.step = step;
     line.rank_grads.resize(static_cast<size_t>(ws));
@@ -370,6 +399,13 @@ CheckResult check_run(const Run& run) {
       prev[static_cast<size_t>(r)] = std::move(c);
     }
     first = false;
+  }
+  if (!m.missing_params.empty() || !m.missing_unchecked.empty()) {
+    std::vector<bool> changed(m.missing_params.size(), false);
+    for (size_t i = 0; i < m.missing_params.size() && prev[0]; ++i)
+      changed[i] = !missing_first[i].empty() &&
+                   missing_first[i] != prev[0]->find("param_after", m.params[m.missing_params[i]].name)->data;
+    optimizer_findings(m, changed, found);
   }
   if (averagings > 0)
     found.add("model-averaging", "note", "", -1, -1, "",

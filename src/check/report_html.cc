@@ -308,15 +308,24 @@ std::string norm_chart(const CheckResult& r, const Finding* problem, std::string
       for (const double v : {at(r.local_norm, i, k), at(r.ddp_norm, i, k)})
         if (std::isfinite(v)) hi = std::max(hi, v), any = true;
   if (!any) return "";
+  // Where the ranks' .grad after DDP differ, the bold line is the lowest rank's (rank 0's, usually), named so.
+  int base = -1;  // -1: none yet, -2: not the same rank at every step
+  for (const int s : source) {
+    if (s < 0 || base == -2) continue;
+    base = base == -1 || base == s ? s : -2;
+  }
+  const std::string bold = odd.empty() ? "DDP's .grad (averaged)"
+                           : base >= 0 ? fmt::format("rank {}'s .grad after DDP", base)
+                                       : "lowest rank's .grad after DDP";
   if (!odd.empty()) {
     std::string who;
     for (size_t k : odd) who += fmt::format("{}{}", who.empty() ? "" : ", ", k);
     *note = fmt::format(
-        " A dashed line is a rank whose .grad after DDP differs from the other ranks' (rank{} {}): those ranks did "
-        "not end the backward with the same average.",
-        odd.size() > 1 ? "s" : "", who);
+        " Here the ranks' .grad after DDP differ: the bold line is {} and a dashed line is another rank's (rank{} "
+        "{}); DDP did not leave the same average on every rank.",
+        base >= 0 ? fmt::format("rank {}'s", base) : "the lowest rank's", odd.size() > 1 ? "s" : "", who);
   }
-  const double width = 960, height = 360, left = 76, right = 210, top = 34, bottom = 50;
+  const double width = 960, height = 360, left = 76, right = 236, top = 34, bottom = 50;
   const double pw = width - left - right, ph = height - top - bottom;
   const std::vector<double> yt = ticks(0, hi > 0 ? hi : 1, 6);
   const double ymax = yt.back() > 0 ? yt.back() : 1;
@@ -365,16 +374,16 @@ std::string norm_chart(const CheckResult& r, const Finding* problem, std::string
     bool dashed;
   };
   std::vector<Line> lines;
-  lines.push_back({"DDP's .grad (averaged)", "#111", path_of(ddp, X, Y), 4.0, false});
+  lines.push_back({bold, "#111", path_of(ddp, X, Y), 4.0, false});
   for (size_t k = 0; k < ws; ++k) {
     std::vector<double> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = at(r.local_norm, i, k);
-    lines.push_back({fmt::format("rank {}: its own gradient", k), rank_colour(k), path_of(v, X, Y), 1.6, false});
+    lines.push_back({fmt::format("rank {}'s own gradient", k), rank_colour(k), path_of(v, X, Y), 1.6, false});
   }
   for (size_t k : odd) {
     std::vector<double> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = at(r.ddp_norm, i, k);
-    lines.push_back({fmt::format("rank {}: its .grad after DDP", k), rank_colour(k), path_of(v, X, Y), 2.6, true});
+    lines.push_back({fmt::format("rank {}'s .grad after DDP", k), rank_colour(k), path_of(v, X, Y), 2.6, true});
   }
   for (const Line& l : lines) {
     out += fmt::format(
@@ -408,6 +417,7 @@ std::string norm_chart(const CheckResult& r, const Finding* problem, std::string
 // ---- 3. the data map ----------------------------------------------------------------------------------------
 
 constexpr size_t kMaxEpochs = 60;  // epochs drawn at most (the text output has every one)
+constexpr size_t kMaxRows = 400;    // the per-step table's rows at most (a longer run: those not all exact)
 
 std::string data_map(const DataSummary& d, size_t* left_out) {
   // Epochs in order of (loader, iteration), ranks in order.
@@ -416,7 +426,14 @@ std::string data_map(const DataSummary& d, size_t* left_out) {
   for (const EpochLine& e : d.epochs) groups[{e.loader, e.iteration}].push_back(&e), loaders[e.loader] = 1;
   int64_t most = 1;
   for (const EpochLine& e : d.epochs) most = std::max(most, e.seen);
-  const double width = 960, left = 170, right = 290, top = 10, row = 18, gap = 10;
+  const auto epoch_label = [&](const std::pair<int64_t, int64_t>& key) {
+    return loaders.size() > 1 ? fmt::format("loader {} epoch {}", key.first, key.second)
+                              : fmt::format("epoch {}", key.second);
+  };
+  size_t longest = 0;
+  for (const auto& kv : groups) longest = std::max(longest, epoch_label(kv.first).size());
+  const double width = 960, left = std::max(150.0, 70 + 8.0 * static_cast<double>(longest)), right = 330, top = 10,
+               row = 18, gap = 10;
   const double pw = width - left - right;
   *left_out = groups.size() > kMaxEpochs ? groups.size() - kMaxEpochs : 0;
   double height = top;
@@ -446,8 +463,7 @@ std::string data_map(const DataSummary& d, size_t* left_out) {
   g = 0;
   for (const auto& [key, eps] : groups) {
     if (g++ == kMaxEpochs) break;
-    const std::string epoch = loaders.size() > 1 ? fmt::format("loader {} epoch {}", key.first, key.second)
-                                                 : fmt::format("epoch {}", key.second);
+    const std::string epoch = epoch_label(key);
     out += fmt::format("<text x=\"4\" y=\"{:.1f}\" class=\"lane epoch\">{}</text>\n", y + row / 2 + 4, esc(epoch));
     for (const EpochLine* e : eps) {
       const int64_t repeats = std::max<int64_t>(0, e->seen - e->distinct);
@@ -473,7 +489,7 @@ std::string data_map(const DataSummary& d, size_t* left_out) {
           "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"bar{}\">{} seen, {} shared{}{}</text>\n", left + pw + 8,
           y + row / 2 + 4, same ? " same" : "", e->seen, e->shared,
           repeats ? fmt::format(", {} repeated", repeats) : "",
-          e->order_changed < 0 ? "" : same ? ", SAME order as the last epoch" : ", order changed");
+          e->order_changed < 0 ? "" : same ? ", SAME order as last epoch" : ", order changed");
       y += row;
     }
     y += gap;
@@ -526,10 +542,9 @@ std::string format_html(const CheckResult& r) {
   out += "<section id=\"first-problem\"><h2>Where the run first left DDP's semantics</h2>\n"
          "<p class=\"hint\">One row per rank and one column per step: green where the rank's .grad after backward and "
          "its parameters after optimizer.step() are exactly what DDP's arithmetic predicts from the ranks' own "
-         "gradients, amber where they are close but not bit for bit, red where they differ, grey where the rank took "
-         "no part in the step. The bottom row says whether all ranks held the same parameters after the step, and "
-         "the red marker stands at the first step with a problem (every other problem is a small triangle; hover for "
-         "its message).";
+         "gradients, amber where close but not bit for bit, red where they differ, grey where the rank took no part. "
+         "The bottom row says whether all ranks held the same parameters after the step; the red marker stands at "
+         "the first step with a problem (other problems are small triangles: hover for the message).";
   if (r.lines.size() > kMaxColumns)
     out += fmt::format(" The run has {} steps: each column is a run of {} consecutive steps, coloured as its worst.",
                        r.lines.size(), columns(r.lines.size())[0].second + 1);
@@ -617,14 +632,29 @@ std::string format_html(const CheckResult& r) {
 
   // One row per step and rank: each rank's .grad after backward and parameters after the step, against
   // the prediction (exact / allclose / different tensors), and whether the replicas agreed after the step.
-  size_t rows = 0;
-  for (const StepLine& l : r.lines) rows += l.rank_grads.size();
+  // A long run shows only the rows that are not all exact (at most kMaxRows): the text output has every step.
+  const auto exact_row = [](const StepLine& l, size_t k) {
+    return l.replicas_equal && l.rank_grads[k].exact == l.rank_grads[k].checked &&
+           l.rank_params[k].exact == l.rank_params[k].checked;
+  };
+  size_t rows = 0, inexact = 0;
+  for (const StepLine& l : r.lines)
+    for (size_t k = 0; k < l.rank_grads.size() && k < l.rank_params.size(); ++k) ++rows, inexact += !exact_row(l, k);
+  const bool all = rows <= kMaxRows;
+  const size_t shown = all ? rows : std::min(inexact, kMaxRows);
   out += "<section id=\"per-step\"><h2>Per step and rank: predicted vs recorded</h2>\n";
-  out += rows > 64 ? fmt::format("<details><summary>{} rows</summary>\n", rows) : "";
+  if (!all)
+    out += fmt::format("<p class=\"hint\">{} rows, {} of them not all exact: {} shown{}.</p>\n", rows, inexact,
+                       shown == inexact ? "those" : fmt::format("the first {} of those", shown),
+                       " (the text output has every step)");
+  out += shown > 64 ? fmt::format("<details><summary>{} rows</summary>\n", shown) : "";
   out += "<table><tr><th>step</th><th>rank</th><th>grads exact</th><th>allclose</th><th>different</th>"
          "<th>params exact</th><th>allclose</th><th>different</th><th>replicas</th></tr>\n";
+  size_t written = 0;
   for (const StepLine& l : r.lines) {
     for (size_t k = 0; k < l.rank_grads.size() && k < l.rank_params.size(); ++k) {
+      if (!all && (exact_row(l, k) || written == shown)) continue;
+      ++written;
       const Counts& g = l.rank_grads[k];
       const Counts& p = l.rank_params[k];
       out += fmt::format("<tr class={}><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}/{}</td>"
@@ -635,7 +665,7 @@ std::string format_html(const CheckResult& r) {
     }
   }
   out += "</table>\n";
-  out += rows > 64 ? "</details>\n" : "";
+  out += shown > 64 ? "</details>\n" : "";
   out += "</section>\n</main></body></html>\n";
   return out;
 }

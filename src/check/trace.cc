@@ -377,6 +377,17 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     for (const auto& [k, v] : meta.at("int_buffers").items())
       if (v.is_number_integer()) rec.int_buffers[k] = v.get<int64_t>();
 
+  // Tensors the recorder left out because they are implied (docs/trace_format.md, "elided").
+  std::set<std::string> zero_priors;
+  bool grad_step_is_grad = false;
+  if (meta.contains("elided") && meta.at("elided").is_object()) {
+    const json& e = meta.at("elided");
+    if (e.contains("prior_zero") && e.at("prior_zero").is_array())
+      for (const json& n : e.at("prior_zero"))
+        if (n.is_string()) zero_priors.insert(n.get<std::string>());
+    grad_step_is_grad = e.value("grad_step", std::string()) == "grad";
+    rec.param_before_is_previous = e.value("param_before", std::string()) == "previous";
+  }
   // Every tensor must name a known parameter or buffer and have its shape.
   std::map<std::string, const TensorInfo*> params, buffers;
   for (const TensorInfo& t : m.params) params[t.name] = &t;
@@ -414,9 +425,18 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
       fail(rec.path, "tensor '" + key + "' has shape " + describe_shape(t.shape) + " but the manifest says " +
                          describe_shape(info->shape));
   }
-  for (const TensorInfo& p : m.params)
+  for (const TensorInfo& p : m.params) {
+    if (zero_priors.count(p.name) && !rec.find("prior", p.name))
+      rec.tensors["prior/" + p.name] = {p.shape, std::vector<float>(static_cast<size_t>(p.numel), 0.0f)};
+    if (grad_step_is_grad && !rec.find("grad_step", p.name))
+      if (const safetensors::Tensor* g = rec.find("grad", p.name)) {
+        safetensors::Tensor copy = *g;
+        rec.tensors["grad_step/" + p.name] = std::move(copy);
+      }
     for (const char* kind : {"param_before", "param_after"})
-      if (!rec.find(kind, p.name)) fail(rec.path, std::string("has no ") + kind + "/" + p.name);
+      if (!rec.find(kind, p.name) && !(rec.param_before_is_previous && std::string(kind) == "param_before"))
+        fail(rec.path, std::string("has no ") + kind + "/" + p.name);
+  }
   return rec;
 }
 

@@ -105,6 +105,8 @@ struct StepRecord {
   // A segment is the stretch between two Join context boundaries (without Join: one segment, index = step).
   int64_t segment = 0, index = 0;
   bool join = false;                      // its forward ran with DDP's Join enabled
+  // The recorder left param_before/ out: it equals the previous step's param_after/ (check.cc fills it in).
+  bool param_before_is_previous = false;
   bool divide_by_initial_world_size = true;
   safetensors::TensorMap tensors;
 
