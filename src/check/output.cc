@@ -59,9 +59,14 @@ std::string format_text(const CheckResult& r) {
   out += fmt::format("addition order: {}\n", r.order);
   out += fmt::format("buckets (from iteration 1): {}\n", r.buckets);
   if (!r.step_exact) out += fmt::format("optimizer step: {}\n", r.step_why);
-  for (const StepLine& l : r.lines)
-    out += fmt::format("step {:>4} | {} | {} | replicas {}\n", l.step, counts_text(l.grads, "grads"),
-                       counts_text(l.params, "params"), l.replicas_equal ? "equal" : "DIFFER");
+  for (const StepLine& l : r.lines) {
+    std::string idle;  // ranks with no record of this iteration: joined (Join), or their trace ended
+    for (size_t k = 0; k < l.ran.size(); ++k)
+      if (!l.ran[k]) idle += fmt::format("{}{}", idle.empty() ? "" : ",", k);
+    out += fmt::format("step {:>4} | {} | {} | replicas {}{}\n", l.step, counts_text(l.grads, "grads"),
+                       counts_text(l.params, "params"), l.replicas_equal ? "equal" : "DIFFER",
+                       idle.empty() ? "" : " | no step on rank " + idle);
+  }
   out += data_lines(r);
   out += fmt::format("\nsummary: {}; {}\n", counts_text(r.grads, "grads"), counts_text(r.params, "params"));
   if (r.data.source == "sampler") out += "data: " + r.data.verdict + "\n";
@@ -86,7 +91,7 @@ std::string format_json(const CheckResult& r) {
   nlohmann::json steps = nlohmann::json::array();
   for (const StepLine& l : r.lines)
     steps.push_back({{"step", l.step}, {"grads", counts_json(l.grads)}, {"params", counts_json(l.params)},
-                     {"replicas_equal", l.replicas_equal}});
+                     {"replicas_equal", l.replicas_equal}, {"ran", l.ran}});
   nlohmann::json j = {{"verdict", r.problems() ? "problems" : "as-predicted"},
                       {"world_size", r.world_size},
                       {"steps", r.steps.size()},
