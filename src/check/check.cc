@@ -10,6 +10,7 @@
 
 #include "src/check/findings.h"
 #include "src/check/replay.h"
+#include "src/collective/allreduce.h"
 
 namespace ddplab::check {
 namespace {
@@ -134,6 +135,26 @@ void optimizer_findings(const Manifest& m, const std::vector<bool>& changed, Fin
   }
 }
 
+// What utils.average_parameters leaves on every rank (PeriodicModelAverager after a step): the parameters
+// flattened in module order, `flat /= world_size` (a division), then one all-reduce of the flat buffer.
+// Empty when a rank's previous record is missing or parameters are not recorded.
+std::vector<float> predicted_average(const Run& run, const std::vector<std::unique_ptr<StepRecord>>& prev,
+                                     collective::Algorithm algorithm) {
+  const Manifest& m = run.first();
+  if (!m.unchecked_params.empty()) return {};
+  const auto ws = static_cast<float>(run.world_size());
+  std::vector<std::vector<float>> flat(prev.size());
+  for (size_t r = 0; r < prev.size(); ++r) {
+    if (!prev[r]) return {};
+    for (const TensorInfo& t : m.params)
+      for (float x : prev[r]->find("param_after", t.name)->data) flat[r].push_back(x / ws);
+  }
+  std::vector<float*> bufs;
+  for (auto& f : flat) bufs.push_back(f.data());
+  collective::allreduce_sum(algorithm, bufs, flat[0].size());
+  return flat[0];
+}
+
 // The ranks' all-reduces pair by position: a rank that ran a backward without DDP's all-reduce while the
 // others all-reduced (its forward was the wrapped module's, or ran under no_sync() on that rank only) shifts
 // every later pairing. Returns the ranks that did.
@@ -203,7 +224,7 @@ CheckResult check_run(const Run& run) {
   std::vector<size_t> next(static_cast<size_t>(ws), 0);
   std::vector<std::unique_ptr<StepRecord>> head(static_cast<size_t>(ws)), prev(static_cast<size_t>(ws));
   bool pairing_lost = false, any_local = false, any_nonzero = false, any_moved = false, first = true;
-  int64_t averagings = 0;
+  int64_t averagings = 0, averagings_exact = 0;
   std::vector<std::vector<float>> missing_first(m.missing_params.size());  // rank 0's first param_before
   std::set<int> gone;  // ranks whose trace ended, already reported
   while (true) {
@@ -369,6 +390,15 @@ CheckResult check_run(const Run& run) {
         }
       if (differs.empty()) {
         ++averagings;
+        // Bit for bit the average of the ranks' parameters, added in Gloo's ring order?
+        const std::vector<float> want = m.backend == "gloo" ? predicted_average(run, prev, collective::Algorithm::ring)
+                                                            : std::vector<float>{};
+        std::vector<float> got;
+        for (const TensorInfo& t : m.params) {
+          const auto& v = ref->find("param_before", t.name)->data;
+          got.insert(got.end(), v.begin(), v.end());
+        }
+        averagings_exact += !want.empty() && want == got;
       } else {
         found.add("replicas-diverged", "problem", "outside-step", step, who, differs,
                   fmt::format("step {}: the model averager ran after step {}, but rank {}'s '{}' differs from rank {}'s "
@@ -409,10 +439,11 @@ CheckResult check_run(const Run& run) {
   }
   if (averagings > 0)
     found.add("model-averaging", "note", "", -1, -1, "",
-              fmt::format("post-local SGD: the replicas were equal right after each of the {} model averagings; "
-                          "between them each rank steps with its own gradient, so they differ by design and are not "
-                          "compared",
-                          averagings));
+              fmt::format("post-local SGD: the replicas were equal right after each of the {} model averagings "
+                          "({} of them bit for bit the average ddp_check predicts: the flattened parameters divided by "
+                          "world_size, summed in Gloo's ring order); between them each rank steps with its own "
+                          "gradient, so they differ by design and are not compared",
+                          averagings, averagings_exact));
   if (any_local && !any_nonzero) {
     found.add("nothing-trains", "problem", "zero-gradients", 0, -1, "",
               "every gradient of every rank is exactly zero at every recorded step: the loss does not depend on the "
