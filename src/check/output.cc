@@ -72,8 +72,9 @@ std::string format_text(const CheckResult& r) {
   if (r.data.source == "sampler") out += "data: " + r.data.verdict + "\n";
   if (r.findings.empty()) out += "findings: none\n";
   for (const Finding& f : r.findings)
-    out += fmt::format("{} {}{} ({}): {}\n", f.severity == "problem" ? "PROBLEM" : "note", f.kind,
-                       f.cause.empty() || f.cause == "bits" ? "" : "/" + f.cause, where(f), f.message);
+    out += fmt::format("{} {}{}{}: {}\n", f.severity == "problem" ? "PROBLEM" : "note", f.kind,
+                       f.cause.empty() || f.cause == "bits" ? "" : "/" + f.cause,
+                       where(f).empty() ? "" : " (" + where(f) + ")", f.message);
   if (r.first_divergence.step >= 0) {
     out += fmt::format("\n# first divergence, step {}: {}\n", r.first_divergence.step, r.first_divergence.title);
     for (const CmpResult& c : r.first_divergence.rows) out += format_cmp(c) + "\n";
