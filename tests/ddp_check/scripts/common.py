@@ -20,7 +20,8 @@ REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "verify"))  # ddplab_trace
 
 
-def parse_args(world_size=2, steps=4):
+def parse_args(world_size=2, steps=4, extra=None):
+    """The options every script takes; extra(parser), when given, adds the script's own."""
     p = argparse.ArgumentParser()
     p.add_argument("--out", help="the trace's RUN_DIR (needed unless --no-trace)")
     p.add_argument("--world-size", type=int, default=world_size)
@@ -28,8 +29,10 @@ def parse_args(world_size=2, steps=4):
     p.add_argument("--every", type=int, default=1, help="record every K-th step")
     p.add_argument("--no-trace", dest="trace", action="store_false", help="run without DDPTrace")
     p.add_argument("--final", help="write every rank's final parameters here (.pt, or .json of hashes)")
+    if extra:
+        extra(p)
     args = p.parse_args()
-    if args.trace and not args.out:
+    if args.trace and not args.out and not getattr(args, "list", False):
         p.error("--out RUN_DIR is needed unless --no-trace")
     return args
 
@@ -59,7 +62,13 @@ def save_final(ddp_model, args):
     """With --final FILE: rank 0 writes {rank: {name: tensor}} (.pt) or {rank: {name: blake2b hex}} (.json)."""
     if not args.final:
         return
-    mine = {n: p.detach().cpu().clone() for n, p in ddp_model.module.named_parameters()}
+    save_final_params({n: p.detach().cpu().clone() for n, p in ddp_model.module.named_parameters()}, args)
+
+
+def save_final_params(mine, args):
+    """save_final for a dict {name: tensor} of this rank's (several models' parameters, say)."""
+    if not args.final:
+        return
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     if dist.get_rank() != 0:
