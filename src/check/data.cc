@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -34,6 +35,29 @@ struct Key {
   int64_t loader, iteration;
   bool operator<(const Key& o) const { return std::tie(loader, iteration) < std::tie(o.loader, o.iteration); }
 };
+
+DataMapRow map_row(int rank, const Key& key, const std::string& base, const LoaderEpoch& e,
+                   const std::map<int64_t, int>& owners) {
+  DataMapRow row;
+  row.rank = rank;
+  row.loader = key.loader;
+  row.iteration = key.iteration;
+  const size_t slash = base.rfind('/');
+  if (slash != std::string::npos) row.base_len = std::atoll(base.c_str() + slash + 1);
+  for (int64_t i : e.indices) row.base_len = std::max(row.base_len, i + 1);
+  const int64_t n = std::min<int64_t>(kMapCells, std::max<int64_t>(row.base_len, 1));
+  row.cells.assign(static_cast<size_t>(n), '.');
+  std::map<int64_t, int> times;
+  for (int64_t i : e.indices) ++times[i];
+  const auto rank_of = [](char c) { return c == 'S' ? 3 : c == 'r' ? 2 : c == 'o' ? 1 : 0; };
+  for (const auto& [i, t] : times) {
+    char& cell = row.cells[static_cast<size_t>(i * n / row.base_len)];
+    auto it = owners.find(i);
+    const char mark = it != owners.end() && it->second > 1 ? 'S' : t > 1 ? 'r' : 'o';
+    if (rank_of(mark) > rank_of(cell)) cell = mark;
+  }
+  return row;
+}
 
 }  // namespace
 
@@ -170,6 +194,7 @@ bool data_findings(const Run& run, const std::vector<RankData>& data, Findings* 
       }
       last[{r, key.loader}] = e;
       out->epochs.push_back(line);
+      out->map.push_back(map_row(r, key, loader_of[key]->base, *e, owners));
     }
     max_shared = std::max(max_shared, shared);
     if (ws < 2 || present < 2) continue;
@@ -186,10 +211,13 @@ bool data_findings(const Run& run, const std::vector<RankData>& data, Findings* 
                  split ? fmt::format("step {}: {} samples of {} were trained on by more than one rank in epoch {}: each "
                                      "rank split the dataset on its own (random_split or a permutation with no shared "
                                      "generator; torch seeds every process differently), so the ranks' training sets "
-                                     "differ and their DistributedSampler shards overlap. Split once with a fixed "
+                                     "differ and overlap{}. Split once with a fixed "
                                      "generator (random_split(ds, lengths, generator=torch.Generator().manual_seed(0))) "
                                      "on every rank",
-                                     first_step, shared, base, key.iteration)
+                                     first_step, shared, base, key.iteration,
+                                     loader_of[key]->sampler == "DistributedSampler"
+                                         ? " (a DistributedSampler over each rank's own split cannot keep them apart)"
+                                         : "")
                        : fmt::format("step {}: {} samples of {} were trained on by more than one rank in epoch {} (the "
                                      "samplers' indices; a DistributedSampler pads with at most {}): the ranks' shards "
                                      "overlap. Usually a sampler seeded differently per rank (DistributedSampler(seed="

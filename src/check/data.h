@@ -48,9 +48,22 @@ struct EpochLine {
   int order_changed = -1;  // -1: the loader's first iteration; 0 the same order as the last; 1 changed
 };
 
+// One rank's epoch of a training loader drawn over the base dataset's indices (the --report data map).
+struct DataMapRow {
+  int rank = 0;
+  int64_t loader = 0, iteration = 0;
+  int64_t base_len = 0;  // the base dataset's length ("TensorDataset/686"), else the largest index + 1
+  // At most kMapCells characters; cell c covers indices [c*base_len/n, (c+1)*base_len/n): '.' none trained on
+  // by this rank, 'o' this rank only, 'r' one this rank was yielded twice in the epoch, 'S' one another rank
+  // also trained on in the epoch (S wins over r, r over o).
+  std::string cells;
+};
+constexpr int64_t kMapCells = 240;
+
 struct DataSummary {
   std::string source = "none";  // "sampler" (indices), "fingerprints", or "none"
   std::vector<EpochLine> epochs;  // training iterations, per loader, iteration and rank
+  std::vector<DataMapRow> map;    // the same rows, drawn
   std::string verdict;            // one sentence: each rank saw its own data, or what was shared
 };
 

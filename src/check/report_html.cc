@@ -426,6 +426,13 @@ std::string data_map(const DataSummary& d, size_t* left_out) {
   for (const EpochLine& e : d.epochs) groups[{e.loader, e.iteration}].push_back(&e), loaders[e.loader] = 1;
   int64_t most = 1;
   for (const EpochLine& e : d.epochs) most = std::max(most, e.seen);
+  // The index map, where the checker drew one (a row per epoch line): x is then the sample index.
+  std::map<const EpochLine*, const DataMapRow*> by_line;
+  if (d.map.size() == d.epochs.size())
+    for (size_t i = 0; i < d.map.size(); ++i) {
+      by_line[&d.epochs[i]] = &d.map[i];
+      most = std::max(most, d.map[i].base_len);
+    }
   const auto epoch_label = [&](const std::pair<int64_t, int64_t>& key) {
     return loaders.size() > 1 ? fmt::format("loader {} epoch {}", key.first, key.second)
                               : fmt::format("epoch {}", key.second);
@@ -456,9 +463,10 @@ std::string data_map(const DataSummary& d, size_t* left_out) {
         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\" class=\"tick\">{4}</text>\n",
         X(t), top, axis_y + 5, axis_y + 19, num(t));
   }
-  out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"axis\">samples the rank's loader yielded "
-                     "in the epoch</text>\n",
-                     left + pw / 2, axis_y + 34);
+  out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"axis\">{}</text>\n", left + pw / 2,
+                     axis_y + 34,
+                     by_line.empty() ? "samples the rank's loader yielded in the epoch"
+                                     : "sample index in the dataset (under every Subset and random_split)");
   double y = top;
   g = 0;
   for (const auto& [key, eps] : groups) {
@@ -466,13 +474,23 @@ std::string data_map(const DataSummary& d, size_t* left_out) {
     const std::string epoch = epoch_label(key);
     out += fmt::format("<text x=\"4\" y=\"{:.1f}\" class=\"lane epoch\">{}</text>\n", y + row / 2 + 4, esc(epoch));
     for (const EpochLine* e : eps) {
+      const DataMapRow* cells = by_line.count(e) ? by_line.at(e) : nullptr;
       const int64_t repeats = std::max<int64_t>(0, e->seen - e->distinct);
       const int64_t shared = std::clamp<int64_t>(e->shared, 0, e->distinct);
       const int64_t own = std::max<int64_t>(0, e->distinct - shared);
       out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" class=\"lane\">rank {}</text>", left - 8,
                          y + row / 2 + 4, e->rank);
       double x = left;
-      for (const auto& [count, fill, word] : std::vector<std::tuple<int64_t, const char*, const char*>>{
+      // With the indices drawn: one cell per stretch of the base dataset, where the rank's samples lie.
+      for (size_t c = 0; cells && c < cells->cells.size(); ++c) {
+        const char k = cells->cells[c];
+        if (k == '.') continue;
+        const double cw = pw / static_cast<double>(cells->cells.size());
+        out += fmt::format(
+            "<rect class=\"cell\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\"/>", left + cw * c,
+            y + 2, cw, row - 4, k == 'S' ? kShared : k == 'r' ? kRepeat : kOwn);
+      }
+      for (const auto& [count, fill, word] : cells ? std::vector<std::tuple<int64_t, const char*, const char*>>{} : std::vector<std::tuple<int64_t, const char*, const char*>>{
                {own, kOwn, "only this rank trained on"},
                {shared, kShared, "another rank trained on too"},
                {repeats, kRepeat, "repeats of a sample this rank already had in the epoch"}}) {
@@ -612,7 +630,14 @@ std::string format_html(const CheckResult& r) {
   if (r.data.source == "sampler" && !r.data.epochs.empty()) {
     size_t left_out = 0;
     const std::string map = data_map(r.data, &left_out);
-    out += "<p class=\"hint\">One bar per rank and epoch (an iteration of a training DataLoader), as long as the "
+    if (r.data.map.size() == r.data.epochs.size())
+      out += "<p class=\"hint\">One row per rank and epoch (an iteration of a training DataLoader) over the dataset's "
+             "sample indices: blue where the rank trained on samples only it had in that epoch, red where another rank "
+             "trained on the same samples, yellow where the rank was given a sample twice; blank where it had none. "
+             "With a DistributedSampler the rows of one epoch tile the dataset without overlap (at most world_size - 1 "
+             "red samples of padding).";
+    else
+      out += "<p class=\"hint\">One bar per rank and epoch (an iteration of a training DataLoader), as long as the "
            "number of samples the rank's loader yielded: blue for samples only this rank trained on in that epoch, "
            "red for samples another rank trained on too, yellow for repeats of a sample the rank already had in the "
            "epoch. With a DistributedSampler every bar is blue and of the same length, apart from at most "
