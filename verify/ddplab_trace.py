@@ -6,8 +6,15 @@
     trace.close()                                         # or: with DDPTrace(...) as trace: ...
 
 The format it writes is docs/trace_format.md: RUN_DIR/rank{r}/step{S:06d}.safetensors per recorded
-optimizer step, RUN_DIR/rank{r}/manifest.json at close(). Needs only torch (1.13 or 2.x), CPU/Gloo or
-CUDA/NCCL, mp.spawn or torchrun.
+optimizer step, RUN_DIR/rank{r}/manifest.json and data.json (rewritten after every recorded step, final at
+close()). Needs only torch (1.13 or 2.x), CPU/Gloo or CUDA/NCCL, mp.spawn or torchrun.
+
+It never breaks the run. Only DDPTrace()'s argument checks raise. Anything that goes wrong inside the
+recorder later (an unknown tensor kind, a full or read-only disk, a torch it does not know, a bug of its own)
+writes one line to stderr (`ddplab_trace: <what> at step S; recording stopped`), the manifest says where
+("stopped"), and the training goes on untouched: every hook, callback and wrapper catches its own errors and
+calls what it wraps exactly once with the arguments it got. Exceptions of the script's own code (a closure,
+the optimizer's step) pass through unchanged.
 
 It only observes, so the run is bitwise the run without it: tensor hooks that return None, copies made
 with .detach() and .clone()/.cpu(), no random numbers drawn (the run id comes from os.urandom on each
@@ -32,10 +39,16 @@ How each record is taken:
                     closure (step(closure), as Lightning calls it) after the closure's first call returned.
   param_after/...   after the original step returned; then the file is written (temporary name, renamed).
   inputs            a forward pre-hook on the DDP module: BLAKE2b of each sample of its first tensor argument.
+  data.json         DataLoader iterators (wrapped at import): the sampler's indices, mapped to the base dataset.
+Importing this module also wraps, calling each original unchanged: DistributedDataParallel.register_comm_hook
+and PowerSGDState.__init__ (the hook's state on torch 1.13), Join.__enter__/__exit__ (segments of uneven
+steps), model_averaging.utils.average_parameters (post-local SGD's averagings) and the DataLoader iterator.
 """
 
+import collections
 import hashlib
 import json
+import operator
 import os
 import sys
 import threading
@@ -49,6 +62,7 @@ __all__ = ["DDPTrace", "LightningCallback"]
 FORMAT = "ddplab-trace"
 VERSION = 1
 DEFAULT_MAX_BYTES = 2 << 30  # per rank
+MAX_DATA_INDICES = 10_000_000  # per rank, all loaders together (data.json)
 
 try:  # only to know whether Tensor.numpy() works
     import numpy
@@ -58,73 +72,270 @@ except Exception:  # pragma: no cover - torch without numpy
     _HAVE_NUMPY = False
 
 
+class _Unrecordable(Exception):
+    """Something the trace format cannot hold: recording stops with this message as the reason."""
+
+
 # ---------------------------------------------------------------------------------------------------------
+# The open traces. The spies installed at import (below) report to the most recently opened trace that is
+# still open; with none open they only call the original.
+# ---------------------------------------------------------------------------------------------------------
+_OPEN = []
+_PENDING_STOP = []  # why, when a spy failed while no trace was open: the next DDPTrace starts stopped
+
+
+def _active():
+    return _OPEN[-1] if _OPEN and not _OPEN[-1]._stopped else None
+
+
+def _spy_failed(what, e):
+    """A spy's own error: stop the open trace (or the next one), never the run."""
+    try:
+        if _OPEN:
+            _OPEN[-1]._stop_for(e, what)  # a no-op when it stopped already
+        elif not _PENDING_STOP:
+            why = _why(e, what)
+            _PENDING_STOP.append(why)
+            sys.stderr.write("ddplab_trace: %s at step 0; recording stopped\n" % why)
+            sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _why(e, where):
+    if isinstance(e, _Unrecordable):
+        why = str(e)
+    elif isinstance(e, OSError):
+        why = "cannot write %s (%s)" % (e.filename or "the trace", e.strerror or e)
+    else:
+        why = "internal error in the %s (%s: %s)" % (where, type(e).__name__, e)
+    return " ".join(why.split())  # one line
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Spies installed at import. Each calls the original exactly once with its arguments and returns its result;
+# what it records is wrapped in try/except (_spy_failed).
+# ---------------------------------------------------------------------------------------------------------
+def _wrap(cls, name, make):
+    original = cls.__dict__.get(name)
+    if original is None or getattr(original, "_ddplab_spy", False):
+        return
+    spy = make(original)
+    spy._ddplab_spy = True
+    spy.__wrapped__ = original
+    spy.__doc__ = original.__doc__
+    spy.__name__ = getattr(original, "__name__", name)
+    setattr(cls, name, spy)
+
+
 # Communication hooks. torch 2.x keeps (hook, state) in ddp_model._comm_hooks; torch 1.13 gives the state to
-# C++ and keeps only the hook's __qualname__ (in _get_ddp_logging_data()["comm_hook"]). So that the state
-# (PowerSGD's options) is known on 1.13 too, importing this module wraps DistributedDataParallel's
-# register_comm_hook to remember (hook, state) per DDP object; it calls the original unchanged.
-# ---------------------------------------------------------------------------------------------------------
+# C++ and keeps only the hook's __qualname__ (in _get_ddp_logging_data()["comm_hook"]), so the hook and its
+# state are remembered here per DDP object.
 _REGISTERED_HOOKS = weakref.WeakKeyDictionary()
+# PowerSGDState keeps its random_seed only inside a numpy RandomState (and has __slots__): remembered by id.
+_POWERSGD_SEEDS = {}
+# Join contexts entered and exited in this process: step segments for uneven inputs.
+_JOIN_EVENTS = [0]
 
 
-def _install_register_comm_hook_spy():
+def _install_spies():
     try:
         from torch.nn.parallel import DistributedDataParallel as _DDP
+
+        def make(original):
+            def register_comm_hook(self, state, hook):
+                try:
+                    _REGISTERED_HOOKS[self] = (hook, state)
+                except Exception as e:
+                    _spy_failed("register_comm_hook spy", e)
+                return original(self, state, hook)
+            return register_comm_hook
+
+        _wrap(_DDP, "register_comm_hook", make)
     except Exception:  # pragma: no cover
-        return
-    original = _DDP.register_comm_hook
-    if getattr(original, "_ddplab_spy", False):
-        return
+        pass
 
-    def register_comm_hook(self, state, hook):
-        try:
-            _REGISTERED_HOOKS[self] = (hook, state)
-        except Exception:
-            pass
-        return original(self, state, hook)
-
-    register_comm_hook._ddplab_spy = True
-    register_comm_hook.__doc__ = original.__doc__
-    register_comm_hook.__wrapped__ = original
-    _DDP.register_comm_hook = register_comm_hook
-
-
-_install_register_comm_hook_spy()
-
-# PowerSGDState keeps its random_seed only inside a numpy RandomState (and has __slots__), so importing this
-# module also wraps PowerSGDState.__init__ to remember each state's random_seed (by id); it calls the original
-# unchanged. For a state made before the import, random_seed is known only when its generator is still in
-# the state RandomState(0) starts in (the default seed, not yet drawn from).
-_POWERSGD_SEEDS = {}
-
-
-def _install_powersgd_seed_spy():
     try:
         from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+
+        def make(original):
+            def __init__(self, *args, **kwargs):
+                original(self, *args, **kwargs)
+                try:
+                    import inspect
+
+                    bound = inspect.signature(original).bind(self, *args, **kwargs)
+                    bound.apply_defaults()
+                    _POWERSGD_SEEDS[id(self)] = bound.arguments.get("random_seed")
+                except Exception as e:
+                    _spy_failed("PowerSGDState spy", e)
+            return __init__
+
+        _wrap(PowerSGDState, "__init__", make)
     except Exception:  # no numpy, or no such module
-        return
-    original = PowerSGDState.__init__
-    if getattr(original, "_ddplab_spy", False):
-        return
+        pass
 
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        try:
-            import inspect
+    try:
+        from torch.distributed.algorithms.join import Join
 
-            bound = inspect.signature(original).bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            _POWERSGD_SEEDS[id(self)] = bound.arguments.get("random_seed")
-        except Exception:
-            pass
+        def make_enter(original):
+            def __enter__(self):
+                _join_event()
+                return original(self)
+            return __enter__
 
-    __init__._ddplab_spy = True
-    __init__.__wrapped__ = original
-    __init__.__doc__ = original.__doc__
-    PowerSGDState.__init__ = __init__
+        def make_exit(original):
+            def __exit__(self, *args):
+                _join_event()
+                return original(self, *args)
+            return __exit__
+
+        _wrap(Join, "__enter__", make_enter)
+        _wrap(Join, "__exit__", make_exit)
+    except Exception:  # pragma: no cover
+        pass
+
+    try:
+        import torch.distributed.algorithms.model_averaging.utils as avg_utils
+
+        original = avg_utils.average_parameters
+        if not getattr(original, "_ddplab_spy", False):
+            def average_parameters(params, process_group, *args, **kwargs):
+                t, size = _active(), None
+                if t is not None:
+                    try:  # averaged only where the rank is in the group (else torch returns at once)
+                        g = process_group if process_group is not None else dist.group.WORLD
+                        if not dist._rank_not_in_group(g):
+                            size = dist.get_world_size(g)
+                    except Exception as e:
+                        _spy_failed("model averaging spy", e)
+                out = original(params, process_group, *args, **kwargs)
+                if t is not None and size is not None:
+                    try:
+                        t._on_averaged(size)
+                    except Exception as e:
+                        _spy_failed("model averaging spy", e)
+                return out
+
+            average_parameters._ddplab_spy = True
+            average_parameters.__wrapped__ = original
+            average_parameters.__doc__ = original.__doc__
+            avg_utils.average_parameters = average_parameters
+    except Exception:  # pragma: no cover
+        pass
+
+    try:
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        def make_init(original):
+            def __init__(self, loader, *args, **kwargs):
+                try:
+                    _ITER_LOADER[self] = weakref.ref(loader)
+                except Exception as e:
+                    _spy_failed("DataLoader spy", e)
+                return original(self, loader, *args, **kwargs)
+            return __init__
+
+        def make_next_index(original):
+            def _next_index(self, *args, **kwargs):
+                idx = original(self, *args, **kwargs)  # StopIteration passes through
+                t = _active()
+                if t is not None:
+                    try:
+                        t._data_on_index(self, idx)
+                    except Exception as e:
+                        _spy_failed("DataLoader spy", e)
+                return idx
+            return _next_index
+
+        def make_next(original):
+            def __next__(self):
+                data = original(self)
+                t = _active()
+                if t is not None:
+                    try:
+                        t._data_on_yield(self)
+                    except Exception as e:
+                        _spy_failed("DataLoader spy", e)
+                return data
+            return __next__
+
+        _wrap(_BaseDataLoaderIter, "__init__", make_init)
+        _wrap(_BaseDataLoaderIter, "_next_index", make_next_index)
+        _wrap(_BaseDataLoaderIter, "__next__", make_next)
+    except Exception:  # pragma: no cover
+        pass
 
 
-_install_powersgd_seed_spy()
+def _join_event():
+    try:
+        _JOIN_EVENTS[0] += 1
+        _on_join_event()
+    except Exception as e:
+        _spy_failed("Join spy", e)
+
+
+def _on_join_event():
+    pass  # a seam: tests/ddp_check/recorder_faults.py makes it raise
+
+
+_ITER_LOADER = weakref.WeakKeyDictionary()  # DataLoader iterator -> weakref to its DataLoader
+_ITER_STATE = weakref.WeakKeyDictionary()   # DataLoader iterator -> _IterState
+_SUBSET_MAPS = weakref.WeakKeyDictionary()  # outermost Subset -> [base index per subset index]
+
+_install_spies()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Communication hooks: which of torch's, and its state.
+# ---------------------------------------------------------------------------------------------------------
+_TORCH_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks"
+_HOOK_KINDS = {
+    "allreduce_hook": "allreduce",
+    "fp16_compress_hook": "fp16_compress",
+    "bf16_compress_hook": "bf16_compress",
+    "powerSGD_hook": "powerSGD",
+    "batched_powerSGD_hook": "batched_powerSGD",
+    "noop_hook": "noop",
+    "post_localSGD_hook": "post_localSGD",
+    "fp16_compress_wrapper_hook": "fp16_compress_wrapper",
+    "bf16_compress_wrapper_hook": "bf16_compress_wrapper",
+    "quantization_pertensor_hook": "quantization_pertensor",
+    "quantization_perchannel_hook": "quantization_perchannel",
+}
+_POWERSGD_FIELDS = ("matrix_approximation_rank", "start_powerSGD_iter", "min_compression_rate",
+                    "use_error_feedback", "warm_start", "random_seed", "orthogonalization_epsilon",
+                    "batch_tensors_with_same_shape")
+
+
+def _hook_function(hook):
+    return hook.func if hasattr(hook, "func") and callable(getattr(hook, "func")) else hook  # functools.partial
+
+
+def _hook_name(hook):
+    f = _hook_function(hook)
+    name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None)
+    return name if name is not None else type(hook).__name__
+
+
+def _hook_kind(name, module):
+    """torch's hooks by name (only when the function is torch's, or its module unknown); others by name."""
+    short = name.rsplit(".", 1)[-1]
+    if short in _HOOK_KINDS and (module is None or module.startswith(_TORCH_HOOKS)):
+        return _HOOK_KINDS[short]
+    return short
+
+
+def _wrapped_hook(hook):
+    """The hook fp16_compress_wrapper / bf16_compress_wrapper wrapped (their closure's `hook`), or None."""
+    f = _hook_function(hook)
+    code, cells = getattr(f, "__code__", None), getattr(f, "__closure__", None)
+    if code is None or not cells:
+        return None
+    for name, cell in zip(code.co_freevars, cells):
+        if name == "hook":
+            return cell.cell_contents
+    return None
 
 
 def _powersgd_seed(state):
@@ -142,63 +353,8 @@ def _powersgd_seed(state):
             seed = None
     return seed
 
-_HOOK_KINDS = {
-    "allreduce_hook": "allreduce",
-    "fp16_compress_hook": "fp16_compress",
-    "powerSGD_hook": "powerSGD",
-    "batched_powerSGD_hook": "powerSGD",
-}
-_POWERSGD_FIELDS = ("matrix_approximation_rank", "start_powerSGD_iter", "min_compression_rate",
-                    "use_error_feedback", "warm_start", "random_seed", "orthogonalization_epsilon",
-                    "batch_tensors_with_same_shape")
 
-
-class _Unrecordable(Exception):
-    pass
-
-
-def _hook_name(hook):
-    name = getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None)
-    if name is None and hasattr(hook, "func"):  # functools.partial
-        name = getattr(hook.func, "__qualname__", None) or getattr(hook.func, "__name__", None)
-    return name if name is not None else type(hook).__name__
-
-
-def _comm_hook_info(ddp_model):
-    """(kind, raw name, state fields) of the registered comm hook, or (None, None, {})."""
-    hook, state, name = None, None, None
-    hooks = getattr(ddp_model, "_comm_hooks", None)  # torch 2.x: [(hook, state)]
-    if hooks:
-        hook, state = hooks[-1]
-    elif ddp_model in _REGISTERED_HOOKS:
-        hook, state = _REGISTERED_HOOKS[ddp_model]
-    if hook is not None:
-        name = _hook_name(hook)
-    else:
-        try:
-            name = ddp_model._get_ddp_logging_data().get("comm_hook") or None
-        except Exception:
-            name = None
-        if name is not None:  # registered before this module was imported: look for its PowerSGD state
-            state = _find_powersgd_state(ddp_model) if "powerSGD" in name else None
-    if name is None:
-        # A builtin C++ hook (_register_builtin_comm_hook) leaves no name we can read: say nothing.
-        return None, None, {}
-    short = name.rsplit(".", 1)[-1]
-    kind = _HOOK_KINDS.get(short, short)
-    fields = {}
-    if state is not None and kind == "powerSGD":
-        for f in _POWERSGD_FIELDS:
-            if f == "random_seed":
-                seed = _powersgd_seed(state)
-                if seed is not None:
-                    fields[f] = _jsonable(seed)
-            elif hasattr(state, f):
-                fields[f] = _jsonable(getattr(state, f))
-    return kind, name, fields
-
-
-def _find_powersgd_state(ddp_model):
+def _find_powersgd_state():
     try:
         import gc
 
@@ -208,6 +364,64 @@ def _find_powersgd_state(ddp_model):
     # type() and not isinstance(): isinstance would read __class__ of every object, which warns on some.
     found = [o for o in gc.get_objects() if issubclass(type(o), PowerSGDState)]
     return found[0] if len(found) == 1 else None
+
+
+def _hook_state_fields(kind, state):
+    fields = {}
+    if state is None:
+        return fields
+    if kind in ("powerSGD", "batched_powerSGD"):
+        for f in _POWERSGD_FIELDS:
+            if f == "random_seed":
+                seed = _powersgd_seed(state)
+                if seed is not None:
+                    fields[f] = _jsonable(seed)
+            elif hasattr(state, f):
+                fields[f] = _jsonable(getattr(state, f))
+    elif kind == "post_localSGD":
+        for f in ("start_localSGD_iter", "iter", "post_local_gradient_allreduce"):
+            if hasattr(state, f):
+                fields[f] = _jsonable(getattr(state, f))
+        sub = getattr(state, "subgroup", None)
+        fields["subgroup_size"] = None if sub is None else int(dist.get_world_size(sub))
+    return fields
+
+
+class _HookInfo:
+    """kind, name, module, inner kind and state fields of the DDP model's comm hook (all None without one)."""
+
+    def __init__(self, ddp_model, powersgd_cache):
+        self.kind = self.name = self.module = self.inner = None
+        self.fields = {}
+        hook, state = None, None
+        hooks = getattr(ddp_model, "_comm_hooks", None)  # torch 2.x: [(hook, state)]
+        if hooks:
+            hook, state = hooks[-1]
+        elif ddp_model in _REGISTERED_HOOKS:
+            hook, state = _REGISTERED_HOOKS[ddp_model]
+        if hook is not None:
+            self.name = _hook_name(hook)
+            self.module = getattr(_hook_function(hook), "__module__", None)
+        else:
+            try:
+                self.name = ddp_model._get_ddp_logging_data().get("comm_hook") or None
+            except Exception:
+                self.name = None
+            if self.name is not None and "powerSGD" in self.name:  # registered before this module's import
+                if not powersgd_cache:
+                    powersgd_cache.append(_find_powersgd_state())
+                state = powersgd_cache[0]
+        if self.name is None:
+            # A builtin C++ hook (_register_builtin_comm_hook) leaves no name we can read: say nothing.
+            return
+        self.kind = _hook_kind(self.name, self.module)
+        state_kind = self.kind
+        if self.kind in ("fp16_compress_wrapper", "bf16_compress_wrapper"):
+            inner = _wrapped_hook(hook) if hook is not None else None
+            if inner is not None:
+                self.inner = _hook_kind(_hook_name(inner), getattr(_hook_function(inner), "__module__", None))
+                state_kind = self.inner
+        self.fields = _hook_state_fields(state_kind, state)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -242,7 +456,7 @@ def _dtype_name(dt):
 
 
 def _cpu_copy(t):
-    """A CPU float32 copy of t that shares no memory with it (and is not touched by the run again)."""
+    """A CPU copy of t that shares no memory with it (and is not touched by the run again)."""
     t = t.detach()
     if t.device.type == "cpu":
         return t.clone()
@@ -304,10 +518,14 @@ def _write_atomically(path, chunks):
 
 
 def _safetensors_parts(tensors, metadata_text):
-    """(header bytes with its 8-byte length, [data chunks], total size) for [(name, cpu float32 tensor)]."""
+    """(header bytes with its 8-byte length, data size, total size) for [(name, cpu float32 tensor)]."""
     header = {}
     offset = 0
     for name, t in tensors:
+        if t.dtype != torch.float32 or t.layout != torch.strided or t.device.type != "cpu":
+            raise _Unrecordable("tensor '%s' is %s %s on %s, and the trace format holds dense float32 only "
+                                "(an unknown tensor kind)" % (name, str(t.layout).replace("torch.", ""),
+                                                              _dtype_name(t.dtype), t.device.type))
         n = t.numel() * 4
         header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
         offset += n
@@ -318,13 +536,125 @@ def _safetensors_parts(tensors, metadata_text):
     return head, offset, len(head) + offset
 
 
+def _sparse_grad_params(module):
+    """ids of the parameters whose gradient is sparse: Embedding/EmbeddingBag(sparse=True)'s weights."""
+    ids = set()
+    for m in module.modules():
+        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and getattr(m, "sparse", False):
+            ids.add(id(m.weight))
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------------------
+# data.json: what each DataLoader yielded, from its sampler's indices.
+# ---------------------------------------------------------------------------------------------------------
+def _subset_chain(ds):
+    """(base dataset under every Subset, [indices of each Subset, outermost first])."""
+    from torch.utils.data import Subset
+
+    chain = []
+    while isinstance(ds, Subset):
+        chain.append(ds.indices)
+        ds = ds.dataset
+    return ds, chain
+
+
+def _as_int_list(indices):
+    if hasattr(indices, "tolist"):
+        indices = indices.tolist()
+    return [operator.index(j) for j in indices]
+
+
+def _subset_map(ds):
+    """The base index of each index of `ds` (a Subset, maybe of Subsets), cached per dataset."""
+    m = _SUBSET_MAPS.get(ds)
+    if m is not None:
+        return m
+    base, chain = _subset_chain(ds)
+    try:
+        n = len(base)
+    except TypeError:
+        n = None
+    m = _as_int_list(chain[-1])
+    if n is not None:
+        m = [j + n if j < 0 else j for j in m]
+    for indices in reversed(chain[:-1]):
+        m = [m[j] for j in _as_int_list(indices)]
+    try:
+        _SUBSET_MAPS[ds] = m
+    except TypeError:  # not weak-referenceable
+        pass
+    return m
+
+
+def _describe_sampler(s):
+    from torch.utils.data import DistributedSampler
+
+    if isinstance(s, DistributedSampler):
+        return {"type": type(s).__name__, "num_replicas": int(s.num_replicas), "rank": int(s.rank),
+                "seed": _jsonable(getattr(s, "seed", None)), "shuffle": bool(getattr(s, "shuffle", False)),
+                "drop_last": bool(getattr(s, "drop_last", False))}
+    return {"type": type(s).__name__}
+
+
+class _Loader:
+    """One DataLoader as this rank iterated it."""
+
+    def __init__(self, lid, loader, it):
+        from torch.utils.data import BatchSampler, DistributedSampler, IterableDataset
+
+        ds = loader.dataset if loader is not None else it._dataset
+        self.iterable = isinstance(ds, IterableDataset)
+        base, chain = _subset_chain(ds)
+        self.map = _subset_map(ds) if chain and not self.iterable else None
+        try:
+            base_name = "%s/%d" % (type(base).__name__, len(base))
+        except TypeError:
+            base_name = type(base).__name__
+        digest = None
+        if self.map is not None:
+            import array
+
+            a = array.array("q", self.map)
+            if sys.byteorder != "little":  # pragma: no cover
+                a.byteswap()
+            digest = hashlib.blake2b(a.tobytes(), digest_size=8).hexdigest()
+        try:
+            subset_len = len(self.map) if self.map is not None else len(ds)
+        except TypeError:
+            subset_len = None
+        # The sampler that chose the indices: loader.sampler, unless a batch_sampler of the script's own.
+        sampler = loader.sampler if loader is not None else it._index_sampler
+        bs = loader.batch_sampler if loader is not None else None
+        if bs is not None and not isinstance(bs, BatchSampler):
+            desc = {"type": type(bs).__name__, "batch_sampler": True}
+            inner = getattr(bs, "sampler", None)
+            if isinstance(inner, DistributedSampler):
+                desc["sampler"] = _describe_sampler(inner)
+            sampler = inner
+        else:
+            desc = _describe_sampler(sampler)
+        self.dist_sampler = sampler if isinstance(sampler, DistributedSampler) else None
+        self.json = {"id": lid, "dataset": type(ds).__name__, "base": base_name, "subset_digest": digest,
+                     "subset_len": subset_len, "sampler": desc, "epochs": []}
+
+
+class _IterState:
+    __slots__ = ("trace", "loader", "sampler_iter", "epoch", "pending", "__weakref__")
+
+    def __init__(self, trace, loader, sampler_iter, epoch):
+        self.trace, self.loader, self.sampler_iter, self.epoch = trace, loader, sampler_iter, epoch
+        self.pending = collections.deque()  # index batches fetched (workers prefetch), not yet yielded
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The recorder.
 # ---------------------------------------------------------------------------------------------------------
 class DDPTrace:
     """Records a DDP run for ddp_check. See the module docstring and docs/trace_format.md."""
 
-    def __init__(self, ddp_model, optimizer, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES):
+    def __init__(self, ddp_model, optimizer, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, _lightning=None):
+        # The argument checks: the only errors DDPTrace raises.
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("DDPTrace: torch.distributed is not initialised (call init_process_group first)")
         if not (hasattr(ddp_model, "module") and hasattr(ddp_model, "reducer")):
@@ -337,11 +667,6 @@ class DDPTrace:
             raise ValueError("DDPTrace: every must be a positive integer, got %r" % (every,))
         if not max_bytes > 0:
             raise ValueError("DDPTrace: max_bytes must be positive, got %r" % (max_bytes,))
-        eng = getattr(torch.autograd.Variable, "_execution_engine", None)
-        if eng is None or not hasattr(eng, "queue_callback"):
-            raise RuntimeError("DDPTrace: this torch has no autograd engine queue_callback; cannot record .grad "
-                               "after DDP's reduction")
-        self._engine = eng
         self.ddp = ddp_model
         self.optimizer = optimizer
         self.every = int(every)
@@ -349,51 +674,52 @@ class DDPTrace:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.backend = str(dist.get_backend())
-        module = ddp_model.module
-
-        # The parameters DDP's reducer manages, in its order (DDP's _build_params_for_reducer: the module's
-        # parameters that require grad and are not in _ddp_params_and_buffers_to_ignore, shared ones once).
-        ignore = set(getattr(ddp_model, "parameters_to_ignore", None) or [])
-        self._names, self._params = [], []
-        for name, p in module.named_parameters():
-            if p.requires_grad and name not in ignore:
-                self._names.append(name)
-                self._params.append(p)
-        if not self._params:
-            raise ValueError("DDPTrace: the model has no parameter that requires grad")
-        for name, p in zip(self._names, self._params):
-            if p.dtype != torch.float32:
-                raise ValueError("DDPTrace: parameter '%s' is %s; the trace format and ddp_check handle float32 "
-                                 "parameters only" % (name, _dtype_name(p.dtype)))
-        self._index = {id(p): i for i, p in enumerate(self._params)}
-        self.device = self._params[0].device.type
-
-        self._float_buffers, self._int_buffers = [], []
-        for name, b in module.named_buffers():
-            if b.dtype == torch.float32:
-                self._float_buffers.append((name, b))
-            elif not b.is_floating_point() and not b.is_complex():
-                self._int_buffers.append((name, b))
-            else:
-                raise ValueError("DDPTrace: buffer '%s' is %s; the trace format handles float32 and integer "
-                                 "buffers only" % (name, _dtype_name(b.dtype)))
-
-        self._groups = []
-        for g in optimizer.param_groups:
-            entry = {}
-            for k, v in g.items():
-                if k != "params":
-                    entry[k] = _jsonable(v)
-            idx = [self._index[id(p)] for p in g["params"] if id(p) in self._index]
-            untracked = len(g["params"]) - len(idx)
-            entry = dict([("params", idx)] + list(entry.items()))
-            if untracked:
-                entry["untracked_params"] = untracked  # frozen or ignored by DDP: not recorded
-            self._groups.append(entry)
-
-        # One collective: rank 0's run id, and every rank's verdict on its directory.
         self.run_dir = os.path.abspath(run_dir)
         self.dir = os.path.join(self.run_dir, "rank%d" % self.rank)
+        self._lightning = _lightning
+
+        # Everything close() and the manifest read, so that a recorder stopped anywhere can still close.
+        self._step = 0
+        self._steps = []
+        self._bytes = 0
+        self._stopped = False
+        self._stopped_info = None
+        self._closed = False
+        self._lock = threading.Lock()  # hooks of one backward may run on several device threads
+        self._names, self._params, self._index = [], [], {}
+        self._unchecked, self._unchecked_params, self._unchecked_buffers = [], [], []
+        self._float_buffers, self._int_buffers = [], []
+        self._groups, self._opt_coverage = [], {}
+        self._handles = []
+        self._original_step, self._step_fn = None, None
+        self.device = "cpu"
+        self._sqrt_exact = None
+        self._buckets_initial, self._buckets_rebuilt = None, None
+        self._hook_at_start = None
+        self._powersgd_cache = []
+        self._first_bucket_bytes = None
+        self._first_ready = None
+        self._fwd_sync = None        # require_backward_grad_sync at the last DDP forward since the last backward
+        self._seen_forward = False
+        self._join_base = _JOIN_EVENTS[0]  # segments count the Join contexts entered and exited since DDPTrace()
+        self._seg_c, self._seg_k = 0, 0
+        self._averaging = []
+        self._join_seen = False
+        self._loaders = []
+        self._loader_by_key = weakref.WeakKeyDictionary()
+        self._last_epoch = None      # the data.json epoch record that yielded the latest batch
+        self._data_count = 0
+        self._data_truncated = False
+        self._data_written = (-1, 0)  # (epoch records, indices) at the last data.json write
+        self._reset_step()
+
+        internal = None
+        try:
+            self._classify(ddp_model, optimizer)
+        except Exception as e:
+            internal = e
+
+        # One collective: rank 0's run id, and every rank's verdict on its directory.
         problem = None
         try:
             os.makedirs(self.dir, exist_ok=True)
@@ -406,29 +732,104 @@ class DDPTrace:
             problem = "DDPTrace: cannot create %s: %s" % (self.dir, e)
         mine = (os.urandom(8).hex(), problem)
         gathered = [None] * self.world_size
-        if self.backend == "nccl" and self._params[0].device.type == "cuda":
-            with torch.cuda.device(self._params[0].device):
+        try:
+            if self.backend == "nccl" and torch.cuda.is_available():
+                dev = next((p.device for p in self._params + self._unchecked_params if p.device.type == "cuda"),
+                           None)
+                with torch.cuda.device(dev if dev is not None else torch.cuda.current_device()):
+                    dist.all_gather_object(gathered, mine)
+            else:
                 dist.all_gather_object(gathered, mine)
-        else:
-            dist.all_gather_object(gathered, mine)
+        except Exception as e:  # the same on every rank, or the run's own collectives fail too
+            gathered = [mine] * self.world_size
+            internal = internal or e
         self.run_id = gathered[0][0]
         problems = [g[1] for g in gathered if g[1]]
         if problems:
             raise ValueError(problem or problems[0])
 
-        # State of the recording.
-        self._step = 0
-        self._steps = []
-        self._bytes = 0
-        self._stopped = False
-        self._closed = False
-        self._first_ready = None
-        self._fwd_sync = None        # require_backward_grad_sync at the last DDP forward since the last backward
-        self._seen_forward = False
-        self._lock = threading.Lock()  # hooks of one backward may run on several device threads
-        self._reset_step()
+        _OPEN.append(self)
+        if _PENDING_STOP:  # a spy failed before this trace: it starts stopped (the line was written then)
+            self._stopped = True
+            self._stopped_info = {"step": 0, "why": _PENDING_STOP.pop()}
+        elif internal is not None:
+            self._stop_for(internal, "DDPTrace() setup")
+        else:
+            try:
+                self._install(ddp_model, optimizer)
+            except Exception as e:
+                self._stop_for(e, "DDPTrace() setup")
+        self._write_manifest_safe(False)
+
+    def _classify(self, ddp_model, optimizer):
+        """Which of DDP's parameters and the module's buffers are recorded; the optimizer's groups."""
+        module = ddp_model.module
+        # The parameters DDP's reducer manages, in its order (DDP's _build_params_for_reducer: the module's
+        # parameters that require grad and are not in _ddp_params_and_buffers_to_ignore, shared ones once).
+        # Those the format cannot hold (sparse gradients, not float32) are listed, not recorded.
+        ignore = set(getattr(ddp_model, "parameters_to_ignore", None) or [])
+        sparse = _sparse_grad_params(module)
+        for name, p in module.named_parameters():
+            if not p.requires_grad or name in ignore:
+                continue
+            why = None
+            if id(p) in sparse or p.layout != torch.strided:
+                why = "sparse gradient"
+            elif p.dtype != torch.float32:
+                why = "%s parameter" % _dtype_name(p.dtype)
+            if why is None:
+                self._names.append(name)
+                self._params.append(p)
+            else:
+                self._unchecked.append({"name": name, "shape": list(p.shape), "dtype": _dtype_name(p.dtype),
+                                        "why": why})
+                self._unchecked_params.append(p)
+        self._index = {id(p): i for i, p in enumerate(self._params)}
+        self._unchecked_ids = {id(p) for p in self._unchecked_params}
+        all_params = self._params + self._unchecked_params
+        if all_params:
+            self.device = all_params[0].device.type
+
+        for name, b in module.named_buffers():
+            if b.dtype == torch.float32 and b.layout == torch.strided:
+                self._float_buffers.append((name, b))
+            elif not b.is_floating_point() and not b.is_complex() and b.layout == torch.strided:
+                self._int_buffers.append((name, b))
+            else:
+                self._unchecked_buffers.append({"name": name, "shape": list(b.shape), "dtype": _dtype_name(b.dtype),
+                                                "why": "%s buffer" % _dtype_name(b.dtype)})
+
+        in_groups = set()
+        for g in optimizer.param_groups:
+            entry = {}
+            for k, v in g.items():
+                if k != "params":
+                    entry[k] = _jsonable(v)
+            idx = [self._index[id(p)] for p in g["params"] if id(p) in self._index]
+            untracked = len(g["params"]) - len(idx)
+            entry = dict([("params", idx)] + list(entry.items()))
+            if untracked:
+                entry["untracked_params"] = untracked  # frozen, ignored by DDP, unchecked or foreign
+            self._groups.append(entry)
+            in_groups.update(id(p) for p in g["params"])
+        module_ids = {id(p) for p in module.parameters()}
+        self._opt_coverage = {
+            "missing_params": [i for i, p in enumerate(self._params) if id(p) not in in_groups],
+            "missing_unchecked": [u["name"] for u, p in zip(self._unchecked, self._unchecked_params)
+                                  if id(p) not in in_groups],
+            "foreign_params": len(in_groups - module_ids),
+        }
+
+    def _install(self, ddp_model, optimizer):
+        eng = getattr(torch.autograd.Variable, "_execution_engine", None)
+        if eng is None or not hasattr(eng, "queue_callback"):
+            raise _Unrecordable("this torch has no autograd engine queue_callback, so .grad after DDP's reduction "
+                                "cannot be read")
+        self._engine = eng
+        all_params = self._params + self._unchecked_params
+        self._sqrt_exact = _sqrt_is_ieee(all_params[0].device if all_params else "cpu")
         self._buckets_initial = self._bucket_layout()
-        self._hook_at_start = _comm_hook_info(ddp_model)
+        self._hook_at_start = _HookInfo(ddp_model, self._powersgd_cache)
         # The cap of the first bucket after the rebuild: dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB) on torch 1.13;
         # on torch 2.x only when bucket_cap_mb was left at its default (else bucket_cap_mb's bytes).
         first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", None)
@@ -436,16 +837,15 @@ class DDPTrace:
             first = ddp_model.bucket_bytes_cap
         self._first_bucket_bytes = int(first) if first is not None else None
 
-        # Hooks.
-        self._handles = []
+        # Hooks: on every DDP parameter (an unchecked one only says that a backward started).
         for i, p in enumerate(self._params):
             self._handles.append(p.register_hook(self._make_grad_hook(i)))
+        for p in self._unchecked_params:
+            self._handles.append(p.register_hook(self._make_grad_hook(None)))
         try:
             self._handles.append(ddp_model.register_forward_pre_hook(self._forward_pre_hook, with_kwargs=True))
-            self._pre_hook_kwargs = True
         except TypeError:  # torch 1.13: no with_kwargs
             self._handles.append(ddp_model.register_forward_pre_hook(self._forward_pre_hook))
-            self._pre_hook_kwargs = False
 
         # optimizer.step, wrapped on the instance as a bound method (LR schedulers re-wrap it through
         # __func__/__self__); the original is called unchanged.
@@ -462,6 +862,27 @@ class DDPTrace:
         self._step_fn = step
         optimizer.step = step.__get__(optimizer, type(optimizer))
 
+    # ----- stopping -----
+    def _stop(self, why, hint=""):
+        """Stops the recording for good: one line on stderr, "stopped" in the manifest; training goes on."""
+        if self._stopped_info is not None:
+            return
+        self._stopped = True
+        self._stopped_info = {"step": self._step, "why": why}
+        try:
+            sys.stderr.write("ddplab_trace: %s at step %d; recording stopped%s\n" % (why, self._step, hint))
+            sys.stderr.flush()
+        except Exception:
+            pass
+        try:
+            self._reset_step()
+        except Exception:
+            pass
+        self._write_manifest_safe(False)
+
+    def _stop_for(self, e, where):
+        self._stop(_why(e, where))
+
     # ----- context manager -----
     def __enter__(self):
         return self
@@ -469,8 +890,16 @@ class DDPTrace:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self.close()
-        else:
-            self._detach()  # no manifest: it would say that the rank finished
+        else:  # the manifest stays "complete": false: the rank did not finish
+            try:
+                self._detach()
+            except Exception as e:
+                self._closed = True
+                self._stop_for(e, "DDPTrace.__exit__")
+            finally:
+                if self in _OPEN:
+                    _OPEN.remove(self)
+            self._write_manifest_safe(False)
         return False
 
     # ----- per step -----
@@ -486,12 +915,29 @@ class DDPTrace:
         self._inputs = []
         self._grad_snap = None
         self._before = None
+        self._step_join = None
 
     def _forward_pre_hook(self, module, args, kwargs=None):
+        if self._stopped or self._closed:
+            return None
+        try:
+            self._forward_pre_hook_body(args, kwargs)
+        except Exception as e:
+            self._stop_for(e, "forward pre-hook")
+        return None
+
+    def _forward_pre_hook_body(self, args, kwargs):
         if not torch.is_grad_enabled():
-            return None  # evaluation forwards build no graph and are not recorded
+            return  # evaluation forwards build no graph and are not recorded
         self._fwd_sync = bool(getattr(self.ddp, "require_backward_grad_sync", True))
         self._seen_forward = True
+        if self._last_epoch is not None:
+            self._last_epoch["training"] = True
+        cfg = getattr(self.ddp, "_join_config", None)
+        if cfg is not None and getattr(cfg, "enable", False):
+            self._join_seen = True
+            self._step_join = {"divide_by_initial_world_size":
+                               bool(getattr(self.ddp, "_divide_by_initial_world_size", True))}
         if self._recording():
             x = _first_tensor(args)
             if x is None and kwargs:
@@ -507,19 +953,18 @@ class DDPTrace:
                     for j in range(xc.shape[0]):
                         fps.append(_fingerprint(xc[j]))
             self._inputs.append(fps)
-        return None
 
     def _make_grad_hook(self, i):
         def hook(grad):
-            if not self._closed:
-                self._on_grad(i, grad)
+            if not (self._stopped or self._closed):
+                try:
+                    with self._lock:
+                        self._on_grad_locked(i, grad)
+                except Exception as e:
+                    self._stop_for(e, "parameter hook")
             return None
 
         return hook
-
-    def _on_grad(self, i, grad):
-        with self._lock:
-            self._on_grad_locked(i, grad)
 
     def _on_grad_locked(self, i, grad):
         rec = self._recording()
@@ -534,6 +979,8 @@ class DDPTrace:
             self._backwards.append(self._cur_bw)
             self._locals.append({})
             self._engine.queue_callback(self._end_of_backward)
+        if i is None:  # an unchecked parameter
+            return
         self._cur_bw["ready"].append(i)
         if rec:
             if not self._prior_taken:
@@ -545,11 +992,23 @@ class DDPTrace:
                     if p.grad is not None:
                         self._prior[j] = _cpu_copy(p.grad)
             if grad is not None:
+                if grad.layout != torch.strided or grad.dtype != torch.float32:
+                    raise _Unrecordable("the gradient of '%s' is %s %s (found mid-run), and the trace format holds "
+                                        "dense float32 only" % (self._names[i], str(grad.layout).replace("torch.", ""),
+                                                                _dtype_name(grad.dtype)))
                 self._locals[-1][i] = _cpu_copy(grad)
 
     def _end_of_backward(self):
         # Runs once the backward's graph ran, before the callbacks queued after it: DDP's finalize_backward,
         # queued by the reducer's hooks, which run after ours.
+        if self._stopped or self._closed:
+            return
+        try:
+            self._end_of_backward_body()
+        except Exception as e:
+            self._stop_for(e, "end-of-backward callback")
+
+    def _end_of_backward_body(self):
         with self._lock:
             bw = self._cur_bw
             self._cur_bw = None
@@ -563,13 +1022,21 @@ class DDPTrace:
 
     def _after_ddp(self):
         # Queued by _end_of_backward, so after DDP's finalize_backward: .grad is what DDP left.
+        if self._stopped or self._closed:
+            return
+        try:
+            self._after_ddp_body()
+        except Exception as e:
+            self._stop_for(e, "after-DDP callback")
+
+    def _after_ddp_body(self):
         self._grad_snap = {i: _cpu_copy(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
 
     def _snapshot_before(self):
         opt = self.optimizer
         params = {i: _cpu_copy(p) for i, p in enumerate(self._params)}
         grads = {i: _cpu_copy(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
-        state, steps = [], {}
+        state, steps, skipped = [], {}, []
         for i, p in enumerate(self._params):
             st = opt.state.get(p) if hasattr(opt.state, "get") else None
             if not st:
@@ -578,9 +1045,9 @@ class DDPTrace:
                 if k == "step":
                     steps[self._names[i]] = _number(v)
                 elif isinstance(v, torch.Tensor) and v.dim() > 0:
-                    if v.dtype != torch.float32:
-                        raise _Unrecordable("optimizer state '%s' of '%s' is %s, and the trace format holds "
-                                            "float32 only" % (k, self._names[i], _dtype_name(v.dtype)))
+                    if v.dtype != torch.float32 or v.layout != torch.strided:
+                        skipped.append({"name": self._names[i], "key": str(k), "dtype": _dtype_name(v.dtype)})
+                        continue
                     state.append(("state/%s/%s" % (self._names[i], k), _cpu_copy(v)))
         lr = [float(_number(g["lr"])) for g in opt.param_groups]
         bufs = [("buffer/" + n, _cpu_copy(b)) for n, b in self._float_buffers]
@@ -588,51 +1055,79 @@ class DDPTrace:
         for n, b in self._int_buffers:
             ints[n] = int(b.item()) if b.numel() == 1 else b.detach().cpu().tolist()
         self._before = {"params": params, "grads": grads, "state": state, "steps": steps, "lr": lr,
-                        "buffers": bufs, "ints": ints}
+                        "buffers": bufs, "ints": ints, "skipped": skipped}
 
-    def _snapshot_before_or_stop(self):
+    def _snapshot_before_safe(self):
+        if self._stopped:
+            return
         try:
             with torch.no_grad():
                 self._snapshot_before()
-        except _Unrecordable as e:  # found in the middle of a run: stop recording, not the training
-            sys.stderr.write("ddplab_trace: %s at step %d; recording stopped\n" % (e, self._step))
-            sys.stderr.flush()
-            self._stopped = True
+        except Exception as e:
             self._before = None
+            self._stop_for(e, "optimizer.step wrapper")
 
     def _step_wrapper(self, *args, **kwargs):
-        if self._closed:
+        if self._stopped or self._closed:
             return self._original_step(*args, **kwargs)
-        rec = self._recording()
-        if rec:
-            closure = kwargs.get("closure", args[0] if args else None)
-            if closure is not None:
-                taken = []
-
-                def traced_closure(*cargs, **ckwargs):
-                    out = closure(*cargs, **ckwargs)
-                    if not taken:
-                        taken.append(True)
-                        self._snapshot_before_or_stop()
-                    return out
-
-                if "closure" in kwargs:
-                    kwargs = dict(kwargs, closure=traced_closure)
-                else:
-                    args = (traced_closure,) + tuple(args[1:])
-            else:
-                self._snapshot_before_or_stop()
+        call_args, call_kwargs, rec = args, kwargs, False
         try:
-            out = self._original_step(*args, **kwargs)
-        except BaseException:
-            self._reset_step()
+            rec, call_args, call_kwargs = self._before_step(args, kwargs)
+        except Exception as e:
+            self._stop_for(e, "optimizer.step wrapper")
+            call_args, call_kwargs = args, kwargs
+        try:
+            out = self._original_step(*call_args, **call_kwargs)
+        except BaseException:  # the script's own error: passes through unchanged
+            try:
+                self._reset_step()
+            except Exception:
+                pass
             raise
+        if not self._stopped:
+            try:
+                self._after_step(rec)
+            except Exception as e:
+                self._stop_for(e, "optimizer.step wrapper")
+        return out
+
+    def _before_step(self, args, kwargs):
+        # The segment of uneven steps: Join contexts entered and exited so far, and the step's index in it.
+        c = _JOIN_EVENTS[0] - self._join_base
+        if c != self._seg_c:
+            self._seg_c, self._seg_k = c, 0
+        ep = self._last_epoch  # the loader iteration that fed this step
+        if ep is not None:
+            if ep["first_step"] is None:
+                ep["first_step"] = self._step
+            ep["last_step"] = self._step
+        rec = self._recording()
+        if not rec:
+            return rec, args, kwargs
+        closure = kwargs.get("closure", args[0] if args else None)
+        if closure is None:
+            self._snapshot_before_safe()
+            return rec, args, kwargs
+        taken = []
+
+        def traced_closure(*cargs, **ckwargs):
+            out = closure(*cargs, **ckwargs)
+            if not taken:
+                taken.append(True)
+                self._snapshot_before_safe()
+            return out
+
+        if "closure" in kwargs:
+            return rec, args, dict(kwargs, closure=traced_closure)
+        return rec, (traced_closure,) + tuple(args[1:]), kwargs
+
+    def _after_step(self, rec):
         if rec and self._before is not None:
             with torch.no_grad():
                 self._write_step()
         self._step += 1
+        self._seg_k += 1
         self._reset_step()
-        return out
 
     def _write_step(self):
         b = self._before
@@ -657,71 +1152,110 @@ class DDPTrace:
         tensors.extend(b["buffers"])
         meta = {
             "step": self._step, "rank": self.rank, "run_id": self.run_id,
+            "segment": [self._seg_c, self._seg_k],
             "backwards": [{"sync": bw["sync"], "ready": list(bw["ready"])} for bw in self._backwards],
             "inputs": self._inputs,
             "state_steps": b["steps"],
             "lr": b["lr"],
             "int_buffers": b["ints"],
         }
+        if self._step_join is not None:
+            meta["join"] = self._step_join
+        if b["skipped"]:
+            meta["state_skipped"] = b["skipped"]
         head, data_size, total = _safetensors_parts(tensors, json.dumps(meta, separators=(",", ":")))
         if self._bytes + total > self.max_bytes:
-            sys.stderr.write("ddplab_trace: size bound %d bytes reached at step %d; recording stopped "
-                             "(use every=K or max_bytes=...)\n" % (self.max_bytes, self._step))
-            sys.stderr.flush()
-            self._stopped = True
+            self._stop("size bound %d bytes reached" % self.max_bytes, " (use every=K or max_bytes=...)")
             return
         path = os.path.join(self.dir, "step%06d.safetensors" % self._step)
-        try:
-            _write_atomically(path, [head] + [_tensor_bytes(t) for _, t in tensors])
-        except OSError as e:  # a full disk stops the recording, not the training
-            sys.stderr.write("ddplab_trace: cannot write %s (%s); recording stopped\n" % (path, e))
-            sys.stderr.flush()
-            self._stopped = True
-            return
+        _write_atomically(path, [head] + [_tensor_bytes(t) for _, t in tensors])
         self._bytes += total
         self._steps.append(self._step)
+        self._write_manifest_safe(False)
 
-    # ----- the end -----
+    # ----- spies' reports -----
+    def _on_averaged(self, group_size):
+        self._averaging.append({"after_step": self._step - 1, "group_size": int(group_size)})
+
+    def _data_on_index(self, it, idx):
+        st = _ITER_STATE.get(it)
+        if st is None or st.trace is not self or st.sampler_iter is not it._sampler_iter:
+            # A new iteration (iter(loader); persistent workers reuse the iterator with a new sampler iterator).
+            ref = _ITER_LOADER.get(it)
+            loader = ref() if ref is not None else None
+            key = loader if loader is not None else it._index_sampler
+            lr = self._loader_by_key.get(key)
+            if lr is None:
+                lr = _Loader(len(self._loaders), loader, it)
+                self._loaders.append(lr)
+                self._loader_by_key[key] = lr
+            epochs = lr.json["epochs"]
+            ds = lr.dist_sampler
+            ep = {"iteration": len(epochs), "epoch": int(ds.epoch) if ds is not None else None,
+                  "indices": None if lr.iterable else [], "training": False, "first_step": None, "last_step": None}
+            epochs.append(ep)
+            st = _IterState(self, lr, it._sampler_iter, ep)
+            _ITER_STATE[it] = st
+        if st.epoch["indices"] is not None:
+            st.pending.append(idx)
+
+    def _data_on_yield(self, it):
+        st = _ITER_STATE.get(it)
+        if st is None or st.trace is not self:
+            return
+        self._last_epoch = st.epoch
+        if not st.pending:
+            return
+        idx = st.pending.popleft()
+        ep = st.epoch
+        if ep["indices"] is None or self._data_truncated:
+            return
+        batch = idx if isinstance(idx, (list, tuple)) else [idx]
+        try:
+            batch = [operator.index(j) for j in batch]
+            m = st.loader.map
+            if m is not None:
+                batch = [m[j] for j in batch]
+        except (TypeError, IndexError):  # keys that are not indices into the dataset
+            ep["indices"] = None
+            return
+        if self._data_count + len(batch) > MAX_DATA_INDICES:
+            self._data_truncated = True
+            return
+        ep["indices"].extend(batch)
+        self._data_count += len(batch)
+
+    # ----- the manifest and data.json -----
     def _bucket_layout(self):
-        """torch's buckets as lists of parameter indices, or None where torch does not expose them."""
+        """torch's buckets as lists of recorded parameter indices (unchecked ones left out, emptied buckets
+        dropped), or None where torch does not expose them."""
         try:
             buckets = self.ddp.reducer._get_zeros_like_grad_buckets()
             layout = []
             for b in buckets:
                 idx = []
                 for p in b.parameters():
+                    if id(p) in self._unchecked_ids:
+                        continue
                     if id(p) not in self._index:
                         return None
                     idx.append(self._index[id(p)])
-                layout.append(idx)
+                if idx:
+                    layout.append(idx)
             return layout
         except Exception:
             return None
 
-    def _detach(self):
-        if self._closed:
-            return
-        self._closed = True
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        if self.optimizer.__dict__.get("step") is not None and \
-                getattr(self.optimizer.__dict__["step"], "__func__", None) is self._step_fn:
-            if self._had_own_step:
-                self.optimizer.step = self._original_step
-            else:
-                del self.optimizer.__dict__["step"]
-        # else: something (an LR scheduler) wrapped our wrapper; it stays and passes calls straight through.
-
-    def close(self):
-        """Stops recording and writes rank{r}/manifest.json. Idempotent."""
-        if self._closed:
-            return
-        self._detach()
+    def _manifest(self, complete):
         ddp = self.ddp
-        kind, raw, state = _comm_hook_info(ddp)
-        if kind is not None and self._hook_at_start[1] == raw:  # fields only readable at the start (the seed)
-            state = dict(self._hook_at_start[2], **state)
+        info = _HookInfo(ddp, self._powersgd_cache)
+        state = dict(info.fields)
+        start = self._hook_at_start
+        if info.kind is not None and start is not None and start.name == info.name:
+            # fields only readable at the start: the seed; post-local SGD's iter at DDPTrace()
+            state = dict(start.fields, **state)
+            if "iter" in start.fields:
+                state["iter"] = start.fields["iter"]
         static = getattr(ddp, "static_graph", None)
         if static is None:
             static = getattr(ddp, "_static_graph", False)
@@ -731,77 +1265,189 @@ class DDPTrace:
             "find_unused_parameters": bool(ddp.find_unused_parameters),
             "gradient_as_bucket_view": bool(ddp.gradient_as_bucket_view),
             "static_graph": bool(static),
-            "comm_hook": kind,
+            "comm_hook": info.kind,
             "comm_hook_state": state,
         }
-        if raw is not None:
-            ddp_opts["comm_hook_name"] = raw
+        if info.name is not None:
+            ddp_opts["comm_hook_name"] = info.name
+            ddp_opts["comm_hook_module"] = info.module
+        if info.kind in ("fp16_compress_wrapper", "bf16_compress_wrapper"):
+            ddp_opts["comm_hook_inner"] = info.inner
         if self._first_bucket_bytes is not None:
             ddp_opts["first_bucket_bytes"] = self._first_bucket_bytes
         buckets = {}
         if self._buckets_initial is not None:
             buckets["initial"] = self._buckets_initial
-        if getattr(ddp, "_has_rebuilt_buckets", False):
-            layout = self._bucket_layout()
-            if layout is not None:
-                buckets["rebuilt"] = layout
+        if self._buckets_rebuilt is None and getattr(ddp, "_has_rebuilt_buckets", False) and not self._stopped:
+            self._buckets_rebuilt = self._bucket_layout()  # once: it allocates a zero copy of every gradient
+        if self._buckets_rebuilt is not None:
+            buckets["rebuilt"] = self._buckets_rebuilt
+        optimizer = {"class": type(self.optimizer).__name__, "param_groups": self._groups}
+        optimizer.update(self._opt_coverage)
         manifest = {
             "format": FORMAT, "version": VERSION,
             "run_id": self.run_id,
             "rank": self.rank, "world_size": self.world_size, "backend": self.backend, "device": self.device,
             "torch_version": torch.__version__,
-            "sqrt_exact": _sqrt_is_ieee(self._params[0].device if self._params else "cpu"),
+            "complete": bool(complete),
+            "stopped": self._stopped_info,
+            "sqrt_exact": self._sqrt_exact,
             "every": self.every,
             "steps": list(self._steps),
             "ddp": ddp_opts,
             "params": [{"name": n, "shape": list(p.shape), "dtype": "float32"}
                        for n, p in zip(self._names, self._params)],
+            "unchecked_params": self._unchecked,
             "buffers": [{"name": n, "shape": list(b.shape), "dtype": "float32"} for n, b in self._float_buffers],
-            "optimizer": {"class": type(self.optimizer).__name__, "param_groups": self._groups},
+            "unchecked_buffers": self._unchecked_buffers,
+            "optimizer": optimizer,
             "first_ready_order": self._first_ready,
+            "averaging": list(self._averaging),
+            "join": self._join_seen,
+            "lightning": self._lightning,
             "env": {k: v for k, v in sorted(os.environ.items())
                     if k.startswith("NCCL_") or k == "TORCH_DISTRIBUTED_DEBUG"},
         }
         if buckets:
             manifest["buckets"] = buckets
-        text = json.dumps(manifest, indent=1).encode("utf-8") + b"\n"
+        return manifest
+
+    def _data_json(self):
+        return {"loaders": [lr.json for lr in self._loaders], "truncated": self._data_truncated}
+
+    def _write_manifest(self, complete):
+        text = json.dumps(self._manifest(complete), indent=1).encode("utf-8") + b"\n"
+        # data.json: rewritten with every manifest while small; past a million indices only when an iteration
+        # began or the indices grew by a quarter since the last write (so the writes stay linear in the run).
+        n_epochs = sum(len(lr.json["epochs"]) for lr in self._loaders)
+        last_epochs, last_count = self._data_written
+        if (complete or self._data_count <= 1_000_000 or n_epochs != last_epochs
+                or self._data_count - last_count >= last_count // 4):
+            data = json.dumps(self._data_json(), separators=(",", ":")).encode("utf-8") + b"\n"
+            _write_atomically(os.path.join(self.dir, "data.json"), [data])
+            self._data_written = (n_epochs, self._data_count)
         _write_atomically(os.path.join(self.dir, "manifest.json"), [text])
+
+    def _write_manifest_safe(self, complete):
+        try:
+            self._write_manifest(complete)
+        except Exception as e:
+            self._stop_for(e, "manifest writer")  # a no-op once stopped
+
+    # ----- the end -----
+    def _detach(self):
+        if self._closed:
+            return
+        self._closed = True
+        if self in _OPEN:
+            _OPEN.remove(self)
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        opt = self.optimizer
+        if self._step_fn is not None and opt.__dict__.get("step") is not None and \
+                getattr(opt.__dict__["step"], "__func__", None) is self._step_fn:
+            if self._had_own_step:
+                opt.step = self._original_step
+            else:
+                del opt.__dict__["step"]
+        # else: something (an LR scheduler) wrapped our wrapper; it stays and passes calls straight through.
+
+    def close(self):
+        """Stops recording and writes rank{r}/manifest.json ("complete": true) and data.json. Idempotent; never
+        raises."""
+        if self._closed:
+            return
+        try:
+            self._detach()
+        except Exception as e:
+            self._closed = True
+            self._stop_for(e, "close()")
+        finally:
+            if self in _OPEN:
+                _OPEN.remove(self)
+        self._write_manifest_safe(True)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Lightning: Trainer(strategy="ddp", callbacks=[LightningCallback("runs/mine")]). Lightning wraps the
 # LightningModule in DistributedDataParallel during setup and calls optimizer.step(closure) with the
-# forward and backward inside the closure; DDPTrace handles both. Lightning is imported only here.
+# forward and backward inside the closure; DDPTrace handles both. Lightning is imported only when a callback
+# is made. The class is made then (it must subclass Lightning's Callback) and is reachable as
+# ddplab_trace._DDPTraceLightningCallback (module __getattr__), and its instances pickle as a call of
+# LightningCallback(...): ddp_spawn sends the Trainer, callbacks included, to the spawned ranks.
 # ---------------------------------------------------------------------------------------------------------
-def LightningCallback(run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES):
-    """A Lightning callback that traces the Trainer's DDP run into run_dir, as DDPTrace does a script's.
+_LIGHTNING_CLASS = []
 
-    Traces the first optimizer (a LightningModule with several optimizers: the first one only)."""
+
+def _lightning_strategy(trainer):
+    strategy = trainer.strategy
+    flag = getattr(getattr(trainer, "_accelerator_connector", None), "_strategy_flag", None)
+    start = getattr(strategy, "_start_method", None)
+    if isinstance(flag, str):
+        name = flag
+    else:
+        name = {"popen": "ddp", "spawn": "ddp_spawn", "fork": "ddp_fork"}.get(
+            start, getattr(strategy, "strategy_name", type(strategy).__name__))
+    return {"strategy": name, "start_method": start, "class": type(strategy).__name__}
+
+
+def _lightning_callback_class():
+    if _LIGHTNING_CLASS:
+        return _LIGHTNING_CLASS[0]
     try:
         from lightning.pytorch import Callback
     except ImportError:  # the older package name
         from pytorch_lightning import Callback
 
-    class _DDPTraceCallback(Callback):
-        def __init__(self):
+    class _DDPTraceLightningCallback(Callback):
+        """Traces the Trainer's DDP run into run_dir (the first optimizer only)."""
+
+        def __init__(self, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES):
+            self.run_dir, self.every, self.max_bytes = run_dir, every, max_bytes
             self.trace = None
+
+        def __reduce__(self):
+            return (LightningCallback, (self.run_dir, self.every, self.max_bytes))
 
         def on_train_start(self, trainer, pl_module):
             ddp = trainer.strategy.model
             if not isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
-                raise RuntimeError("ddplab_trace.LightningCallback: the Trainer's strategy did not wrap the model in "
-                                   "DistributedDataParallel (use strategy=\"ddp\" and devices >= 2)")
-            self.trace = DDPTrace(ddp, trainer.optimizers[0], run_dir, every=every, max_bytes=max_bytes)
+                raise TypeError("ddplab_trace.LightningCallback: the Trainer's strategy did not wrap the model in "
+                                "DistributedDataParallel (use a DDP strategy, e.g. strategy=\"ddp\", and devices >= 2)")
+            try:
+                info = _lightning_strategy(trainer)
+            except Exception:
+                info = {"strategy": None}
+            # DDPTrace raises only for its arguments (a directory holding a trace): on every rank alike.
+            self.trace = DDPTrace(ddp, trainer.optimizers[0], self.run_dir, every=self.every,
+                                  max_bytes=self.max_bytes, _lightning=info)
 
         def on_train_end(self, trainer, pl_module):
             if self.trace is not None:
-                self.trace.close()
+                self.trace.close()  # never raises
                 self.trace = None
 
         def on_exception(self, trainer, pl_module, exception):
-            if self.trace is not None:  # no manifest for a run that failed, as with DDPTrace's `with`
-                self.trace._detach()
-                self.trace = None
+            t, self.trace = self.trace, None
+            if t is not None:  # the manifest stays "complete": false, as with DDPTrace's `with`
+                t.__exit__(type(exception), exception, None)
 
-    return _DDPTraceCallback()
+    _DDPTraceLightningCallback.__module__ = __name__
+    _DDPTraceLightningCallback.__qualname__ = "_DDPTraceLightningCallback"
+    _LIGHTNING_CLASS.append(_DDPTraceLightningCallback)
+    return _DDPTraceLightningCallback
 
+
+def __getattr__(name):
+    if name == "_DDPTraceLightningCallback":
+        return _lightning_callback_class()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def LightningCallback(run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES):
+    """A Lightning callback that traces the Trainer's DDP run into run_dir, as DDPTrace does a script's.
+
+    Works with the DDP strategies that run on CPU ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook") and on GPUs.
+    Traces the first optimizer (a LightningModule with several optimizers: the first one only)."""
+    return _lightning_callback_class()(run_dir, every, max_bytes)
