@@ -1,0 +1,401 @@
+"""The recorder never breaks a run: faults injected into verify/ddplab_trace.py at each of its hook points, on a
+small 2-rank Gloo run, must each leave exactly one stderr line per rank starting with "ddplab_trace:", a manifest
+that says where and why the recording stopped, and final parameters bitwise equal to the untraced run's (with
+the optimizer's own step called as often). Control cases (no fault) check what a clean recording holds:
+data.json from the sampler's indices (num_workers 0 and 2 alike), Join's segments, model averaging, a closure,
+non-float32 optimizer state, the script's own exceptions passing through.
+
+    python tests/ddp_check/recorder_faults.py [CASE ...]
+
+One line per case; exit status 0 when every case holds, 1 otherwise.
+"""
+import argparse
+import contextlib
+import errno
+import io
+import json
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, random_split
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "scripts"))
+import common  # noqa: E402  (puts verify/ on sys.path)
+import ddplab_trace as T  # noqa: E402
+
+STEPS = 6  # optimizer steps per run: 4 batches per rank per epoch, so two epochs
+
+
+class UserError(Exception):
+    pass
+
+
+class CountingSGD(torch.optim.SGD):
+    """SGD that counts the calls of its own step (the recorder must call it once per optimizer.step()), can
+    raise the script's own error at a call, and can keep a float64 state tensor per parameter."""
+
+    def __init__(self, params, raise_at=None, state64=False):
+        super().__init__(params, lr=0.1, momentum=0.9)
+        self.calls, self.raise_at, self.state64 = 0, raise_at, state64
+
+    def step(self, closure=None):
+        self.calls += 1
+        if self.raise_at == self.calls:
+            raise UserError("the optimizer's own error")
+        out = super().step(closure)
+        if self.state64:
+            with torch.no_grad():
+                for g in self.param_groups:
+                    for p in g["params"]:
+                        self.state[p]["ema64"] = p.detach().double()
+        return out
+
+
+def train(rank, world_size, cfg, run_dir, after_construct=None, before_close=None):
+    """One run; returns (final parameters, optimizer step calls, user errors seen)."""
+    torch.manual_seed(0)
+    full = TensorDataset(torch.randn(40, 6), torch.randint(0, 3, (40,)))
+    train_set, val_set = random_split(full, [32, 8], generator=torch.Generator().manual_seed(0))
+    sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(train_set, batch_size=4, sampler=sampler, num_workers=cfg.get("workers", 0))
+    val_loader = DataLoader(val_set, batch_size=4)
+    ddp = DDP(nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)))
+    hook = cfg.get("hook")
+    if hook == "allreduce":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif hook == "powerSGD":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
+        state = powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2)
+        ddp.register_comm_hook(state, powerSGD.powerSGD_hook)
+    opt = CountingSGD(ddp.parameters(), raise_at=cfg.get("step_raises_at"), state64=cfg.get("state64", False))
+    loss_fn = nn.CrossEntropyLoss()
+    trace = None
+    if run_dir is not None:
+        trace = T.DDPTrace(ddp, opt, run_dir)
+        if after_construct:
+            after_construct(trace)
+    averager = None
+    if cfg.get("average"):
+        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+        averager = PeriodicModelAverager(period=2, warmup_steps=0)
+    join = contextlib.nullcontext()
+    if cfg.get("join"):
+        from torch.distributed.algorithms.join import Join
+        join = Join([ddp])
+    step, user_errors = 0, 0
+    with join:
+        for epoch in range(100):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                def closure():
+                    opt.zero_grad()
+                    if cfg.get("closure_raises_at") == step:
+                        raise UserError("the closure's own error")
+                    loss = loss_fn(ddp(x), y)
+                    loss.backward()
+                    return loss
+                try:
+                    if cfg.get("closure") or "closure_raises_at" in cfg:
+                        opt.step(closure)
+                    else:
+                        closure()
+                        opt.step()
+                except UserError:
+                    user_errors += 1
+                if averager is not None:
+                    averager.average_parameters(ddp.parameters())
+                step += 1
+                if step == STEPS:
+                    break
+            with torch.no_grad():  # validation: its loader is recorded, not as training
+                for x, _ in val_loader:
+                    ddp(x)
+            if step == STEPS:
+                break
+    if trace is not None:
+        if before_close:
+            before_close(trace)
+        trace.close()
+    final = {n: p.detach().clone() for n, p in ddp.module.named_parameters()}
+    return final, opt.calls, user_errors
+
+
+# ----- faults -----
+def fail_method(name, at_step=1, once=False):
+    """DDPTrace.<name> raises from step at_step on (once: only the first time)."""
+    def inject():
+        original = T.DDPTrace.__dict__[name]
+        fired = []
+
+        def bad(self, *args, **kwargs):
+            if self._step >= at_step and not (once and fired):
+                fired.append(True)
+                raise RuntimeError("injected fault")
+            return original(self, *args, **kwargs)
+
+        setattr(T.DDPTrace, name, bad)
+        return lambda: setattr(T.DDPTrace, name, original)
+    return inject
+
+
+def fail_function(name, make_bad):
+    def inject():
+        original = getattr(T, name)
+        setattr(T, name, make_bad(original))
+        return lambda: setattr(T, name, original)
+    return inject
+
+
+def open_step():
+    return T._OPEN[-1]._step if T._OPEN else 0
+
+
+def half_copies(original):
+    def _cpu_copy(t):  # an unknown tensor kind from step 1 on
+        c = original(t)
+        return c.half() if open_step() >= 1 else c
+    return _cpu_copy
+
+
+def disk_full_once(original):
+    fired = []
+
+    def _write_atomically(path, chunks):
+        if open_step() >= 1 and not fired and os.path.basename(path).startswith("step"):
+            fired.append(True)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return original(path, chunks)
+    return _write_atomically
+
+
+class Raising(dict):
+    def __setitem__(self, key, value):
+        raise RuntimeError("injected fault")
+
+
+def fail_mapping(name):
+    def inject():
+        original = getattr(T, name)
+        setattr(T, name, Raising())
+        return lambda: setattr(T, name, original)
+    return inject
+
+
+def unwritable_dir(trace):  # after DDPTrace(): the rank directory becomes a file (root ignores chmod)
+    os.rename(trace.dir, trace.dir + ".away")
+    open(trace.dir, "w").close()
+
+
+def writable_again(trace):
+    os.remove(trace.dir)
+    os.rename(trace.dir + ".away", trace.dir)
+
+
+def raising_join_event():
+    raise RuntimeError("injected fault")
+
+
+# name, config, inject, (step, why) expected in "stopped" (None: not stopped), steps recorded, extra check
+CASES = [
+    ("parameter_hook", {}, fail_method("_on_grad_locked"), (1, "parameter hook"), 1),
+    ("forward_pre_hook", {}, fail_method("_forward_pre_hook_body"), (1, "forward pre-hook"), 1),
+    ("end_of_backward_callback", {}, fail_method("_end_of_backward_body"), (1, "end-of-backward callback"), 1),
+    ("after_ddp_callback", {}, fail_method("_after_ddp_body"), (1, "after-DDP callback"), 1),
+    ("step_bookkeeping", {}, fail_method("_before_step"), (1, "optimizer.step wrapper"), 1),
+    ("step_snapshot", {}, fail_method("_snapshot_before"), (1, "optimizer.step wrapper"), 1),
+    ("step_snapshot_in_closure", {"closure": True}, fail_method("_snapshot_before"), (1, "optimizer.step wrapper"), 1),
+    ("step_write", {}, fail_method("_write_step"), (1, "optimizer.step wrapper"), 1),
+    ("manifest_writer", {}, fail_method("_manifest", once=True), (1, "manifest writer"), 2),
+    ("close", {}, fail_method("_detach", at_step=0), (STEPS, "close()"), STEPS),
+    ("unknown_tensor_kind", {}, fail_function("_cpu_copy", half_copies), (1, "unknown tensor kind"), 1),
+    ("disk_full", {}, fail_function("_write_atomically", disk_full_once), (1, "No space left on device"), 1),
+    ("unwritable_run_dir", {"after": unwritable_dir, "before_close": writable_again}, None, (0, "cannot write"), 0),
+    ("constructor_setup", {}, fail_function("_sqrt_is_ieee", lambda o: lambda d: 1 / 0), (0, "DDPTrace() setup"), 0),
+    ("register_comm_hook_spy", {"hook": "allreduce"}, fail_mapping("_REGISTERED_HOOKS"),
+     (0, "register_comm_hook spy"), 0),
+    ("powersgd_state_spy", {"hook": "powerSGD"}, fail_mapping("_POWERSGD_SEEDS"), (0, "PowerSGDState spy"), 0),
+    ("join_spy", {"join": True}, fail_function("_on_join_event", lambda o: raising_join_event), (0, "Join spy"), 0),
+    ("averaging_spy", {"average": True}, fail_method("_on_averaged"), (1, "model averaging spy"), 1),
+    ("dataloader_init_spy", {}, fail_mapping("_ITER_LOADER"), (0, "DataLoader spy"), 0),
+    ("dataloader_index_spy", {}, fail_method("_data_on_index"), (1, "DataLoader spy"), 1),
+    # two workers prefetch all 4 batches of an epoch at iter(): the next index is fetched at step 4
+    ("dataloader_index_spy_workers", {"workers": 2}, fail_method("_data_on_index"), (4, "DataLoader spy"), 4),
+    ("dataloader_yield_spy", {}, fail_method("_data_on_yield"), (1, "DataLoader spy"), 1),
+    # controls: no fault
+    ("clean", {}, None, None, STEPS),
+    ("clean_workers", {"workers": 2}, None, None, STEPS),
+    ("clean_closure", {"closure": True}, None, None, STEPS),
+    ("clean_join", {"join": True}, None, None, STEPS),
+    ("clean_averaging", {"average": True}, None, None, STEPS),
+    ("clean_powersgd", {"hook": "powerSGD"}, None, None, STEPS),
+    ("float64_optimizer_state", {"state64": True}, None, None, STEPS),
+    ("closure_raises", {"closure_raises_at": 2}, None, None, STEPS - 1),
+    ("optimizer_step_raises", {"step_raises_at": 3}, None, None, STEPS - 1),
+]
+
+
+def step_metadata(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(json.loads(f.read(n))["__metadata__"]["ddplab"])
+
+
+def check_clean(name, cfg, rank_dir, manifest, data, errors_seen, reference):
+    """What a recording without a fault holds; returns a problem or None."""
+    steps = manifest["steps"]
+    metas = [step_metadata(os.path.join(rank_dir, "step%06d.safetensors" % s)) for s in steps]
+    loaders = data["loaders"]
+    if len(loaders) != 2:
+        return "data.json has %d loaders, want 2 (training, validation)" % len(loaders)
+    tr, val = loaders
+    if tr["base"] != "TensorDataset/40" or tr["dataset"] != "Subset" or tr["subset_len"] != 32:
+        return "data.json's training loader: %s" % {k: tr[k] for k in ("dataset", "base", "subset_len")}
+    if tr["sampler"]["type"] != "DistributedSampler" or [e["epoch"] for e in tr["epochs"]] != [0, 1]:
+        return "data.json's training sampler/epochs: %s %s" % (tr["sampler"], [e["epoch"] for e in tr["epochs"]])
+    if [len(e["indices"]) for e in tr["epochs"]] != [16, 8] or not all(e["training"] for e in tr["epochs"]):
+        return "data.json's training epochs: %s" % tr["epochs"]
+    # a step that raised is no step: the counter goes on from where it was
+    want = [(0, 2), (3, 4)] if errors_seen else [(0, 3), (4, 5)]
+    if [(e["first_step"], e["last_step"]) for e in tr["epochs"]] != want:
+        return "data.json's first/last steps: %s" % [(e["first_step"], e["last_step"]) for e in tr["epochs"]]
+    if any(e["training"] or e["first_step"] is not None for e in val["epochs"]) or len(val["epochs"]) != 2:
+        return "data.json's validation loader: %s" % val["epochs"]
+    if tr["subset_digest"] == val["subset_digest"] or set(tr["epochs"][0]["indices"]) & set(val["epochs"][0]["indices"]):
+        return "training and validation subsets overlap"
+    if name == "clean":
+        reference["data"] = data
+    if name == "clean_workers" and "data" in reference and data != reference["data"]:
+        return "data.json with num_workers=2 differs from num_workers=0's"
+    if [m["segment"] for m in metas] != [[0, k] for k in steps] and not cfg.get("join"):
+        return "segments %s" % [m["segment"] for m in metas]
+    if cfg.get("join"):
+        if manifest["join"] is not True or [m["segment"] for m in metas] != [[1, k] for k in steps]:
+            return "Join: manifest join %s, segments %s" % (manifest["join"], [m["segment"] for m in metas])
+        if any(m.get("join") != {"divide_by_initial_world_size": True} for m in metas):
+            return "Join: step metadata %s" % [m.get("join") for m in metas]
+    elif manifest["join"] is not False or any("join" in m for m in metas):
+        return "join recorded without Join"
+    want_avg = [{"after_step": s, "group_size": 2} for s in (0, 2, 4)] if cfg.get("average") else []
+    if manifest["averaging"] != want_avg:
+        return "averaging %s, want %s" % (manifest["averaging"], want_avg)
+    if cfg.get("hook") == "powerSGD":
+        d = manifest["ddp"]
+        if d["comm_hook"] != "powerSGD" or d["comm_hook_state"].get("random_seed") != 0 or \
+                not d.get("comm_hook_module", "").endswith("powerSGD_hook"):
+            return "PowerSGD hook recorded as %s" % d
+    if cfg.get("state64"):
+        if any(m.get("state_skipped") != [{"name": n, "key": "ema64", "dtype": "float64"}
+                                          for n in ("0.weight", "0.bias", "2.weight", "2.bias")]
+               for m in metas[1:]):
+            return "float64 state not noted: %s" % [m.get("state_skipped") for m in metas]
+    elif any("state_skipped" in m for m in metas):
+        return "state_skipped without float64 state"
+    if ("closure_raises_at" in cfg or "step_raises_at" in cfg) and errors_seen != 1:
+        return "the script's own error was seen %d times, want 1" % errors_seen
+    opt = manifest["optimizer"]
+    if opt["missing_params"] or opt["missing_unchecked"] or opt["foreign_params"]:
+        return "optimizer coverage %s" % opt
+    return None
+
+
+def run_case(rank, world_size, case, tmp, baselines, reference):
+    name, cfg, inject, stopped, n_recorded = case
+    key = json.dumps({k: v for k, v in cfg.items() if k not in ("after", "before_close")}, sort_keys=True)
+    if key not in baselines:
+        baselines[key] = train(rank, world_size, cfg, None)
+    want_params, want_calls, want_errors = baselines[key]
+    run_dir = os.path.join(tmp, name)
+    undo = inject() if inject else None
+    captured = io.StringIO()
+    saved_stderr = sys.stderr
+    sys.stderr = captured
+    try:
+        got_params, got_calls, got_errors = train(rank, world_size, cfg, run_dir, cfg.get("after"),
+                                                  cfg.get("before_close"))
+    except Exception as e:  # noqa: BLE001 - the run broke: that is the failure
+        return "the traced run raised %s: %s" % (type(e).__name__, e)
+    finally:
+        sys.stderr = saved_stderr
+        if undo:
+            undo()
+        del T._PENDING_STOP[:]
+    problems = []
+    for n in want_params:
+        if not torch.equal(want_params[n].view(torch.uint8), got_params[n].view(torch.uint8)):
+            problems.append("%s differs from the untraced run" % n)
+    if (got_calls, got_errors) != (want_calls, want_errors):
+        problems.append("optimizer step called %d times (untraced %d)" % (got_calls, want_calls))
+    lines = [ln for ln in captured.getvalue().splitlines() if ln.startswith("ddplab_trace:")]
+    if len(lines) != (1 if stopped else 0):
+        problems.append("%d ddplab_trace lines on stderr: %s" % (len(lines), lines))
+    rank_dir = os.path.join(run_dir, "rank%d" % rank)
+    try:
+        with open(os.path.join(rank_dir, "manifest.json")) as f:
+            manifest = json.load(f)
+        with open(os.path.join(rank_dir, "data.json")) as f:
+            data = json.load(f)
+    except Exception as e:  # noqa: BLE001
+        return "; ".join(problems + ["no readable manifest/data.json: %s" % e])
+    if manifest["complete"] is not True:
+        problems.append("manifest not complete")
+    if manifest["steps"] != list(range(n_recorded)):
+        problems.append("steps %s, want %s" % (manifest["steps"], list(range(n_recorded))))
+    got_stop = manifest["stopped"]
+    if stopped is None:
+        if got_stop is not None:
+            problems.append("stopped %s" % got_stop)
+        else:
+            why = check_clean(name, cfg, rank_dir, manifest, data, got_errors, reference)
+            if why:
+                problems.append(why)
+    elif got_stop is None or got_stop["step"] != stopped[0] or stopped[1] not in got_stop["why"]:
+        problems.append("stopped %s, want step %d and why with '%s'" % (got_stop, stopped[0], stopped[1]))
+    elif not lines[0].startswith("ddplab_trace: %s at step %d; recording stopped" % (got_stop["why"], stopped[0])):
+        problems.append("stderr line %r does not say the manifest's why and step" % lines[0])
+    return "; ".join(problems) or None
+
+
+def main(rank, world_size, args):
+    baselines, reference, results = {}, {}, []
+    with tempfile.TemporaryDirectory(prefix="ddplab_faults_") as tmp:
+        for case in CASES:
+            if args.cases and case[0] not in args.cases:
+                continue
+            # Each rank writes its rank{r} under its own temporary directory (DDPTrace shares the run id itself).
+            problem = run_case(rank, world_size, case, tmp, baselines, reference)
+            everyone = [None] * world_size
+            dist.all_gather_object(everyone, problem)
+            results.append((case[0], [p for p in everyone]))
+    if rank == 0:
+        with open(args.result, "w") as f:
+            json.dump(results, f)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="*", help="run only these cases")
+    a = ap.parse_args()
+    names = [c[0] for c in CASES]
+    unknown = [c for c in a.cases if c not in names]
+    if unknown:
+        ap.error("unknown cases %s (known: %s)" % (unknown, " ".join(names)))
+    with tempfile.TemporaryDirectory(prefix="ddplab_faults_result_") as out:
+        args = argparse.Namespace(world_size=2, cases=a.cases, result=os.path.join(out, "result.json"))
+        common.launch(main, args)
+        with open(args.result) as f:
+            results = json.load(f)
+    failed = 0
+    for name, per_rank in results:
+        bad = ["rank %d: %s" % (r, p) for r, p in enumerate(per_rank) if p]
+        failed += bool(bad)
+        print("%s %-30s %s" % ("FAIL" if bad else "ok  ", name, "; ".join(bad) if bad else
+                                 "training bitwise as untraced; recorder as expected"))
+    print("%d of %d cases failed" % (failed, len(results)) if failed else "all %d cases hold" % len(results))
+    sys.exit(1 if failed else 0)
