@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -63,7 +64,12 @@ def train(rank, world_size, cfg, run_dir, after_construct=None, before_close=Non
     full = TensorDataset(torch.randn(40, 6), torch.randint(0, 3, (40,)))
     train_set, val_set = random_split(full, [32, 8], generator=torch.Generator().manual_seed(0))
     sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(train_set, batch_size=4, sampler=sampler, num_workers=cfg.get("workers", 0))
+    workers = cfg.get("workers", 0)
+    # Workers forked (a rank started by mp.spawn would spawn them: seconds of imports each); persistent ones
+    # keep their iterator across epochs with a new sampler iterator each epoch.
+    loader = DataLoader(train_set, batch_size=4, sampler=sampler, num_workers=workers,
+                        multiprocessing_context="fork" if workers else None,
+                        persistent_workers=cfg.get("persistent", False))
     val_loader = DataLoader(val_set, batch_size=4)
     ddp = DDP(nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)))
     hook = cfg.get("hook")
@@ -231,6 +237,7 @@ CASES = [
     # controls: no fault
     ("clean", {}, None, None, STEPS),
     ("clean_workers", {"workers": 2}, None, None, STEPS),
+    ("clean_persistent_workers", {"workers": 2, "persistent": True}, None, None, STEPS),
     ("clean_closure", {"closure": True}, None, None, STEPS),
     ("clean_join", {"join": True}, None, None, STEPS),
     ("clean_averaging", {"average": True}, None, None, STEPS),
@@ -271,7 +278,7 @@ def check_clean(name, cfg, rank_dir, manifest, data, errors_seen, reference):
         return "training and validation subsets overlap"
     if name == "clean":
         reference["data"] = data
-    if name == "clean_workers" and "data" in reference and data != reference["data"]:
+    if cfg.get("workers") and "data" in reference and data != reference["data"]:
         return "data.json with num_workers=2 differs from num_workers=0's"
     if [m["segment"] for m in metas] != [[0, k] for k in steps] and not cfg.get("join"):
         return "segments %s" % [m["segment"] for m in metas]
@@ -369,10 +376,11 @@ def main(rank, world_size, args):
             if args.cases and case[0] not in args.cases:
                 continue
             # Each rank writes its rank{r} under its own temporary directory (DDPTrace shares the run id itself).
+            t0 = time.time()
             problem = run_case(rank, world_size, case, tmp, baselines, reference)
             everyone = [None] * world_size
             dist.all_gather_object(everyone, problem)
-            results.append((case[0], [p for p in everyone]))
+            results.append((case[0], everyone, time.time() - t0))
     if rank == 0:
         with open(args.result, "w") as f:
             json.dump(results, f)
@@ -392,10 +400,10 @@ if __name__ == "__main__":
         with open(args.result) as f:
             results = json.load(f)
     failed = 0
-    for name, per_rank in results:
+    for name, per_rank, seconds in results:
         bad = ["rank %d: %s" % (r, p) for r, p in enumerate(per_rank) if p]
         failed += bool(bad)
-        print("%s %-30s %s" % ("FAIL" if bad else "ok  ", name, "; ".join(bad) if bad else
-                                 "training bitwise as untraced; recorder as expected"))
+        print("%s %-30s %s (%.1f s)" % ("FAIL" if bad else "ok  ", name, "; ".join(bad) if bad else
+                                        "training bitwise as untraced; recorder as expected", seconds))
     print("%d of %d cases failed" % (failed, len(results)) if failed else "all %d cases hold" % len(results))
     sys.exit(1 if failed else 0)
