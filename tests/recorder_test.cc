@@ -3,7 +3,7 @@
 //  - tests/ddp_check/recorder_faults.py injects a fault at each of its hook points (parameter hook, forward pre-hook,
 //    engine callbacks, optimizer.step wrapper and closure, manifest and step writers, close(), every spy, an
 //    unknown tensor kind, a full disk, an unwritable run directory): one stderr line, "stopped" in the manifest,
-//    the training bitwise as untraced;
+//    the training bitwise as untraced; and each comm hook torch ships recorded with its kind;
 //  - models the trace format cannot hold whole (a sparse embedding, a float64 model) train bitwise as untraced,
 //    and the manifest lists those parameters in "unchecked_params" and records the rest;
 //  - LightningCallback under every Lightning DDP strategy that runs on CPU (torch 2.x only: Lightning is installed
@@ -63,7 +63,7 @@ TEST_P(Faults, EachFaultStopsTheRecordingNotTheRun) {
   EXPECT_NE(r.out.find("cases hold"), std::string::npos);
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
   for (const char* c : {"parameter_hook", "unknown_tensor_kind", "disk_full", "unwritable_run_dir", "dataloader_index_spy",
-                        "join_spy", "averaging_spy", "close", "closure_raises"})
+                        "join_spy", "averaging_spy", "close", "closure_raises", "comm_hook_kinds"})
     EXPECT_NE(r.out.find(std::string("ok   ") + c + " "), std::string::npos) << c;
 }
 

@@ -369,6 +369,87 @@ def run_case(rank, world_size, case, tmp, baselines, reference):
     return "; ".join(problems) or None
 
 
+def allreduce_hook(state, bucket):  # a script's own hook that happens to share a name with torch's
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    return default_hooks.allreduce_hook(state, bucket)
+
+
+def hook_kinds(rank, world_size, tmp):
+    """Each comm hook torch ships, registered as scripts do, recorded with its kind (DDPTrace() then close(), no
+    step: the kinds are read, not run); returns a problem or None."""
+    from torch.distributed.algorithms import ddp_comm_hooks as H
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as default
+    from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as local
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    from torch.distributed.algorithms.ddp_comm_hooks import quantization_hooks as quant
+
+    torch_mod = "torch.distributed.algorithms.ddp_comm_hooks."
+    psgd_state = {"matrix_approximation_rank": 1, "start_powerSGD_iter": 2, "random_seed": 0}
+    groups = [dist.new_group([r]) for r in range(world_size)]  # collectives: every rank makes every group
+    sub = groups[rank]
+    cases = [  # name, register(ddp), kind, module, inner, comm_hook_state items that must be there
+        ("allreduce", lambda d: d.register_comm_hook(None, default.allreduce_hook), "allreduce", "default_hooks",
+         None, {}),
+        ("fp16", lambda d: d.register_comm_hook(None, default.fp16_compress_hook), "fp16_compress", "default_hooks",
+         None, {}),
+        ("bf16", lambda d: d.register_comm_hook(None, default.bf16_compress_hook), "bf16_compress", "default_hooks",
+         None, {}),
+        ("powerSGD", lambda d: d.register_comm_hook(psgd.PowerSGDState(None, 1, 2), psgd.powerSGD_hook), "powerSGD",
+         "powerSGD_hook", None, psgd_state),
+        ("batched_powerSGD", lambda d: d.register_comm_hook(psgd.PowerSGDState(None, 1, 2), psgd.batched_powerSGD_hook),
+         "batched_powerSGD", "powerSGD_hook", None, psgd_state),
+        ("noop", lambda d: d.register_comm_hook(None, H.debugging.noop_hook), "noop", "debugging_hooks", None, {}),
+        ("post_localSGD", lambda d: d.register_comm_hook(local.PostLocalSGDState(None, None, 3), local.post_localSGD_hook),
+         "post_localSGD", "post_localSGD_hook", None,
+         {"start_localSGD_iter": 3, "iter": 0, "post_local_gradient_allreduce": True, "subgroup_size": None}),
+        ("post_localSGD_subgroup", lambda d: d.register_comm_hook(local.PostLocalSGDState(None, sub, 2, False),
+                                                                  local.post_localSGD_hook),
+         "post_localSGD", "post_localSGD_hook", None,
+         {"start_localSGD_iter": 2, "post_local_gradient_allreduce": False, "subgroup_size": 1}),
+        ("fp16_wrapper", lambda d: d.register_comm_hook(psgd.PowerSGDState(None, 1, 2),
+                                                        default.fp16_compress_wrapper(psgd.powerSGD_hook)),
+         "fp16_compress_wrapper", "default_hooks", "powerSGD", psgd_state),
+        ("bf16_wrapper", lambda d: d.register_comm_hook(None, default.bf16_compress_wrapper(default.allreduce_hook)),
+         "bf16_compress_wrapper", "default_hooks", "allreduce", {}),
+        ("quantization_pertensor", lambda d: d.register_comm_hook(None, quant.quantization_pertensor_hook),
+         "quantization_pertensor", "quantization_hooks", None, {}),
+        ("quantization_perchannel", lambda d: d.register_comm_hook(None, quant.quantization_perchannel_hook),
+         "quantization_perchannel", "quantization_hooks", None, {}),
+        ("DDPCommHookType.BF16_COMPRESS", lambda d: H.register_ddp_comm_hook(H.DDPCommHookType.BF16_COMPRESS, d),
+         "bf16_compress", "default_hooks", None, {}),
+        ("DDPCommHookType.BATCHED_POWER_SGD",
+         lambda d: H.register_ddp_comm_hook(H.DDPCommHookType.BATCHED_POWER_SGD, d), "batched_powerSGD",
+         "powerSGD_hook", None, {"matrix_approximation_rank": 1}),
+        ("own_hook_named_allreduce_hook", lambda d: d.register_comm_hook(None, allreduce_hook), "allreduce_hook",
+         None, None, {}),
+    ]
+    problems, refused = [], []
+    for i, (name, register, kind, module, inner, state) in enumerate(cases):
+        torch.manual_seed(0)
+        ddp = DDP(nn.Linear(4, 2))
+        try:
+            register(ddp)
+        except (AttributeError, TypeError) as e:
+            # torch's own refusals: 1.13's bf16 hooks want CUDA and NCCL (torch refuses a functools.partial
+            # hook too: it reads hook.__name__; DDPCommHookType's partials register the function itself)
+            refused.append("%s (%s)" % (name, str(e).splitlines()[0][:60]))
+            continue
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        T.DDPTrace(ddp, opt, os.path.join(tmp, "hooks%d" % i)).close()
+        with open(os.path.join(tmp, "hooks%d" % i, "rank%d" % rank, "manifest.json")) as f:
+            d = json.load(f)["ddp"]
+        got_module = d.get("comm_hook_module") or ""
+        if d["comm_hook"] != kind or d.get("comm_hook_inner") != inner or \
+                (module and got_module != torch_mod + module) or (not module and got_module.startswith(torch_mod)) or \
+                any(d["comm_hook_state"].get(k, "absent") != v for k, v in state.items()):
+            problems.append("%s recorded as %s" % (name, {k: v for k, v in d.items() if k.startswith("comm_hook")}))
+    if rank == 0 and refused:
+        print("comm_hook_kinds: torch %s refused %s" % (torch.__version__, "; ".join(refused)), flush=True)
+    if len(refused) > 3:
+        problems.append("torch refused %d hooks" % len(refused))
+    return "; ".join(problems) or None
+
+
 def main(rank, world_size, args):
     baselines, reference, results = {}, {}, []
     with tempfile.TemporaryDirectory(prefix="ddplab_faults_") as tmp:
@@ -381,6 +462,12 @@ def main(rank, world_size, args):
             everyone = [None] * world_size
             dist.all_gather_object(everyone, problem)
             results.append((case[0], everyone, time.time() - t0))
+        if not args.cases or "comm_hook_kinds" in args.cases:
+            t0 = time.time()
+            problem = hook_kinds(rank, world_size, tmp)
+            everyone = [None] * world_size
+            dist.all_gather_object(everyone, problem)
+            results.append(("comm_hook_kinds", everyone, time.time() - t0))
     if rank == 0:
         with open(args.result, "w") as f:
             json.dump(results, f)
@@ -390,7 +477,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("cases", nargs="*", help="run only these cases")
     a = ap.parse_args()
-    names = [c[0] for c in CASES]
+    names = [c[0] for c in CASES] + ["comm_hook_kinds"]
     unknown = [c for c in a.cases if c not in names]
     if unknown:
         ap.error("unknown cases %s (known: %s)" % (unknown, " ".join(names)))
