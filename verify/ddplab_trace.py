@@ -606,10 +606,15 @@ class _Loader:
         ds = loader.dataset if loader is not None else it._dataset
         self.iterable = isinstance(ds, IterableDataset)
         base, chain = _subset_chain(ds)
-        self.map = _subset_map(ds) if chain and not self.iterable else None
+        self.map = None
+        if chain and not self.iterable:
+            try:
+                self.map = _subset_map(ds)
+            except Exception:  # Subset indices that are not integers: no base indices to give
+                self.iterable = True
         try:
             base_name = "%s/%d" % (type(base).__name__, len(base))
-        except TypeError:
+        except Exception:  # no len
             base_name = type(base).__name__
         digest = None
         if self.map is not None:
@@ -621,7 +626,7 @@ class _Loader:
             digest = hashlib.blake2b(a.tobytes(), digest_size=8).hexdigest()
         try:
             subset_len = len(self.map) if self.map is not None else len(ds)
-        except TypeError:
+        except Exception:
             subset_len = None
         # The sampler that chose the indices: loader.sampler, unless a batch_sampler of the script's own.
         sampler = loader.sampler if loader is not None else it._index_sampler
@@ -707,6 +712,7 @@ class DDPTrace:
         self._join_seen = False
         self._loaders = []
         self._loader_by_key = weakref.WeakKeyDictionary()
+        self._loader_by_id = {}
         self._last_epoch = None      # the data.json epoch record that yielded the latest batch
         self._data_count = 0
         self._data_truncated = False
@@ -1184,11 +1190,18 @@ class DDPTrace:
             ref = _ITER_LOADER.get(it)
             loader = ref() if ref is not None else None
             key = loader if loader is not None else it._index_sampler
-            lr = self._loader_by_key.get(key)
+            try:
+                lr = self._loader_by_key.get(key)
+            except TypeError:  # not weak-referenceable: by id (kept alive by the iterator meanwhile)
+                key = id(key)
+                lr = self._loader_by_id.get(key)
             if lr is None:
                 lr = _Loader(len(self._loaders), loader, it)
                 self._loaders.append(lr)
-                self._loader_by_key[key] = lr
+                if isinstance(key, int):
+                    self._loader_by_id[key] = lr
+                else:
+                    self._loader_by_key[key] = lr
             epochs = lr.json["epochs"]
             ds = lr.dist_sampler
             ep = {"iteration": len(epochs), "epoch": int(ds.epoch) if ds is not None else None,
