@@ -45,6 +45,7 @@ and PowerSGDState.__init__ (the hook's state on torch 1.13), Join.__enter__/__ex
 steps), model_averaging.utils.average_parameters (post-local SGD's averagings) and the DataLoader iterator.
 """
 
+import array
 import collections
 import hashlib
 import json
@@ -618,8 +619,6 @@ class _Loader:
             base_name = type(base).__name__
         digest = None
         if self.map is not None:
-            import array
-
             a = array.array("q", self.map)
             if sys.byteorder != "little":  # pragma: no cover
                 a.byteswap()
@@ -1205,7 +1204,9 @@ class DDPTrace:
             epochs = lr.json["epochs"]
             ds = lr.dist_sampler
             ep = {"iteration": len(epochs), "epoch": int(ds.epoch) if ds is not None else None,
-                  "indices": None if lr.iterable else [], "training": False, "first_step": None, "last_step": None}
+                  # int64 array: 8 bytes an index (a list of Python ints costs 36)
+                  "indices": None if lr.iterable else array.array("q"), "training": False, "first_step": None,
+                  "last_step": None}
             epochs.append(ep)
             st = _IterState(self, lr, it._sampler_iter, ep)
             _ITER_STATE[it] = st
@@ -1336,7 +1337,7 @@ class DDPTrace:
         last_epochs, last_count = self._data_written
         if (complete or self._data_count <= 1_000_000 or n_epochs != last_epochs
                 or self._data_count - last_count >= last_count // 4):
-            data = json.dumps(self._data_json(), separators=(",", ":")).encode("utf-8") + b"\n"
+            data = json.dumps(self._data_json(), separators=(",", ":"), default=list).encode("utf-8") + b"\n"
             _write_atomically(os.path.join(self.dir, "data.json"), [data])
             self._data_written = (n_epochs, self._data_count)
         _write_atomically(os.path.join(self.dir, "manifest.json"), [text])
