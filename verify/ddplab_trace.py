@@ -1425,27 +1425,35 @@ def _lightning_callback_class():
             return (LightningCallback, (self.run_dir, self.every, self.max_bytes))
 
         def on_train_start(self, trainer, pl_module):
-            ddp = trainer.strategy.model
+            try:
+                ddp = trainer.strategy.model
+                optimizer = trainer.optimizers[0] if trainer.optimizers else None
+            except Exception as e:  # a Lightning this callback does not know: no trace, the run goes on
+                _spy_failed("LightningCallback", e)
+                return
             if not isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
                 raise TypeError("ddplab_trace.LightningCallback: the Trainer's strategy did not wrap the model in "
                                 "DistributedDataParallel (use a DDP strategy, e.g. strategy=\"ddp\", and devices >= 2)")
+            if optimizer is None:
+                _spy_failed("LightningCallback", _Unrecordable("the Trainer has no optimizer to trace"))
+                return
             try:
                 info = _lightning_strategy(trainer)
             except Exception:
                 info = {"strategy": None}
             # DDPTrace raises only for its arguments (a directory holding a trace): on every rank alike.
-            self.trace = DDPTrace(ddp, trainer.optimizers[0], self.run_dir, every=self.every,
-                                  max_bytes=self.max_bytes, _lightning=info)
+            self.trace = DDPTrace(ddp, optimizer, self.run_dir, every=self.every, max_bytes=self.max_bytes,
+                                  _lightning=info)
 
         def on_train_end(self, trainer, pl_module):
-            if self.trace is not None:
-                self.trace.close()  # never raises
-                self.trace = None
+            t, self.trace = self.trace, None
+            if t is not None:
+                t.close()  # never raises
 
         def on_exception(self, trainer, pl_module, exception):
             t, self.trace = self.trace, None
             if t is not None:  # the manifest stays "complete": false, as with DDPTrace's `with`
-                t.__exit__(type(exception), exception, None)
+                t.__exit__(type(exception), exception, None)  # never raises
 
     _DDPTraceLightningCallback.__module__ = __name__
     _DDPTraceLightningCallback.__qualname__ = "_DDPTraceLightningCallback"
