@@ -518,6 +518,11 @@ def _write_atomically(path, chunks):
     os.replace(tmp, path)
 
 
+def _bits_equal(a, b):
+    """Bit for bit the same float32 tensors (NaNs and the sign of zero included)."""
+    return a.shape == b.shape and torch.equal(a.reshape(-1).view(torch.int32), b.reshape(-1).view(torch.int32))
+
+
 def _safetensors_parts(tensors, metadata_text):
     """(header bytes with its 8-byte length, data size, total size) for [(name, cpu float32 tensor)]."""
     header = {}
@@ -657,7 +662,7 @@ class _IterState:
 class DDPTrace:
     """Records a DDP run for ddp_check. See the module docstring and docs/trace_format.md."""
 
-    def __init__(self, ddp_model, optimizer, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, _lightning=None):
+    def __init__(self, ddp_model, optimizer, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False, _lightning=None):
         # The argument checks: the only errors DDPTrace raises.
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("DDPTrace: torch.distributed is not initialised (call init_process_group first)")
@@ -675,6 +680,10 @@ class DDPTrace:
         self.optimizer = optimizer
         self.every = int(every)
         self.max_bytes = int(max_bytes)
+        # full=False leaves out of each step file what ddp_check can rebuild bit for bit: a prior .grad of zeros,
+        # a grad_step equal to the grad DDP left, a param_before equal to the last step's param_after.
+        self.full = bool(full)
+        self._last_after, self._last_after_step = None, None
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.backend = str(dist.get_backend())
@@ -1142,17 +1151,35 @@ class DDPTrace:
             for i in self._backwards[k]["ready"]:  # each parameter is reached once per backward
                 if i in loc:
                     tensors.append(("local/%d/%s" % (k, names[i]), loc[i]))
+        lean = not self.full
+        elided = {}
+        zero_priors = []
         for i in sorted(self._prior):
-            tensors.append(("prior/" + names[i], self._prior[i]))
+            if lean and not self._prior[i].view(torch.int32).any():  # every bit zero: +0.0 everywhere
+                zero_priors.append(names[i])
+            else:
+                tensors.append(("prior/" + names[i], self._prior[i]))
+        if zero_priors:
+            elided["prior_zero"] = zero_priors
         if self._grad_snap is not None:
             for i in sorted(self._grad_snap):
                 tensors.append(("grad/" + names[i], self._grad_snap[i]))
-        for i in sorted(b["grads"]):
-            tensors.append(("grad_step/" + names[i], b["grads"][i]))
+        snap = self._grad_snap or {}
+        if lean and b["grads"] and set(b["grads"]) == set(snap) and \
+                all(_bits_equal(b["grads"][i], snap[i]) for i in b["grads"]):
+            elided["grad_step"] = "grad"
+        else:
+            for i in sorted(b["grads"]):
+                tensors.append(("grad_step/" + names[i], b["grads"][i]))
+        last = self._last_after if lean and self._last_after_step == self._step - 1 else None
+        if last is not None and names and all(_bits_equal(b["params"][i], last[i]) for i in range(len(names))):
+            elided["param_before"] = "previous"
+        else:
+            for i in range(len(names)):
+                tensors.append(("param_before/" + names[i], b["params"][i]))
+        after = [_cpu_copy(p) for p in self._params]
         for i in range(len(names)):
-            tensors.append(("param_before/" + names[i], b["params"][i]))
-        for i, p in enumerate(self._params):
-            tensors.append(("param_after/" + names[i], _cpu_copy(p)))
+            tensors.append(("param_after/" + names[i], after[i]))
         tensors.extend(b["state"])
         tensors.extend(b["buffers"])
         meta = {
@@ -1168,6 +1195,8 @@ class DDPTrace:
             meta["join"] = self._step_join
         if b["skipped"]:
             meta["state_skipped"] = b["skipped"]
+        if elided:
+            meta["elided"] = elided
         head, data_size, total = _safetensors_parts(tensors, json.dumps(meta, separators=(",", ":")))
         if self._bytes + total > self.max_bytes:
             self._stop("size bound %d bytes reached" % self.max_bytes, " (use every=K or max_bytes=...)")
@@ -1176,6 +1205,7 @@ class DDPTrace:
         _write_atomically(path, [head] + [_tensor_bytes(t) for _, t in tensors])
         self._bytes += total
         self._steps.append(self._step)
+        self._last_after, self._last_after_step = after, self._step
         self._write_manifest_safe(False)
 
     # ----- spies' reports -----
@@ -1417,12 +1447,12 @@ def _lightning_callback_class():
     class _DDPTraceLightningCallback(Callback):
         """Traces the Trainer's DDP run into run_dir (the first optimizer only)."""
 
-        def __init__(self, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES):
-            self.run_dir, self.every, self.max_bytes = run_dir, every, max_bytes
+        def __init__(self, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False):
+            self.run_dir, self.every, self.max_bytes, self.full = run_dir, every, max_bytes, full
             self.trace = None
 
         def __reduce__(self):
-            return (LightningCallback, (self.run_dir, self.every, self.max_bytes))
+            return (LightningCallback, (self.run_dir, self.every, self.max_bytes, self.full))
 
         def on_train_start(self, trainer, pl_module):
             try:
@@ -1443,7 +1473,7 @@ def _lightning_callback_class():
                 info = {"strategy": None}
             # DDPTrace raises only for its arguments (a directory holding a trace): on every rank alike.
             self.trace = DDPTrace(ddp, optimizer, self.run_dir, every=self.every, max_bytes=self.max_bytes,
-                                  _lightning=info)
+                                  full=self.full, _lightning=info)
 
         def on_train_end(self, trainer, pl_module):
             t, self.trace = self.trace, None
@@ -1467,9 +1497,9 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-def LightningCallback(run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES):
+def LightningCallback(run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False):
     """A Lightning callback that traces the Trainer's DDP run into run_dir, as DDPTrace does a script's.
 
     Works with the DDP strategies that run on CPU ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook") and on GPUs.
     Traces the first optimizer (a LightningModule with several optimizers: the first one only)."""
-    return _lightning_callback_class()(run_dir, every, max_bytes)
+    return _lightning_callback_class()(run_dir, every, max_bytes, full)
