@@ -75,12 +75,12 @@ const Case kCases[] = {
     {"quantization_pertensor", nullptr, "", -1, -1, "", 0, "", "", true, false},
     {"quantization_perchannel", nullptr, "", -1, -1, "", 0, "", "", true, false},
     // torch's batched_powerSGD_hook fails its own assertion at the first compressed step (2) on both torches: the
-    // run ends in that error; the two steps before it are checked.
-    {"batched_powersgd", nullptr, "", -1, -1, "", 0, "", "", false, true, "", "", 1},
+    // run ends in that error; what the trace holds of the two steps before it is checked.
+    {"batched_powersgd", nullptr, "", -1, -1, "", 0, "", "", false, false, "", "", 1},
     // Mistakes.
     {"no_sampler", "same-data-on-all-ranks", "", -1, 0, "", 1},
     {"no_set_epoch", "same-order-every-epoch", "", 0, 2, "", 1},
-    {"overlapping", "overlapping-data", "", -1, 0, "", 1},
+    {"overlapping", "overlapping-data", "random-split-per-rank", -1, 0, "", 1},  // per-rank permutations of one base
     {"broadcast_buffers_off", "buffers-differ", "", 1, 0, "1.running_mean", 0},
     {"clip_grad", "grads-changed-before-step", "", 0, 0, "0.weight", 0},
     {"unused", "unused-parameters", "", 0, 0, "aux_head.weight", 0},
@@ -396,10 +396,16 @@ TEST(Lab008, MistakeFoundThenFixed) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("PROBLEM same-data-on-all-ranks (step 0)"), std::string::npos);
   EXPECT_NE(r.out.find("PROBLEM same-order-every-epoch (step 4, rank 0)"), std::string::npos);
+  // Each fixed run: DDP exact, no finding, and the data line says each rank had its own samples.
   size_t fixed = 0;
-  for (size_t at = r.out.find("ddp_check on the fixed run:\n  summary: grads 64/64 exact; params 64/64 exact\n  findings: none");
-       at != std::string::npos; at = r.out.find("ddp_check on the fixed run:\n  summary: grads 64/64 exact; params 64/64 exact\n  findings: none", at + 1))
+  for (size_t at = r.out.find("ddp_check on the fixed run:\n"); at != std::string::npos;
+       at = r.out.find("ddp_check on the fixed run:\n", at + 1)) {
     ++fixed;
+    const std::string block = r.out.substr(at, r.out.find("\n\n", at) - at);
+    EXPECT_NE(block.find("\n  summary: grads 64/64 exact; params 64/64 exact\n"), std::string::npos) << block;
+    EXPECT_NE(block.find("\n  data: each rank trained on its own samples"), std::string::npos) << block;
+    EXPECT_NE(block.find("\n  findings: none\n"), std::string::npos) << block;
+  }
   EXPECT_EQ(fixed, 2u);
   EXPECT_EQ(r.out.find("DIFFERENT"), std::string::npos);
 }

@@ -47,6 +47,8 @@ def _worker(rank, main, args, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
+    if os.environ.get("DDPLAB_START_METHOD", "spawn") == "fork":
+        torch.seed()  # a fresh interpreter's generator is seeded at random, a fork's is its parent's: as if fresh
     dist.init_process_group("gloo", rank=rank, world_size=args.world_size)
     main(rank, args.world_size, args)
     dist.barrier()  # no rank tears its connections down while another still uses them
@@ -57,9 +59,11 @@ def launch(main, args):
     """Runs main(rank, world_size, args) on args.world_size ranks (processes), Gloo, 127.0.0.1.
 
     The ranks start as mp.spawn starts them (a fresh interpreter each), unless DDPLAB_START_METHOD=fork: then
-    they are forks of this process, which has imported torch already. ddp_check_test forks most scripts: the
-    run is the same, and each rank skips importing torch (measured: a 3-rank run of mlp_sgd.py takes 2.5 s of
-    CPU forked against 9.6 s spawned on torch 1.13, 9.6 s against 20 s on torch 2.x)."""
+    they are forks of this process, which has imported torch already, each reseeding torch's default generator at
+    random as a fresh interpreter does (a script that seeds nothing, like mingpt_split.py, draws a different split
+    on every rank either way). ddp_check_test forks most scripts: the run is the same, and each rank skips
+    importing torch (measured: a 3-rank run of mlp_sgd.py takes 2.5 s of CPU forked against 9.6 s spawned on
+    torch 1.13, 9.6 s against 20 s on torch 2.x)."""
     method = os.environ.get("DDPLAB_START_METHOD", "spawn")
     mp.start_processes(_worker, args=(main, args, _free_port()), nprocs=args.world_size, join=True,
                        start_method=method)
