@@ -518,9 +518,18 @@ def _write_atomically(path, chunks):
     os.replace(tmp, path)
 
 
+def _bits(t):
+    """A float32 tensor's bits as int32 (one flat view; a copy only where the tensor is not contiguous)."""
+    return t.detach().reshape(-1).view(torch.int32)
+
+
 def _bits_equal(a, b):
-    """Bit for bit the same float32 tensors (NaNs and the sign of zero included)."""
-    return a.shape == b.shape and torch.equal(a.reshape(-1).view(torch.int32), b.reshape(-1).view(torch.int32))
+    """Bit for bit the same float32 tensors (NaNs and the sign of zero included); b on the CPU."""
+    if a.shape != b.shape:
+        return False
+    if a.device.type != "cpu":
+        a = a.cpu()
+    return torch.equal(_bits(a), _bits(b))
 
 
 def _safetensors_parts(tensors, metadata_text):
@@ -925,6 +934,7 @@ class DDPTrace:
         self._cur_bw = None
         self._locals = []      # per backward: {i: tensor}
         self._prior = {}
+        self._prior_zero = []  # lean: parameters whose prior .grad was all +0.0 (named, not copied)
         self._prior_taken = False
         self._inputs = []
         self._grad_snap = None
@@ -1003,7 +1013,11 @@ class DDPTrace:
                 # first backward reached it).
                 self._prior_taken = True
                 for j, p in enumerate(self._params):
-                    if p.grad is not None:
+                    if p.grad is None:
+                        continue
+                    if not self.full and not _bits(p.grad).any():  # every bit zero (+0.0): named, not copied
+                        self._prior_zero.append(j)
+                    else:
                         self._prior[j] = _cpu_copy(p.grad)
             if grad is not None:
                 if grad.layout != torch.strided or grad.dtype != torch.float32:
@@ -1048,8 +1062,19 @@ class DDPTrace:
 
     def _snapshot_before(self):
         opt = self.optimizer
-        params = {i: _cpu_copy(p) for i, p in enumerate(self._params)}
-        grads = {i: _cpu_copy(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
+        # Lean (full=False): compared in place with what the recorder already holds, copied only if they differ.
+        last = self._last_after if not self.full and self._last_after_step == self._step - 1 else None
+        if last is not None and self._params and \
+                all(_bits_equal(p.detach(), last[i]) for i, p in enumerate(self._params)):
+            params = "previous"
+        else:
+            params = {i: _cpu_copy(p) for i, p in enumerate(self._params)}
+        snap = self._grad_snap or {}
+        live = {i: p.grad for i, p in enumerate(self._params) if p.grad is not None}
+        if not self.full and live and set(live) == set(snap) and all(_bits_equal(g.detach(), snap[i]) for i, g in live.items()):
+            grads = "grad"
+        else:
+            grads = {i: _cpu_copy(g) for i, g in live.items()}
         state, steps, skipped = [], {}, []
         for i, p in enumerate(self._params):
             st = opt.state.get(p) if hasattr(opt.state, "get") else None
@@ -1151,28 +1176,20 @@ class DDPTrace:
             for i in self._backwards[k]["ready"]:  # each parameter is reached once per backward
                 if i in loc:
                     tensors.append(("local/%d/%s" % (k, names[i]), loc[i]))
-        lean = not self.full
         elided = {}
-        zero_priors = []
         for i in sorted(self._prior):
-            if lean and not self._prior[i].view(torch.int32).any():  # every bit zero: +0.0 everywhere
-                zero_priors.append(names[i])
-            else:
-                tensors.append(("prior/" + names[i], self._prior[i]))
-        if zero_priors:
-            elided["prior_zero"] = zero_priors
+            tensors.append(("prior/" + names[i], self._prior[i]))
+        if self._prior_zero:
+            elided["prior_zero"] = [names[i] for i in self._prior_zero]
         if self._grad_snap is not None:
             for i in sorted(self._grad_snap):
                 tensors.append(("grad/" + names[i], self._grad_snap[i]))
-        snap = self._grad_snap or {}
-        if lean and b["grads"] and set(b["grads"]) == set(snap) and \
-                all(_bits_equal(b["grads"][i], snap[i]) for i in b["grads"]):
+        if b["grads"] == "grad":
             elided["grad_step"] = "grad"
         else:
             for i in sorted(b["grads"]):
                 tensors.append(("grad_step/" + names[i], b["grads"][i]))
-        last = self._last_after if lean and self._last_after_step == self._step - 1 else None
-        if last is not None and names and all(_bits_equal(b["params"][i], last[i]) for i in range(len(names))):
+        if b["params"] == "previous":
             elided["param_before"] = "previous"
         else:
             for i in range(len(names)):
