@@ -273,6 +273,8 @@ CheckResult check_run(const Run& run) {
     // Ranks with no record of this iteration: joined (Join shadows their all-reduces with zeros), or their
     // trace ended.
     bool missing = false;
+    for (int r = 0; r < ws; ++r)
+      if (!recs[static_cast<size_t>(r)] && ref->join) found.join_skew();
     for (int r = 0; r < ws; ++r) {
       if (recs[static_cast<size_t>(r)] || ref->join) continue;
       missing = true;
@@ -450,7 +452,7 @@ CheckResult check_run(const Run& run) {
               "parameters. Usually a loss that is constant, e.g. nn.CrossEntropyLoss over a model with one output "
               "column (softmax over one class is always 1, so the loss is 0), or a loss computed from detached "
               "tensors");
-  } else if (!any_moved && !res.lines.empty() && m.missing_params.empty()) {
+  } else if (!any_moved && !res.lines.empty() && !m.params.empty()) {
     found.add("nothing-trains", "problem", "parameters-unchanged", 0, -1, "",
               "optimizer.step() never changed a parameter of the DDP model at any recorded step: usually an optimizer "
               "over other tensors than ddp_model.parameters(), or lr=0");

@@ -197,6 +197,14 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
       add("replicas-diverged", "problem", stage->cause, ref->step, rank, name,
           fmt::format("step {}: {} rank {}'s '{}'.grad {}. {}", ref->step, stage->before, rank, name,
                       fmt::format(fmt::runtime(stage->differs), r0), stage->usually));
+    } else if (join_skew_) {
+      add("replicas-diverged", "note", "join-optimizer-state", ref->step, rank, after,
+          fmt::format("step {}: every rank saw the same parameters and gradients, but rank {}'s '{}' stepped to other "
+                      "values than rank {}'s: under Join a rank that ran out of data skips optimizer.step(), so its "
+                      "optimizer state (momentum, Adam's moments) lags the others'. Join makes the parameters equal "
+                      "again when it ends (the rank that stepped last broadcasts them), not the optimizer state; "
+                      "torch behaves so by design",
+                      ref->step, rank, after, r0));
     } else {
       note_div(fmt::format("rank {}'s parameters after optimizer.step() vs rank {}'s", rank, r0), "param_after");
       add("replicas-diverged", "problem", "optimizer", ref->step, rank, after,

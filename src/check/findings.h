@@ -42,6 +42,9 @@ class Findings {
   // The data findings from every step's fingerprints, where no sampler's indices were recorded.
   void after_run();
   std::vector<Finding> take();
+  // A rank joined early under Join: it skipped optimizer steps, so from then on the ranks' optimizer state may
+  // differ (Join re-syncs the parameters at its end, not the optimizer's state).
+  void join_skew() { join_skew_ = true; }
 
  private:
   const Run& run_;
@@ -52,6 +55,7 @@ class Findings {
   std::vector<int64_t> identical_steps_;  // steps whose inputs were the same on every rank
   int64_t steps_with_inputs_ = 0;
   bool diverged_ = false;
+  bool join_skew_ = false;
 };
 
 }  // namespace ddplab::check

@@ -350,7 +350,14 @@ bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>*
   }
   for (size_t gi = 0; gi < m.param_groups.size(); ++gi) {
     const nlohmann::json& g = m.param_groups[gi];
-    for (const char* flag : {"amsgrad", "maximize", "capturable", "differentiable", "fused", "decoupled_weight_decay"}) {
+    // decoupled_weight_decay=True is AdamW's own arithmetic (torch 2.x's AdamW says so in its groups).
+    const bool decoupled = g.contains("decoupled_weight_decay") && g.at("decoupled_weight_decay").is_boolean() &&
+                           g.at("decoupled_weight_decay").get<bool>();
+    if (decoupled && cls == "Adam") {
+      *why = "Adam with decoupled_weight_decay=True is not modelled (AdamW is)";
+      return false;
+    }
+    for (const char* flag : {"amsgrad", "maximize", "capturable", "differentiable", "fused"}) {
       if (g.contains(flag) && g.at(flag).is_boolean() && g.at(flag).get<bool>()) {
         *why = cls + " with " + flag + "=True is not modelled";
         return false;
