@@ -1,7 +1,7 @@
 """Clean run: a dataset whose samples repeat (each of 20 distinct samples three times, as an oversampled or
 augmented-by-copy dataset would), sharded correctly by DistributedSampler with set_epoch over 2 epochs, 3 ranks:
 every rank sees 20 sample indices per epoch, its own, in a new order each epoch. Equal samples at different indices
-are not an overlap: expected exit 0, no overlapping-data."""
+are not an overlap: expected exit 0, no overlapping-data. 2 buckets."""
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -18,7 +18,7 @@ def main(rank, world_size, args):
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=5, sampler=sampler)
 
-    ddp = DDP(nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Linear(12, 3)))
+    ddp = DDP(nn.Sequential(nn.Linear(6, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 3)))
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
