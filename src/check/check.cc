@@ -381,6 +381,7 @@ CheckResult check_run(const Run& run) {
             source = q.get();
       }
       moved[static_cast<size_t>(r)] = first_difference(m, *rec, "param_before", *source, "param_after");
+      any_moved = any_moved || !moved[static_cast<size_t>(r)].empty();  // something else trains them
     }
     if (after_averaging) {
       std::string differs;

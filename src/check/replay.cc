@@ -333,7 +333,19 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
   return true;
 }
 
+bool predict_step_fields(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why);
+
+// A hyperparameter of an unexpected type (the optimizer's own) makes the step not modelled.
 bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why) {
+  try {
+    return predict_step_fields(m, rec, after, why);
+  } catch (const nlohmann::json::exception& e) {
+    *why = m.optimizer_class + "'s param group holds a value ddp_check cannot read (" + e.what() + ")";
+    return false;
+  }
+}
+
+bool predict_step_fields(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why) {
   const std::string& cls = m.optimizer_class;
   if (cls != "SGD" && cls != "Adam" && cls != "AdamW") {
     *why = "optimizer " + cls + " is not modelled (SGD, Adam, AdamW are)";
@@ -376,7 +388,13 @@ bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>*
       o.nesterov = g.value("nesterov", false);
       SGD sgd(group, o);
       for (size_t j = 0; j < group.size(); ++j)
-        if (const safetensors::Tensor* buf = state(group[j], "momentum_buffer")) sgd.set_momentum_buffer(j, as_matrix(buf->data));
+        if (const safetensors::Tensor* buf = state(group[j], "momentum_buffer")) {
+          if (static_cast<int64_t>(buf->data.size()) != group[j]->numel()) {
+            *why = "SGD's momentum_buffer of '" + group[j]->name + "' is not the parameter's shape";
+            return false;
+          }
+          sgd.set_momentum_buffer(j, as_matrix(buf->data));
+        }
       sgd.step();
     } else {
       AdamOptions o;
@@ -393,6 +411,11 @@ bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>*
         const safetensors::Tensor* m1 = state(group[j], "exp_avg");
         const safetensors::Tensor* m2 = state(group[j], "exp_avg_sq");
         auto it = rec.state_steps.find(group[j]->name);
+        if ((m1 && static_cast<int64_t>(m1->data.size()) != group[j]->numel()) ||
+            (m2 && static_cast<int64_t>(m2->data.size()) != group[j]->numel())) {
+          *why = cls + "'s state of '" + group[j]->name + "' is not the parameter's shape";
+          return false;
+        }
         if (m1 && m2 && it != rec.state_steps.end() && it->second > 0)
           adam->set_state(j, as_matrix(m1->data), as_matrix(m2->data), it->second);
       }
