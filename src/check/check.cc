@@ -97,7 +97,7 @@ void run_findings(const Run& run, const GradReplay& replay, Findings& found) {
     found.add("not-checked", "note", "closure", -1, -1, "",
               "DDP's gradients are not predicted: LBFGS calls its closure several times per step and the closure "
               "zeroes .grad between the backwards, while the recorder reads .grad once, when the step's first backward "
-              "starts; the replicas, and the data are checked");
+              "starts; the replicas and the data are checked");
   if (!replay.grads_checked())
     found.add("not-checked", "note", "comm-hook", -1, -1, "",
               "DDP's gradients are not predicted: " + replay.grads_why() +
