@@ -1,4 +1,4 @@
-"""Clean run: PowerSGD (rank 1, vanilla all-reduce for the first 2 iterations), all gradients in one bucket, 3 ranks.
+"""Clean run: PowerSGD (rank 1, vanilla all-reduce for the first 2 iterations), all gradients in one bucket, 2 ranks.
 
 One bucket on purpose: with several buckets PowerSGD's hook starts each bucket's next all-reduce from the previous
 one's completion callback, so on Gloo the ranks issue their collectives in different orders (measured on torch
@@ -45,4 +45,6 @@ def main(rank, world_size, args):
 
 
 if __name__ == "__main__":
-    common.launch(main, common.parse_args(world_size=3, steps=5))
+    # 2 ranks: at 3, torch 1.13's PowerSGD hung once in its own completion callbacks (Gloo's threads, untraced), and
+    # a test must not fail by timing. PowerSGD's order of addition at 3 ranks is tested in powersgd_hook_test.
+    common.launch(main, common.parse_args(world_size=2, steps=5))
