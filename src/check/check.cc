@@ -222,7 +222,6 @@ CheckResult check_run(const Run& run) {
   for (int r = 0; r < ws; ++r) data.push_back(read_data(run.dir, r));
   std::set<int64_t> averaged;  // steps after which a model averager ran (every rank's list: the same calls)
   for (const Averaging& a : m.averaging) averaged.insert(a.after_step);
-  const bool local_sgd = m.ddp.comm_hook == "post_localSGD";
 
   // The ranks' records merged by DDP iteration, (segment, index): one record per rank in memory, plus each
   // rank's previous one (its parameters after the step only).
@@ -414,9 +413,7 @@ CheckResult check_run(const Run& run) {
                               step, step - 1, who, differs, ref->rank));
       }
     }
-    const bool local = replay.local_gradients() || (local_sgd && !replay.grads_checked()) ||
-                       (m.ddp.comm_hook == "noop");
-    line.replicas_equal = local ? !after_averaging || averagings > 0 : found.replicas(recs, moved, first, &res.first_divergence);
+    line.replicas_equal = replay.local_gradients() ? !after_averaging || averagings > 0 : found.replicas(recs, moved, first, &res.first_divergence);
     found.per_step(recs);
     res.grads.checked += line.grads.checked, res.grads.exact += line.grads.exact;
     res.grads.allclose += line.grads.allclose, res.grads.different += line.grads.different;

@@ -32,9 +32,12 @@ class GradReplay {
   // false when the run's comm hook is one torch ships that ddplab does not model: gradients not compared.
   bool grads_checked() const { return grads_checked_; }
   const std::string& grads_why() const { return grads_why_; }
-  // Each rank keeps its own gradient by design from this iteration on (noop_hook, local SGD).
+  // Each rank keeps its own gradient by design from this iteration on (noop_hook, local SGD; post-local SGD
+  // over subgroups ddp_check does not model counts as local throughout): replicas are not compared.
   bool local_gradients() const {
-    return run_.first().ddp.comm_hook == "noop" || (local_sgd_switch_ >= 0 && syncs_ > local_sgd_switch_ && local_hook_ == "noop");
+    const std::string& hook = run_.first().ddp.comm_hook;
+    return hook == "noop" || (hook == "post_localSGD" && !grads_checked_) ||
+           (local_sgd_switch_ >= 0 && syncs_ > local_sgd_switch_ && local_hook_ == "noop");
   }
   const std::string& order() const { return order_; }
   std::string buckets() const { return reducers_[0]->describe(); }
