@@ -1,4 +1,4 @@
-// bazel run //bench:check_trace -- [--params-m 25] [--world-size 4] [--steps 10] [--runs 3] [--dir DIR]
+// bazel run //bench:check_trace -- [--params-m 25] [--world-size 4] [--steps 10] [--runs 3] [--dir DIR] [--full true]
 // What ddp_check costs, measured against what it cannot do without, in the same run:
 //  1. the recorder's overhead: bench/check_trace_run.py (an MLP of --params-m million parameters, DDP over
 //     Gloo, --world-size CPU ranks) timed per training step untraced and traced (its median, rank 0);
@@ -83,7 +83,7 @@ double ms_per_step(const Proc& p, const std::string& what) {
 }
 
 int run(int argc, char** argv) {
-  Flags f(argc, argv, {"params-m", "world-size", "steps", "runs", "dir", "python"});
+  Flags f(argc, argv, {"params-m", "world-size", "steps", "runs", "dir", "python", "full"});
   if (f.positional().size() != 2) throw UsageError("usage: check_trace RUN_SCRIPT DDP_CHECK [flags] (bazel run passes both)");
   const std::string script = f.positional()[0], checker = fs::absolute(f.positional()[1]).string();
   const double params_m = f.get_double("params-m", 25.0, 0.01, 1000.0);
@@ -91,12 +91,14 @@ int run(int argc, char** argv) {
   const int64_t runs = f.get_int("runs", 3, 1, 100);
   const std::string dir = f.get_string("dir", "/tmp/ddplab_check_trace_bench");
   const std::string python = f.get_string("python", "/usr/bin/python3");
+  const bool full = f.get_bool("full", false);  // DDPTrace(..., full=True): every value, no digests
   fs::remove_all(dir);
   const std::vector<std::string> common = {python,         script, "--params-m", fmt::format("{}", params_m),
                                            "--world-size", std::to_string(ws), "--steps", std::to_string(steps)};
   auto untraced_argv = common, traced_argv = common;
   untraced_argv.push_back("--no-trace");
   traced_argv.insert(traced_argv.end(), {"--out", dir});
+  if (full) traced_argv.push_back("--full");
   const Proc untraced = spawn(untraced_argv, true);
   const Proc traced = spawn(traced_argv, true);
   const double ms_untraced = ms_per_step(untraced, "the untraced run"), ms_traced = ms_per_step(traced, "the traced run");
@@ -110,8 +112,12 @@ int run(int argc, char** argv) {
     total += e.file_size();
     if (e.path().extension() == ".safetensors") step_bytes[e.path().filename().string()] += e.file_size();
   }
-  uintmax_t one_step = 0;  // the largest step (step 0 has no optimizer state yet)
+  uintmax_t one_step = 0;  // the largest step
   for (const auto& [name, bytes] : step_bytes) one_step = std::max(one_step, bytes);
+  // A later step (the first holds every value, also with digests) against the local gradients it must hold.
+  std::vector<double> later;
+  for (const auto& [name, bytes] : step_bytes)
+    if (name != step_bytes.begin()->first) later.push_back(static_cast<double>(bytes));
   std::sort(files.begin(), files.end());
   std::vector<double> cat_s, check_s;
   long check_rss_kb = 0;
@@ -131,7 +137,12 @@ int run(int argc, char** argv) {
               params.substr(0, params.find(' ')).c_str(), static_cast<long long>(ws), static_cast<long long>(steps));
   std::printf("  recorder: train step %.1f ms untraced, %.1f ms traced: %.2fx\n", ms_untraced, ms_traced,
               ms_traced / ms_untraced);
-  std::printf("  trace: %zu files, %.2f GB (the largest step, all ranks: %.2f GB)\n", files.size(), total / 1e9, one_step / 1e9);
+  std::printf("  trace (%s): %zu files, %.2f GB (the largest step, all ranks: %.2f GB)\n", full ? "full=True" : "digests",
+              files.size(), total / 1e9, one_step / 1e9);
+  const double local_bytes = 4.0 * std::stod(params.substr(0, params.find(' '))) * static_cast<double>(ws);
+  if (!later.empty())
+    std::printf("  a step after the first, all ranks: %.2f GB median = %.2fx the local gradients' bytes\n",
+                median(later) / 1e9, median(later) / local_bytes);
   std::printf("  read it (cat > /dev/null): %.2f s median of %lld (%.2f GB/s)\n", median(cat_s),
               static_cast<long long>(runs), total / 1e9 / median(cat_s));
   std::printf("  ddp_check:                 %.2f s median of %lld: %.2fx the read; peak RSS %.2f GB = %.2fx one step\n",

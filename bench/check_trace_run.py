@@ -28,7 +28,7 @@ def worker(rank, args, port):
     model = torch.nn.Sequential(*[m for _ in range(6) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())])
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    trace = DDPTrace(ddp, opt, args.out, max_bytes=1 << 40) if args.trace else None
+    trace = DDPTrace(ddp, opt, args.out, max_bytes=1 << 40, full=args.full) if args.trace else None
     g = torch.Generator().manual_seed(rank)
     times = []
     for _ in range(args.steps):
@@ -54,6 +54,7 @@ def main():
     p.add_argument("--world-size", type=int, default=4)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--no-trace", dest="trace", action="store_false")
+    p.add_argument("--full", action="store_true", help="DDPTrace(..., full=True): every value, no digests")
     args = p.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -49,6 +49,8 @@ class SGD : public Optimizer {
     momentum_buffer_[i] = std::move(buf);
     has_buffer_[i] = true;
   }
+  // The momentum buffer after the last step (ddp_check carries it to the next), or null where there is none.
+  const Matrix* momentum_buffer(size_t i) const { return has_buffer_[i] ? &momentum_buffer_[i] : nullptr; }
 
  private:
   SGDOptions options_;
@@ -94,6 +96,10 @@ class Adam : public Optimizer {
     exp_avg_sq_[i] = std::move(exp_avg_sq);
     steps_[i] = step;
   }
+  // The state after the last step (ddp_check carries it to the next); step_count 0: no state yet.
+  const Matrix& exp_avg(size_t i) const { return exp_avg_[i]; }
+  const Matrix& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
+  int64_t step_count(size_t i) const { return steps_[i]; }
 
  protected:
   Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay);

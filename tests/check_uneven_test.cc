@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -52,7 +54,12 @@ struct Iteration {
 
 struct Options {
   bool zero_grads = false;
-  bool elide = false;  // leave out what the recorder's lean mode leaves out (param_before, grad_step, zero priors)
+  bool elide = false;  // leave out what the recorder leaves out where implied (param_before, grad_step, zero priors)
+  // Also keep .grad, param_after and the state as CRC-32 digests after each rank's first step (the
+  // recorder's default); `tamper` flips one digest's lowest bit: {kind, step, rank}.
+  bool digests = false;
+  std::tuple<std::string, int64_t, int> tamper = {"", -1, -1};
+  bool momentum = false;  // SGD with momentum 0.5: a momentum_buffer state to carry from step to step
   json missing_params = json::array();
   bool other_optimizer = false;  // a second optimizer steps the missing parameters after the traced one
   std::vector<bool> complete = std::vector<bool>(kWs, true);
@@ -66,6 +73,7 @@ std::string make_run(const std::string& dir, const std::vector<Iteration>& its, 
   std::vector<std::vector<float>> w(kWs, std::vector<float>{1.0f, -2.0f, 0.5f, 0.25f});
   std::vector<int64_t> step(kWs, 0);
   std::vector<json> steps(kWs, json::array());
+  std::vector<std::vector<float>> buf(kWs);  // momentum buffers (empty before the first step)
   for (int r = 0; r < kWs; ++r) fs::create_directories(dir + "/rank" + std::to_string(r));
   for (size_t i = 0; i < its.size(); ++i) {
     const Iteration& it = its[i];
@@ -86,8 +94,11 @@ std::string make_run(const std::string& dir, const std::vector<Iteration>& its, 
     for (int r = 0; r < kWs; ++r) {
       if (!it.ran[r]) continue;
       const std::vector<float> seen = it.sync[r] ? avg : local[r];
-      std::vector<float> after(4);
-      for (int k = 0; k < 4; ++k) after[k] = o.missing_params.empty() ? w[r][k] - 0.5f * seen[k] : w[r][k];
+      std::vector<float> after(4), buf_after = seen;
+      for (int k = 0; k < 4; ++k) {
+        if (o.momentum && !buf[r].empty()) buf_after[k] = 0.5f * buf[r][k] + seen[k];
+        after[k] = o.missing_params.empty() ? w[r][k] - 0.5f * (o.momentum ? buf_after[k] : seen[k]) : w[r][k];
+      }
       json meta = {{"step", step[r]}, {"rank", r}, {"run_id", "u"}, {"segment", {it.segment, it.index}},
                    {"backwards", {{{"sync", static_cast<bool>(it.sync[r])}, {"ready", {0}}}}}, {"lr", {0.5}}};
       if (it.join) meta["join"] = {{"divide_by_initial_world_size", true}};
@@ -95,18 +106,29 @@ std::string make_run(const std::string& dir, const std::vector<Iteration>& its, 
                                                      {"param_before/w", w[r]}, {"param_after/w", after},
                                                      {"prior/w", std::vector<float>(4, 0.0f)}};
       if (it.sync[r]) t["grad/w"] = avg;
-      if (o.elide) {
+      if (o.momentum && !buf[r].empty()) t["state/w/momentum_buffer"] = buf[r];
+      if (o.elide || o.digests) {
         meta["elided"] = {{"prior_zero", {"w"}}};
         t.erase("prior/w");
         if (it.sync[r]) t.erase("grad_step/w"), meta["elided"]["grad_step"] = "grad";
         if (step[r] > 0 && !(i > 0 && its[i - 1].join && its[i - 1].segment != it.segment))
           t.erase("param_before/w"), meta["elided"]["param_before"] = "previous";
       }
+      if (o.digests && step[r] > 0) {
+        for (const char* kind : {"grad/w", "param_after/w", "state/w/momentum_buffer"}) {
+          if (!t.count(kind)) continue;
+          uint32_t d = check::crc32_of(t.at(kind));
+          if (std::get<0>(o.tamper) + "/w" == kind && std::get<1>(o.tamper) == step[r] && std::get<2>(o.tamper) == r) d ^= 1u;
+          meta["crc32"][kind] = d;
+          t.erase(kind);
+        }
+      }
       char name[64];
       std::snprintf(name, sizeof name, "/rank%d/step%06lld.safetensors", r, static_cast<long long>(step[r]));
       write(dir + name, step_file(t, meta));
       steps[r].push_back(step[r]++);
       w[r] = after;
+      if (o.momentum) buf[r] = buf_after;
       if (o.other_optimizer)
         for (int k = 0; k < 4; ++k) w[r][k] -= 0.5f * seen[k];
     }
@@ -118,7 +140,7 @@ std::string make_run(const std::string& dir, const std::vector<Iteration>& its, 
         {"complete", static_cast<bool>(o.complete[r])}, {"ddp", {{"bucket_cap_mb", 25.0}}},
         {"params", {{{"name", "w"}, {"shape", {4}}, {"dtype", "float32"}}}},
         {"optimizer", {{"class", "SGD"}, {"param_groups", {{{"params", o.missing_params.empty() ? json{0} : json::array()},
-                                                            {"lr", 0.5}}}},
+                                                            {"lr", 0.5}, {"momentum", o.momentum ? 0.5 : 0.0}}}},
                        {"missing_params", o.missing_params}, {"foreign_params", o.missing_params.empty() ? 0 : 1}}},
         {"first_ready_order", {0}}};
     write(dir + "/rank" + std::to_string(r) + "/manifest.json", manifest.dump(1));
@@ -162,7 +184,7 @@ TEST(CheckUneven, JoinedRanksShadowWithZerosAndTheRunIsAsPredicted) {
   EXPECT_EQ(r.lines[2].ran, (std::vector<bool>{true, true, false, false}));
 }
 
-// The recorder's lean mode leaves out what is implied; the checker rebuilds it and says the same.
+// The recorder leaves out what is implied; the checker rebuilds it and says the same.
 TEST(CheckUneven, ElidedTensorsAreRebuilt) {
   Options lean;
   lean.elide = true;
@@ -174,6 +196,96 @@ TEST(CheckUneven, ElidedTensorsAreRebuilt) {
   EXPECT_EQ(r.params.checked, full.params.checked);
   EXPECT_EQ(check::format_text(r).substr(check::format_text(r).find("step    0")),
             check::format_text(full).substr(check::format_text(full).find("step    0")));
+}
+
+std::vector<Iteration> even(int n) {
+  std::vector<Iteration> its;
+  for (int i = 0; i < n; ++i) its.push_back(Iteration{0, i});
+  return its;
+}
+
+// Digests after each rank's first step (the recorder's default): the prediction stands for the values, the
+// momentum buffer is carried from step to step, and the verdict is the full trace's.
+TEST(CheckUneven, DigestsAreComparedWithThePredictionAndCarriedForward) {
+  Options full, dig;
+  full.momentum = dig.momentum = true;
+  dig.digests = true;
+  const check::CheckResult f = check_dir(make_run(testing::temp_dir() + "/dfull", even(4), full));
+  const check::CheckResult r = check_dir(make_run(testing::temp_dir() + "/dig", even(4), dig));
+  EXPECT_FALSE(r.problems());
+  EXPECT_EQ(r.grads.checked, 16);
+  EXPECT_EQ(r.grads.exact, 16);
+  EXPECT_EQ(r.params.checked, 16);
+  EXPECT_EQ(r.params.exact, 16);
+  EXPECT_EQ(check::format_text(r).substr(check::format_text(r).find("step    0")),
+            check::format_text(f).substr(check::format_text(f).find("step    0")));
+}
+
+// A parameter whose digest after the step is not the prediction's: named at its step and rank, the cmp table
+// says it cannot show by how much, and the next step of that rank is not predicted (its input is unknown).
+TEST(CheckUneven, ADigestThatDiffersIsNamedWithoutValues) {
+  Options o;
+  o.momentum = o.digests = true;
+  o.tamper = {"param_after", 2, 1};
+  const check::CheckResult r = check_dir(make_run(testing::temp_dir() + "/dparam", even(4), o));
+  const check::Finding* f = find(r, "step-not-as-predicted");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->severity, "problem");
+  EXPECT_EQ(f->step, 2);
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_EQ(f->name, "w");
+  EXPECT_NE(f->message.find("CRC-32"), std::string::npos) << f->message;
+  EXPECT_EQ(r.first_divergence.step, 2);
+  EXPECT_TRUE(r.first_divergence.rows.empty());
+  EXPECT_NE(r.first_divergence.missing.find("full=True"), std::string::npos);
+  const check::Finding* later = find(r, "not-checked", "digest");
+  ASSERT_NE(later, nullptr);
+  EXPECT_EQ(later->step, 3);
+  EXPECT_EQ(later->rank, 1);
+  EXPECT_EQ(r.params.different, 1);
+  EXPECT_EQ(r.params.exact, 14);  // rank 1's step 3 is not predicted
+
+  Options g = o;
+  g.tamper = {"grad", 1, 2};
+  const check::CheckResult rg = check_dir(make_run(testing::temp_dir() + "/dgrad", even(3), g));
+  const check::Finding* fg = find(rg, "grad-not-as-predicted");
+  ASSERT_NE(fg, nullptr);
+  EXPECT_EQ(fg->severity, "problem");
+  EXPECT_EQ(fg->step, 1);
+  EXPECT_EQ(fg->rank, 2);
+  EXPECT_EQ(rg.grads.different, 1);
+}
+
+TEST(CheckUneven, MalformedDigestsAreBadInput) {
+  Options o;
+  o.digests = true;
+  const std::string dir = make_run(testing::temp_dir() + "/dbad", even(2), o);
+  const std::string path = dir + "/rank0/step000001.safetensors";
+  std::ifstream in(path, std::ios::binary);
+  const fuzz::Parts good = fuzz::split(std::string(std::istreambuf_iterator<char>(in), {}));
+  const auto with_meta = [&](const std::function<void(json&)>& change) {
+    json header = json::parse(good.header);
+    json meta = json::parse(header["__metadata__"]["ddplab"].get<std::string>());
+    change(meta);
+    header["__metadata__"]["ddplab"] = meta.dump();
+    write(path, fuzz::Parts{header.dump(), good.data}.bytes());
+  };
+  for (const auto& [change, says] : std::vector<std::pair<std::function<void(json&)>, std::string>>{
+           {[](json& m) { m["crc32"] = "abc"; }, "\"crc32\" is not an object"},
+           {[](json& m) { m["crc32"]["grad/w"] = "abc"; }, "is not an integer"},
+           {[](json& m) { m["crc32"]["grad/w"] = 1LL << 33; }, "is outside"},
+           {[](json& m) { m["crc32"]["local/0/w"] = 1; }, "not of grad/, param_after/ or state/"},
+           {[](json& m) { m["crc32"]["grad/v"] = 1; }, "names no parameter"},
+           {[](json& m) { m["crc32"].erase("param_after/w"); }, "has no param_after/w"},
+       }) {
+    with_meta(change);
+    try {
+      check::check_run(check::open_run(dir));
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const check::TraceError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(CheckUneven, WithoutJoinADroppedRankIsAProblemNotBadInput) {

@@ -38,6 +38,9 @@ How each record is taken:
   grad_step/..., param_before/..., state/..., buffer/...   optimizer.step, wrapped on the instance; with a
                     closure (step(closure), as Lightning calls it) after the closure's first call returned.
   param_after/...   after the original step returned; then the file is written (temporary name, renamed).
+  Digests (full=False, the default): after a rank's first recorded step, what ddp_check predicts bit for
+                    bit (grad/, param_after/, the state) is a CRC-32 (zlib, GIL released) instead of values:
+                    a step file is then about the local gradients' bytes. full=True keeps every value.
   inputs            a forward pre-hook on the DDP module: BLAKE2b of each sample of its first tensor argument.
   data.json         DataLoader iterators (wrapped at import): the sampler's indices, mapped to the base dataset.
 Importing this module also wraps, calling each original unchanged: DistributedDataParallel.register_comm_hook
@@ -54,6 +57,7 @@ import os
 import sys
 import threading
 import weakref
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -509,6 +513,14 @@ def _sqrt_is_ieee(device):
     return bool(torch.equal(x.sqrt(), x.double().sqrt().float()))
 
 
+def _crc32(t):
+    """zlib's CRC-32 of a float32 tensor's bytes, row-major little-endian: the digest ddp_check recomputes from
+    its prediction (src/check/trace.cc). zlib releases the GIL while it runs, so DDP's threads go on."""
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return zlib.crc32(_tensor_bytes(t.detach()))
+
+
 def _write_atomically(path, chunks):
     d, base = os.path.split(path)
     tmp = os.path.join(d, "." + base + ".tmp")
@@ -689,10 +701,14 @@ class DDPTrace:
         self.optimizer = optimizer
         self.every = int(every)
         self.max_bytes = int(max_bytes)
-        # full=False leaves out of each step file what ddp_check can rebuild bit for bit: a prior .grad of zeros,
-        # a grad_step equal to the grad DDP left, a param_before equal to the last step's param_after.
+        # full=False (digests): each step file keeps what ddp_check replays from (the local gradients; the
+        # parameters and the optimizer state once) and, of what it predicts (.grad after DDP, the parameters and
+        # the state after each step), a CRC-32 it compares with its prediction; implied tensors (a zero prior
+        # .grad, a grad_step equal to .grad, a param_before equal to the last param_after) are left out.
+        # full=True writes every tensor. docs/trace_format.md, "Digests".
         self.full = bool(full)
-        self._last_after, self._last_after_step = None, None
+        self._last_after_crc, self._last_after_step = None, None
+        self._local_pool = {}        # (backward, parameter) -> a CPU buffer reused every step: no fresh pages
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.backend = str(dist.get_backend())
@@ -934,10 +950,11 @@ class DDPTrace:
         self._cur_bw = None
         self._locals = []      # per backward: {i: tensor}
         self._prior = {}
-        self._prior_zero = []  # lean: parameters whose prior .grad was all +0.0 (named, not copied)
+        self._prior_zero = []  # full=False: parameters whose prior .grad was all +0.0 (named, not copied)
         self._prior_taken = False
         self._inputs = []
         self._grad_snap = None
+        self._grad_crc = None  # digest mode: {i: CRC-32 of .grad after DDP}, in place of _grad_snap
         self._before = None
         self._step_join = None
 
@@ -1024,7 +1041,40 @@ class DDPTrace:
                     raise _Unrecordable("the gradient of '%s' is %s %s (found mid-run), and the trace format holds "
                                         "dense float32 only" % (self._names[i], str(grad.layout).replace("torch.", ""),
                                                                 _dtype_name(grad.dtype)))
-                self._locals[-1][i] = _cpu_copy(grad)
+                self._locals[-1][i] = self._keep_local(len(self._locals) - 1, i, grad)
+
+    def _keep_local(self, k, i, grad):
+        """A CPU copy of a local gradient: into the buffer kept for it (written before the next step reuses it)."""
+        if self.full:
+            return _cpu_copy(grad)
+        buf = self._local_pool.get((k, i))
+        if buf is None or buf.shape != grad.shape:
+            buf = self._local_pool[(k, i)] = _cpu_copy(grad)
+        else:
+            buf.copy_(grad.detach())
+        return buf
+
+    def _full_step(self):
+        """Whether this step's file holds every tensor: full=True, or the first step this rank records."""
+        return self.full or not self._steps
+
+    def _digest_grads(self):
+        """.grad after DDP as a digest: ddp_check predicts it bit for bit (Gloo on the CPU; no comm hook, or
+        torch's allreduce, fp16 or bf16 compress); elsewhere the values are kept (compared allclose, or needed
+        as the optimizer's input where the gradient is not predicted)."""
+        if self._full_step() or self.backend != "gloo" or any(p.device.type != "cpu" for p in self._params):
+            return False
+        info = _HookInfo(self.ddp, self._powersgd_cache)
+        if info.kind in ("fp16_compress_wrapper", "bf16_compress_wrapper"):
+            return info.inner == "allreduce"
+        return info.kind in (None, "allreduce", "fp16_compress", "bf16_compress")
+
+    def _digest_params(self):
+        """Parameters and state after the step as digests, except where ddp_check compares them allclose
+        (Adam/AdamW under a torch whose float sqrt is not IEEE's)."""
+        if self._full_step():
+            return False
+        return not (type(self.optimizer).__name__ in ("Adam", "AdamW") and self._sqrt_exact is False)
 
     def _end_of_backward(self):
         # Runs once the backward's graph ran, before the callbacks queued after it: DDP's finalize_backward,
@@ -1058,23 +1108,34 @@ class DDPTrace:
             self._stop_for(e, "after-DDP callback")
 
     def _after_ddp_body(self):
-        self._grad_snap = {i: _cpu_copy(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
+        if self._digest_grads():
+            self._grad_crc = {i: _crc32(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
+            self._grad_snap = None
+        else:
+            self._grad_snap = {i: _cpu_copy(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
+            self._grad_crc = None
 
     def _snapshot_before(self):
         opt = self.optimizer
-        # Lean (full=False): compared in place with what the recorder already holds, copied only if they differ.
-        last = self._last_after if not self.full and self._last_after_step == self._step - 1 else None
-        if last is not None and self._params and \
-                all(_bits_equal(p.detach(), last[i]) for i, p in enumerate(self._params)):
+        # Digests (full=False): parameters equal to where the last recorded step left them, and a .grad equal to
+        # what DDP left, are named, not copied.
+        follows = not self.full and self._last_after_step == self._step - 1 and self._last_after_crc is not None
+        if follows and self._params and all(_crc32(p) == self._last_after_crc[i] for i, p in enumerate(self._params)):
             params = "previous"
         else:
             params = {i: _cpu_copy(p) for i, p in enumerate(self._params)}
-        snap = self._grad_snap or {}
         live = {i: p.grad for i, p in enumerate(self._params) if p.grad is not None}
-        if not self.full and live and set(live) == set(snap) and all(_bits_equal(g.detach(), snap[i]) for i, g in live.items()):
-            grads = "grad"
+        if self.full or not live:
+            same = False
+        elif self._grad_crc is not None:
+            same = set(live) == set(self._grad_crc) and all(_crc32(g) == self._grad_crc[i] for i, g in live.items())
         else:
-            grads = {i: _cpu_copy(g) for i, g in live.items()}
+            snap = self._grad_snap or {}
+            same = set(live) == set(snap) and all(_bits_equal(g.detach(), snap[i]) for i, g in live.items())
+        grads = "grad" if same else {i: _cpu_copy(g) for i, g in live.items()}
+        # The state before this step is what the optimizer left after the previous one: a digest where ddp_check
+        # predicted that step (it replays the optimizer from the first recorded step's state).
+        state_digest = follows and self._digest_params()
         state, steps, skipped = [], {}, []
         for i, p in enumerate(self._params):
             st = opt.state.get(p) if hasattr(opt.state, "get") else None
@@ -1087,7 +1148,8 @@ class DDPTrace:
                     if v.dtype != torch.float32 or v.layout != torch.strided:
                         skipped.append({"name": self._names[i], "key": str(k), "dtype": _dtype_name(v.dtype)})
                         continue
-                    state.append(("state/%s/%s" % (self._names[i], k), _cpu_copy(v)))
+                    key = "state/%s/%s" % (self._names[i], k)
+                    state.append((key, _crc32(v) if state_digest else _cpu_copy(v)))
         lr = [float(_number(g["lr"])) for g in opt.param_groups]
         bufs = [("buffer/" + n, _cpu_copy(b)) for n, b in self._float_buffers]
         ints = {}
@@ -1181,9 +1243,13 @@ class DDPTrace:
             tensors.append(("prior/" + names[i], self._prior[i]))
         if self._prior_zero:
             elided["prior_zero"] = [names[i] for i in self._prior_zero]
+        crc = {}  # digests of what ddp_check predicts, in place of the tensors
         if self._grad_snap is not None:
             for i in sorted(self._grad_snap):
                 tensors.append(("grad/" + names[i], self._grad_snap[i]))
+        elif self._grad_crc is not None:
+            for i in sorted(self._grad_crc):
+                crc["grad/" + names[i]] = self._grad_crc[i]
         if b["grads"] == "grad":
             elided["grad_step"] = "grad"
         else:
@@ -1194,10 +1260,20 @@ class DDPTrace:
         else:
             for i in range(len(names)):
                 tensors.append(("param_before/" + names[i], b["params"][i]))
-        after = [_cpu_copy(p) for p in self._params]
-        for i in range(len(names)):
-            tensors.append(("param_after/" + names[i], after[i]))
-        tensors.extend(b["state"])
+        if self._digest_params():
+            after_crc = [_crc32(p) for p in self._params]
+            for i in range(len(names)):
+                crc["param_after/" + names[i]] = after_crc[i]
+        else:
+            after = [_cpu_copy(p) for p in self._params]
+            after_crc = None if self.full else [_crc32(t) for t in after]
+            for i in range(len(names)):
+                tensors.append(("param_after/" + names[i], after[i]))
+        for key, v in b["state"]:
+            if isinstance(v, int):
+                crc[key] = v
+            else:
+                tensors.append((key, v))
         tensors.extend(b["buffers"])
         meta = {
             "step": self._step, "rank": self.rank, "run_id": self.run_id,
@@ -1214,6 +1290,8 @@ class DDPTrace:
             meta["state_skipped"] = b["skipped"]
         if elided:
             meta["elided"] = elided
+        if crc:
+            meta["crc32"] = crc
         head, data_size, total = _safetensors_parts(tensors, json.dumps(meta, separators=(",", ":")))
         if self._bytes + total > self.max_bytes:
             self._stop("size bound %d bytes reached" % self.max_bytes, " (use every=K or max_bytes=...)")
@@ -1222,7 +1300,7 @@ class DDPTrace:
         _write_atomically(path, [head] + [_tensor_bytes(t) for _, t in tensors])
         self._bytes += total
         self._steps.append(self._step)
-        self._last_after, self._last_after_step = after, self._step
+        self._last_after_crc, self._last_after_step = after_crc, self._step
         self._write_manifest_safe(False)
 
     # ----- spies' reports -----

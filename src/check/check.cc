@@ -151,13 +151,66 @@ std::vector<float> predicted_average(const Run& run, const std::vector<std::uniq
   std::vector<std::vector<float>> flat(prev.size());
   for (size_t r = 0; r < prev.size(); ++r) {
     if (!prev[r]) return {};
-    for (const TensorInfo& t : m.params)
-      for (float x : prev[r]->find("param_after", t.name)->data) flat[r].push_back(x / ws);
+    for (const TensorInfo& t : m.params) {
+      const safetensors::Tensor* a = prev[r]->find("param_after", t.name);
+      if (!a) return {};  // known by its digest only
+      for (float x : a->data) flat[r].push_back(x / ws);
+    }
   }
   std::vector<float*> bufs;
   for (auto& f : flat) bufs.push_back(f.data());
   collective::allreduce_sum(algorithm, bufs, flat[0].size());
   return flat[0];
+}
+
+// A prediction whose digest is the recorded one is the recorded tensor: filled in as "<kind>/<name>".
+void fill_in(StepRecord& rec, const std::string& key, const std::vector<int64_t>& shape, const float* v, size_t n) {
+  rec.tensors[key] = {shape, std::vector<float>(v, v + n)};
+  rec.crc32.erase(key);
+}
+
+// The optimizer step's inputs a digest trace leaves out: the state before the step is the state ddp_check
+// predicted after the previous one (`carried`, null when that step was not predicted) where their digests
+// agree. Returns the first input still known by its digest only ("" : every input is there).
+std::string fill_in_inputs(const Manifest& m, StepRecord& rec, const safetensors::TensorMap* carried) {
+  std::string unknown;
+  for (auto it = rec.crc32.begin(); it != rec.crc32.end();) {
+    if (it->first.rfind("state/", 0) != 0) {
+      ++it;
+      continue;
+    }
+    const safetensors::Tensor* c = nullptr;
+    if (carried) {
+      auto f = carried->find(it->first);
+      if (f != carried->end()) c = &f->second;
+    }
+    if (c && crc32_of(c->data) == it->second) {
+      rec.tensors[it->first] = *c;
+      it = rec.crc32.erase(it);
+      continue;
+    }
+    if (unknown.empty()) unknown = "the optimizer state '" + it->first.substr(6) + "'";
+    ++it;
+  }
+  for (const TensorInfo& p : m.params) {
+    if (!unknown.empty()) break;
+    if (!rec.find("param_before", p.name))
+      unknown = "'" + p.name + "' before the step";
+    else if (!rec.find("grad_step", p.name) && rec.crc32.count("grad_step/" + p.name))
+      unknown = "'" + p.name + "'.grad at the step";
+  }
+  return unknown;
+}
+
+// A row of the step's counts for a tensor compared by its digest.
+CmpResult digest_row(const std::string& name, int64_t numel, bool same) {
+  CmpResult c;
+  c.name = name;
+  c.numel = numel;
+  c.exact = c.approximate = same;
+  c.num_different = same ? 0 : -1;
+  c.max_ulps = same ? 0 : -1;
+  return c;
 }
 
 // The ranks' all-reduces pair by position: a rank that ran a backward without DDP's all-reduce while the
@@ -213,6 +266,7 @@ CheckResult check_run(const Run& run) {
   Findings found(run);
   run_findings(run, replay, found);
   const bool adam = m.optimizer_class == "Adam" || m.optimizer_class == "AdamW";
+  const bool modelled_optimizer = adam || m.optimizer_class == "SGD";
   if (adam && !m.sqrt_exact) {
     res.step_exact = false;
     res.step_why = "this torch build's float sqrt is not IEEE's (the recorder's probe: a pip build's CPU sqrt is "
@@ -229,7 +283,11 @@ CheckResult check_run(const Run& run) {
   std::vector<std::unique_ptr<StepRecord>> head(static_cast<size_t>(ws)), prev(static_cast<size_t>(ws));
   bool pairing_lost = false, any_local = false, any_nonzero = false, any_moved = false, first = true;
   int64_t averagings = 0, averagings_exact = 0;
-  std::vector<std::vector<float>> missing_first(m.missing_params.size());  // rank 0's first param_before
+  std::vector<uint32_t> missing_first(m.missing_params.size());  // digests of rank 0's first param_before
+  // Per rank, the optimizer state ddp_check predicted after its last step: what a digest of the next step's
+  // state is checked against, and then stands for.
+  std::vector<safetensors::TensorMap> carried(static_cast<size_t>(ws));
+  std::vector<int64_t> carried_step(static_cast<size_t>(ws), -1);
   std::set<int> gone;  // ranks whose trace ended, already reported
   while (true) {
     for (int r = 0; r < ws; ++r) {
@@ -260,14 +318,20 @@ CheckResult check_run(const Run& run) {
       if (!p || p->step + 1 != rec->step)
         throw TraceError(rec->path + ": its param_before is the previous step's param_after, but step " +
                          std::to_string(rec->step - 1) + " is not recorded");
-      for (const TensorInfo& t : m.params) rec->tensors["param_before/" + t.name] = *p->find("param_after", t.name);
+      for (const TensorInfo& t : m.params) {
+        uint32_t d = 0;
+        if (const safetensors::Tensor* a = p->find("param_after", t.name))
+          rec->tensors["param_before/" + t.name] = *a;
+        else if (p->digest("param_after", t.name, &d))
+          rec->crc32["param_before/" + t.name] = d;
+      }
     }
     const StepRecord* ref = nullptr;
     for (const StepRecord* rec : recs) ref = ref ? ref : rec;
     const int64_t step = ref->step;
     if (first && recs[0])
       for (size_t i = 0; i < m.missing_params.size(); ++i)
-        missing_first[i] = recs[0]->find("param_before", m.params[m.missing_params[i]].name)->data;
+        recs[0]->digest("param_before", m.params[m.missing_params[i]].name, &missing_first[i]);
     StepLine line;
     line.step = step;
     line.rank_grads.resize(static_cast<size_t>(ws));
@@ -318,7 +382,24 @@ CheckResult check_run(const Run& run) {
         std::vector<CmpResult> rows;
         for (size_t i = 0; i < m.params.size(); ++i) {
           const Parameter& p = replay.param(r, i);
-          const safetensors::Tensor* got = recs[static_cast<size_t>(r)]->find("grad", p.name);
+          StepRecord& mine = *cur[static_cast<size_t>(r)];
+          const safetensors::Tensor* got = mine.find("grad", p.name);
+          const auto digest = mine.crc32.find("grad/" + p.name);
+          if (!got && digest != mine.crc32.end() && p.has_grad) {
+            const bool same = crc32_of(p.grad.data(), static_cast<size_t>(p.grad.size())) == digest->second;
+            CmpResult c = digest_row(p.name, p.grad.size(), same);
+            line.grads.add(c);
+            line.rank_grads[static_cast<size_t>(r)].add(c);
+            if (!same) {
+              found.digest_differs("grad", step, r, p.name, res.order_known, &res.first_divergence);
+              continue;
+            }
+            rows.push_back(c);
+            fill_in(mine, "grad/" + p.name, m.params[i].shape, p.grad.data(), static_cast<size_t>(p.grad.size()));
+            if (mine.grad_step_is_grad && !mine.find("grad_step", p.name))
+              fill_in(mine, "grad_step/" + p.name, m.params[i].shape, p.grad.data(), static_cast<size_t>(p.grad.size()));
+            continue;
+          }
           if (!got) continue;
           line.nonfinite += nonfinite(got->data);
           if (!p.has_grad) {
@@ -348,19 +429,51 @@ CheckResult check_run(const Run& run) {
           any_nonzero = any_nonzero || !all_zero(t.data);
         }
       any_moved = any_moved || !first_difference(m, *rec, "param_before", *rec, "param_after").empty();
+      StepRecord& mine = *cur[static_cast<size_t>(r)];
+      const std::string unknown =
+          modelled_optimizer
+              ? fill_in_inputs(m, mine, carried_step[static_cast<size_t>(r)] + 1 == rec->step ? &carried[static_cast<size_t>(r)] : nullptr)
+              : "";
+      if (!unknown.empty()) {
+        found.add("not-checked", "note", "digest", step, r, "",
+                  fmt::format("step {}, rank {}: the optimizer step is not predicted from here on: {} is known by its "
+                              "digest only (it differed from the prediction, or was not predicted, at an earlier "
+                              "step); the replicas are still compared by their digests. DDPTrace(..., full=True) "
+                              "records the values",
+                              step, r, unknown));
+        carried_step[static_cast<size_t>(r)] = -1;
+        continue;
+      }
       std::vector<Matrix> after;
       std::string opt_why;
-      const bool stepped = predict_step(m, *rec, &after, &opt_why);
+      safetensors::TensorMap state_after;
+      const bool stepped = predict_step(m, *rec, &after, &opt_why, &state_after);
       if (!stepped) found.add("not-checked", "note", "optimizer", step, -1, "", "optimizer step not predicted: " + opt_why);
       std::vector<CmpResult> rows;
       for (size_t i = 0; i < m.params.size() && stepped; ++i) {
         const std::string& name = m.params[i].name;
-        CmpResult c = compare(name, rec->find("param_after", name)->data, after[i].data());
+        const safetensors::Tensor* got = mine.find("param_after", name);
+        if (!got) {  // a digest
+          const bool same = crc32_of(after[i].data(), static_cast<size_t>(after[i].size())) == mine.crc32.at("param_after/" + name);
+          CmpResult c = digest_row(name, after[i].size(), same);
+          line.params.add(c);
+          line.rank_params[static_cast<size_t>(r)].add(c);
+          if (same) {
+            fill_in(mine, "param_after/" + name, m.params[i].shape, after[i].data(), static_cast<size_t>(after[i].size()));
+            rows.push_back(c);
+          } else {
+            found.digest_differs("param", step, r, name, res.step_exact, &res.first_divergence);
+          }
+          continue;
+        }
+        CmpResult c = compare(name, got->data, after[i].data());
         line.params.add(c);
         line.rank_params[static_cast<size_t>(r)].add(c);
         rows.push_back(c);
       }
       if (stepped) found.step_vs_prediction(step, r, rows, res.step_exact, &res.first_divergence);
+      carried[static_cast<size_t>(r)] = std::move(state_after);
+      carried_step[static_cast<size_t>(r)] = stepped ? rec->step : -1;
     }
     res.local_norm.push_back(ln);
     res.ddp_norm.push_back(dn);
@@ -402,10 +515,14 @@ CheckResult check_run(const Run& run) {
                                                             : std::vector<float>{};
         std::vector<float> got;
         for (const TensorInfo& t : m.params) {
-          const auto& v = ref->find("param_before", t.name)->data;
-          got.insert(got.end(), v.begin(), v.end());
+          const safetensors::Tensor* v = ref->find("param_before", t.name);
+          if (!v) {  // "previous", known by its digest only: averaging changed nothing the trace can show
+            got.clear();
+            break;
+          }
+          got.insert(got.end(), v->data.begin(), v->data.end());
         }
-        averagings_exact += !want.empty() && want == got;
+        averagings_exact += !want.empty() && !got.empty() && want == got;
       } else {
         found.add("replicas-diverged", "problem", "outside-step", step, who, differs,
                   fmt::format("step {}: the model averager ran after step {}, but rank {}'s '{}' differs from rank {}'s "
@@ -437,9 +554,9 @@ CheckResult check_run(const Run& run) {
   }
   if (!m.missing_params.empty() || !m.missing_unchecked.empty()) {
     std::vector<bool> changed(m.missing_params.size(), false);
+    uint32_t d = 0;
     for (size_t i = 0; i < m.missing_params.size() && prev[0]; ++i)
-      changed[i] = !missing_first[i].empty() &&
-                   missing_first[i] != prev[0]->find("param_after", m.params[m.missing_params[i]].name)->data;
+      changed[i] = !prev[0]->digest("param_after", m.params[m.missing_params[i]].name, &d) || d != missing_first[i];
     optimizer_findings(m, changed, found);
   }
   if (averagings > 0)

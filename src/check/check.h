@@ -46,6 +46,7 @@ struct Divergence {
   int rank = -1;
   std::string title;
   std::vector<CmpResult> rows;
+  std::string missing;  // what the table cannot show (tensors kept as digests only), or ""
 };
 
 struct CheckResult {

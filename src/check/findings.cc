@@ -33,9 +33,43 @@ std::string first_difference(const Manifest& m, const StepRecord& a, const char*
   for (const TensorInfo& p : m.params) {
     const auto* x = tensor(a, kind_a, p.name);
     const auto* y = tensor(b, kind_b, p.name);
-    if ((x == nullptr) != (y == nullptr) || (x && !same_values(*x, *y))) return p.name;
+    if (x && y) {
+      if (!same_values(*x, *y)) return p.name;
+      continue;
+    }
+    // A digest on either side (the recorder kept a CRC-32 of it): compared bit for bit.
+    uint32_t dx = 0, dy = 0;
+    const bool hx = a.digest(kind_a, p.name, &dx), hy = b.digest(kind_b, p.name, &dy);
+    if (hx != hy || (hx && dx != dy)) return p.name;
   }
   return "";
+}
+
+void Findings::digest_differs(const char* what, int64_t step, int r, const std::string& name, bool exact_expected,
+                              Divergence* div) {
+  const bool grad = std::string(what) == "grad";
+  const std::string title = grad ? fmt::format("rank {}'s .grad after backward vs DDP's predicted average", r)
+                                 : fmt::format("rank {}'s parameters after optimizer.step() vs torch.optim's arithmetic", r);
+  if (div->step < 0) {
+    *div = {step, r, title, {}};
+    div->missing = "the trace keeps CRC-32 digests of these tensors after its first step, so it says which differ, "
+                   "not by how much: record again with DDPTrace(..., full=True) for this table";
+  }
+  const std::string how = fmt::format("its CRC-32 digest differs from the prediction's (the trace keeps digests, not "
+                                      "values: DDPTrace(..., full=True) records them, to see by how much)");
+  if (grad)
+    add("grad-not-as-predicted", exact_expected ? "problem" : "note", exact_expected ? "" : "bits", step, r, name,
+        fmt::format("step {}, rank {}: '{}'.grad after backward is not bit for bit DDP's average of the ranks' local "
+                    "gradients: {}. Usually a custom comm hook that does not average (all-reduce SUM without "
+                    "dividing, no all-reduce at all), or a hook on the parameter that changes its gradient inside "
+                    "backward",
+                    step, r, name, how));
+  else
+    add("step-not-as-predicted", exact_expected ? "problem" : "note", "", step, r, name,
+        fmt::format("step {}, rank {}: '{}' after optimizer.step() is not bit for bit what {} computes from the "
+                    "gradient it saw and its state: {}. Usually an optimizer ddplab models another way, or the "
+                    "parameter was changed inside step()",
+                    step, r, name, run_.first().optimizer_class, how));
 }
 
 namespace {

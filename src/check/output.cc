@@ -78,6 +78,7 @@ std::string format_text(const CheckResult& r) {
   if (r.first_divergence.step >= 0) {
     out += fmt::format("\n# first divergence, step {}: {}\n", r.first_divergence.step, r.first_divergence.title);
     for (const CmpResult& c : r.first_divergence.rows) out += format_cmp(c) + "\n";
+    if (!r.first_divergence.missing.empty()) out += "(" + r.first_divergence.missing + ")\n";
   }
   out += fmt::format("verdict: {}\n", r.problems() ? "problems" : "as-predicted");
   return out;

@@ -333,20 +333,27 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
   return true;
 }
 
-bool predict_step_fields(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why);
+bool predict_step_fields(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why,
+                         safetensors::TensorMap* state_after);
 
 // A hyperparameter of an unexpected type (the optimizer's own) makes the step not modelled.
-bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why) {
+bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why,
+                  safetensors::TensorMap* state_after) {
   try {
-    return predict_step_fields(m, rec, after, why);
+    return predict_step_fields(m, rec, after, why, state_after);
   } catch (const nlohmann::json::exception& e) {
     *why = m.optimizer_class + "'s param group holds a value ddp_check cannot read (" + e.what() + ")";
     return false;
   }
 }
 
-bool predict_step_fields(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why) {
+bool predict_step_fields(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why,
+                         safetensors::TensorMap* state_after) {
   const std::string& cls = m.optimizer_class;
+  const auto keep = [&](const Parameter* p, const char* key, const Matrix& v) {
+    if (state_after) (*state_after)["state/" + p->name + "/" + key] = {p->shape, std::vector<float>(v.data(), v.data() + v.size())};
+  };
+  if (state_after) state_after->clear();
   if (cls != "SGD" && cls != "Adam" && cls != "AdamW") {
     *why = "optimizer " + cls + " is not modelled (SGD, Adam, AdamW are)";
     return false;
@@ -396,6 +403,8 @@ bool predict_step_fields(const Manifest& m, const StepRecord& rec, std::vector<M
           sgd.set_momentum_buffer(j, as_matrix(buf->data));
         }
       sgd.step();
+      for (size_t j = 0; j < group.size(); ++j)
+        if (const Matrix* buf = sgd.momentum_buffer(j)) keep(group[j], "momentum_buffer", *buf);
     } else {
       AdamOptions o;
       o.lr = lr;
@@ -420,6 +429,11 @@ bool predict_step_fields(const Manifest& m, const StepRecord& rec, std::vector<M
           adam->set_state(j, as_matrix(m1->data), as_matrix(m2->data), it->second);
       }
       adam->step();
+      for (size_t j = 0; j < group.size(); ++j)
+        if (adam->step_count(j) > 0) {
+          keep(group[j], "exp_avg", adam->exp_avg(j));
+          keep(group[j], "exp_avg_sq", adam->exp_avg_sq(j));
+        }
     }
   }
   after->clear();

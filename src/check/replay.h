@@ -67,7 +67,9 @@ class GradReplay {
 };
 
 // torch.optim's step for one rank from the recorded param_before, grad_step, state and lr; the predicted
-// parameters in manifest order. false (and `why`) for an optimizer ddp_check does not model.
-bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why);
+// parameters in manifest order, and (when state_after is given) the state it leaves, keyed as the recorder
+// keys it ("state/<name>/<key>"). false (and `why`) for an optimizer ddp_check does not model.
+bool predict_step(const Manifest& m, const StepRecord& rec, std::vector<Matrix>* after, std::string* why,
+                  safetensors::TensorMap* state_after = nullptr);
 
 }  // namespace ddplab::check

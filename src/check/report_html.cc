@@ -593,6 +593,7 @@ std::string format_html(const CheckResult& r) {
                          c.exact ? "ok" : "bad", esc(c.name), c.exact ? "True" : "False", c.approximate ? "True" : "False",
                          esc(python_float_repr(c.maxdiff)), c.num_different, c.numel);
     out += "</table>\n";
+    if (!r.first_divergence.missing.empty()) out += "<p class=\"hint\">" + esc(r.first_divergence.missing) + "</p>\n";
   }
   out += "</section>\n";
 

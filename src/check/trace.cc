@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include "src/flags.h"
 
@@ -247,6 +248,34 @@ const safetensors::Tensor* StepRecord::find(const std::string& kind, const std::
   return it == tensors.end() ? nullptr : &it->second;
 }
 
+bool StepRecord::digest(const std::string& kind, const std::string& name, uint32_t* out) const {
+  if (const safetensors::Tensor* t = find(kind, name)) {
+    *out = crc32_of(t->data);
+    return true;
+  }
+  auto it = crc32.find(kind + "/" + name);
+  if (it == crc32.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+uint32_t crc32_of(const float* values, size_t n) {
+  static_assert(sizeof(float) == 4, "float32");
+  // zlib's crc32 takes a uInt length: feed it in pieces below 4 GiB.
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  const auto* bytes = reinterpret_cast<const Bytef*>(values);
+  size_t left = n * sizeof(float);
+  while (left > 0) {
+    const auto piece = static_cast<uInt>(std::min<size_t>(left, size_t{1} << 30));
+    crc = ::crc32(crc, bytes, piece);
+    bytes += piece;
+    left -= piece;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+uint32_t crc32_of(const std::vector<float>& values) { return crc32_of(values.data(), values.size()); }
+
 int64_t Run::total_steps() const {
   int64_t n = 0;
   for (const Manifest& m : ranks) n += static_cast<int64_t>(m.steps.size());
@@ -381,6 +410,23 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     grad_step_is_grad = e.value("grad_step", std::string()) == "grad";
     rec.param_before_is_previous = e.value("param_before", std::string()) == "previous";
   }
+  rec.grad_step_is_grad = grad_step_is_grad;
+  if (meta.contains("crc32")) {
+    const json& c = meta.at("crc32");
+    if (!c.is_object()) fail(rec.path, "\"crc32\" is not an object of digests");
+    for (const auto& [key, v] : c.items()) {
+      const size_t slash = key.find('/');
+      const std::string kind = key.substr(0, slash == std::string::npos ? 0 : slash);
+      std::string name = slash == std::string::npos ? "" : key.substr(slash + 1);
+      if (kind == "state" && name.rfind('/') != std::string::npos) name = name.substr(0, name.rfind('/'));
+      if (kind != "grad" && kind != "param_after" && kind != "state")
+        fail(rec.path, "digest '" + key + "' is not of grad/, param_after/ or state/ (the kinds ddp_check predicts)");
+      if (!std::any_of(m.params.begin(), m.params.end(), [&](const TensorInfo& t) { return t.name == name; }))
+        fail(rec.path, "digest '" + key + "' names no parameter of the manifest");
+      if (rec.tensors.count(key)) fail(rec.path, "'" + key + "' is both a tensor and a digest");
+      rec.crc32[key] = static_cast<uint32_t>(integer(v, "digest '" + key + "'", rec.path, 0, 0xffffffffLL));
+    }
+  }
   // Every tensor must name a known parameter or buffer and have its shape.
   std::map<std::string, const TensorInfo*> params, buffers;
   for (const TensorInfo& t : m.params) params[t.name] = &t;
@@ -422,14 +468,18 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
   for (const TensorInfo& p : m.params) {
     if (zero_priors.count(p.name) && !rec.find("prior", p.name))
       rec.tensors["prior/" + p.name] = {p.shape, std::vector<float>(static_cast<size_t>(p.numel), 0.0f)};
-    if (grad_step_is_grad && !rec.find("grad_step", p.name))
+    if (grad_step_is_grad && !rec.find("grad_step", p.name)) {
       if (const safetensors::Tensor* g = rec.find("grad", p.name)) {
         safetensors::Tensor copy = *g;
         rec.tensors["grad_step/" + p.name] = std::move(copy);
+      } else if (rec.crc32.count("grad/" + p.name)) {
+        rec.crc32["grad_step/" + p.name] = rec.crc32.at("grad/" + p.name);
       }
-    for (const char* kind : {"param_before", "param_after"})
-      if (!rec.find(kind, p.name) && !(rec.param_before_is_previous && std::string(kind) == "param_before"))
-        fail(rec.path, std::string("has no ") + kind + "/" + p.name);
+    }
+    if (!rec.find("param_after", p.name) && !rec.crc32.count("param_after/" + p.name))
+      fail(rec.path, "has no param_after/" + p.name);
+    if (!rec.find("param_before", p.name) && !rec.param_before_is_previous)
+      fail(rec.path, "has no param_before/" + p.name);
   }
   return rec;
 }

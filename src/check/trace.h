@@ -107,12 +107,25 @@ struct StepRecord {
   bool join = false;                      // its forward ran with DDP's Join enabled
   // The recorder left param_before/ out: it equals the previous step's param_after/ (check.cc fills it in).
   bool param_before_is_previous = false;
+  // The recorder left grad_step/ out: it equals grad/ (filled in from grad/, or from the prediction that
+  // matched grad/'s digest).
+  bool grad_step_is_grad = false;
   bool divide_by_initial_world_size = true;
   safetensors::TensorMap tensors;
+  // Digests of tensors the recorder left out ("<kind>/<name>" -> CRC-32 of the float32 bytes): what ddp_check
+  // predicts (.grad after DDP, param_after/, the optimizer state), compared with the prediction's digest; where
+  // they agree the prediction is filled in as the tensor (docs/trace_format.md, "Digests").
+  std::map<std::string, uint32_t> crc32;
 
-  // The tensor "<kind>/<name>", or null when the recorder did not write it.
+  // The tensor "<kind>/<name>", or null when the recorder did not write it (nor was it filled in).
   const safetensors::Tensor* find(const std::string& kind, const std::string& name) const;
+  // Its digest: the recorded one, or the tensor's own; false when there is neither.
+  bool digest(const std::string& kind, const std::string& name, uint32_t* out) const;
 };
+
+// zlib's CRC-32 of the values' float32 bytes (little-endian), as the recorder computes it.
+uint32_t crc32_of(const std::vector<float>& values);
+uint32_t crc32_of(const float* values, size_t n);
 
 struct Run {
   std::string dir;

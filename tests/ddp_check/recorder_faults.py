@@ -163,11 +163,26 @@ def open_step():
     return T._OPEN[-1]._step if T._OPEN else 0
 
 
-def half_copies(original):
-    def _cpu_copy(t):  # an unknown tensor kind from step 1 on
-        c = original(t)
-        return c.half() if open_step() >= 1 else c
-    return _cpu_copy
+def half_locals():
+    """An unknown tensor kind from step 1 on: the recorder's copies of the local gradients come back float16."""
+    def inject():
+        original = T.DDPTrace.__dict__["_keep_local"]
+
+        def _keep_local(self, k, i, grad):
+            c = original(self, k, i, grad)
+            return c.half() if self._step >= 1 else c
+
+        T.DDPTrace._keep_local = _keep_local
+        return lambda: setattr(T.DDPTrace, "_keep_local", original)
+    return inject
+
+
+def failing_digests(original):
+    def _crc32(t):
+        if open_step() >= 1:
+            raise ValueError("injected fault")
+        return original(t)
+    return _crc32
 
 
 def disk_full_once(original):
@@ -220,8 +235,10 @@ CASES = [
     ("step_write", {}, fail_method("_write_step"), (1, "optimizer.step wrapper"), 1),
     ("manifest_writer", {}, fail_method("_manifest", once=True), (1, "manifest writer"), 2),
     ("close", {}, fail_method("_detach", at_step=0), (STEPS, "close()"), STEPS),
-    ("unknown_tensor_kind", {}, fail_function("_cpu_copy", half_copies), (1, "unknown tensor kind"), 1),
+    ("unknown_tensor_kind", {}, half_locals(), (1, "unknown tensor kind"), 1),
     ("disk_full", {}, fail_function("_write_atomically", disk_full_once), (1, "No space left on device"), 1),
+    # the digests of what ddp_check predicts, taken from step 1 on (the first step keeps every value)
+    ("digest", {}, fail_function("_crc32", failing_digests), (1, "after-DDP callback"), 1),
     ("unwritable_run_dir", {"after": unwritable_dir, "before_close": writable_again}, None, (0, "cannot write"), 0),
     ("constructor_setup", {}, fail_function("_sqrt_is_ieee", lambda o: lambda d: 1 / 0), (0, "DDPTrace() setup"), 0),
     ("register_comm_hook_spy", {"hook": "allreduce"}, fail_mapping("_REGISTERED_HOOKS"),

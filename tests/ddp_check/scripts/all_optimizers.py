@@ -81,7 +81,7 @@ def run_one(name, rank, world_size, args):
     optimizer = getattr(torch.optim, cls)(ddp.parameters(), **kwargs)
     loss_fn = nn.CrossEntropyLoss()
 
-    trace = DDPTrace(ddp, optimizer, os.path.join(args.out, name), every=args.every) if args.trace else None
+    trace = DDPTrace(ddp, optimizer, os.path.join(args.out, name), every=args.every, full=args.full) if args.trace else None
     step = 0
     for epoch in range(100):
         sampler.set_epoch(epoch)

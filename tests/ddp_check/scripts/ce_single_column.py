@@ -31,7 +31,7 @@ def main(rank, world_size, args):
     ddp = DDP(torch.nn.Linear(20, 1))
     optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
 
-    trace = DDPTrace(ddp, optimizer, args.out, every=args.every) if args.trace else None
+    trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step = 0
     for epoch in range(100):
         loader.sampler.set_epoch(epoch)

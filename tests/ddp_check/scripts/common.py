@@ -27,6 +27,7 @@ def parse_args(world_size=2, steps=4, extra=None):
     p.add_argument("--world-size", type=int, default=world_size)
     p.add_argument("--steps", type=int, default=steps, help="optimizer steps")
     p.add_argument("--every", type=int, default=1, help="record every K-th step")
+    p.add_argument("--full", action="store_true", help="DDPTrace(..., full=True): every value, no digests")
     p.add_argument("--no-trace", dest="trace", action="store_false", help="run without DDPTrace")
     p.add_argument("--final", help="write every rank's final parameters here (.pt, or .json of hashes)")
     if extra:

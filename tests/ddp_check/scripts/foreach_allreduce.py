@@ -21,7 +21,7 @@ def main(rank, world_size, args):
     ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-2, weight_decay=1e-2, foreach=True)
 
-    trace = DDPTrace(ddp, optimizer, args.out, every=args.every) if args.trace else None
+    trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step = 0
     for epoch in range(100):
         sampler.set_epoch(epoch)

@@ -104,7 +104,7 @@ def main(rank, world_size, args):
     optimizer = create_optimizer(model)
     ddp = DDP(model)
 
-    trace = DDPTrace(ddp, optimizer, args.out, every=args.every) if args.trace else None
+    trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step = 0
     for epoch in range(args.epochs):
         train_loader.sampler.set_epoch(epoch)

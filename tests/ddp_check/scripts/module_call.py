@@ -36,7 +36,7 @@ def main(rank, world_size, args):
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
-    trace = DDPTrace(ddp, optimizer, args.out, every=args.every) if args.trace else None
+    trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step = 0
     for epoch in range(100):
         sampler.set_epoch(epoch)

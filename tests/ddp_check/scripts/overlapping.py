@@ -21,7 +21,7 @@ def main(rank, world_size, args):
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
     loss_fn = nn.CrossEntropyLoss()
 
-    trace = DDPTrace(ddp, optimizer, args.out, every=args.every) if args.trace else None
+    trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step = 0
     for x, y in loader:
         optimizer.zero_grad()

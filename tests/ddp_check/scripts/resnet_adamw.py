@@ -37,7 +37,7 @@ def main(rank, world_size, args):
     ddp = DDP(ResNet())
     optimizer = torch.optim.AdamW(ddp.parameters(), lr=3e-3, weight_decay=0.05)
 
-    trace = DDPTrace(ddp, optimizer, args.out, every=args.every) if args.trace else None
+    trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step = 0
     for epoch in range(100):
         sampler.set_epoch(epoch)
