@@ -44,25 +44,38 @@ bool all_zero(const std::vector<float>& v) {
 
 // The norm of the rank's own gradient in this step (its backwards' local gradients summed) and of the
 // gradient DDP left; NaN where nothing was recorded.
+// The sum of squares in double, eight partial sums (so the compiler can vectorise it: a figure for the
+// report, not a bitwise claim).
+template <class T>
+double sum_of_squares(const T* x, size_t n) {
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (size_t k = 0; k < 8; ++k) s[k] += double(x[i + k]) * double(x[i + k]);
+  for (; i < n; ++i) s[0] += double(x[i]) * double(x[i]);
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 std::pair<double, double> norms(const Manifest& m, const StepRecord& rec) {
   double local = 0, ddp = 0;
   bool any_local = false, any_ddp = false;
   std::vector<double> acc;
   for (const TensorInfo& p : m.params) {
-    acc.assign(static_cast<size_t>(p.numel), 0.0);
-    bool here = false;
+    std::vector<const safetensors::Tensor*> parts;
     for (size_t k = 0; k < rec.backwards.size(); ++k)
-      if (const safetensors::Tensor* g = rec.find("local/" + std::to_string(k), p.name)) {
-        here = true;
+      if (const safetensors::Tensor* g = rec.find("local/" + std::to_string(k), p.name)) parts.push_back(g);
+    if (parts.size() == 1) {  // one backward: its own gradient
+      local += sum_of_squares(parts[0]->data.data(), parts[0]->data.size());
+    } else if (!parts.empty()) {  // no_sync micro-steps: their sum
+      acc.assign(static_cast<size_t>(p.numel), 0.0);
+      for (const safetensors::Tensor* g : parts)
         for (size_t i = 0; i < acc.size(); ++i) acc[i] += g->data[i];
-      }
-    if (here) {
-      any_local = true;
-      for (double x : acc) local += x * x;
+      local += sum_of_squares(acc.data(), acc.size());
     }
+    any_local = any_local || !parts.empty();
     if (const safetensors::Tensor* g = rec.find("grad", p.name)) {
       any_ddp = true;
-      for (float x : g->data) ddp += double(x) * x;
+      ddp += sum_of_squares(g->data.data(), g->data.size());
     }
   }
   return {any_local ? std::sqrt(local) : NAN, any_ddp ? std::sqrt(ddp) : NAN};
@@ -396,8 +409,6 @@ CheckResult check_run(const Run& run) {
             }
             rows.push_back(c);
             fill_in(mine, "grad/" + p.name, m.params[i].shape, p.grad.data(), static_cast<size_t>(p.grad.size()));
-            if (mine.grad_step_is_grad && !mine.find("grad_step", p.name))
-              fill_in(mine, "grad_step/" + p.name, m.params[i].shape, p.grad.data(), static_cast<size_t>(p.grad.size()));
             continue;
           }
           if (!got) continue;

@@ -245,6 +245,7 @@ std::string step_path(const std::string& dir, int rank, int64_t step) {
 
 const safetensors::Tensor* StepRecord::find(const std::string& kind, const std::string& name) const {
   auto it = tensors.find(kind + "/" + name);
+  if (it == tensors.end() && grad_step_is_grad && kind == "grad_step") return find("grad", name);  // one copy
   return it == tensors.end() ? nullptr : &it->second;
 }
 
@@ -468,14 +469,8 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
   for (const TensorInfo& p : m.params) {
     if (zero_priors.count(p.name) && !rec.find("prior", p.name))
       rec.tensors["prior/" + p.name] = {p.shape, std::vector<float>(static_cast<size_t>(p.numel), 0.0f)};
-    if (grad_step_is_grad && !rec.find("grad_step", p.name)) {
-      if (const safetensors::Tensor* g = rec.find("grad", p.name)) {
-        safetensors::Tensor copy = *g;
-        rec.tensors["grad_step/" + p.name] = std::move(copy);
-      } else if (rec.crc32.count("grad/" + p.name)) {
-        rec.crc32["grad_step/" + p.name] = rec.crc32.at("grad/" + p.name);
-      }
-    }
+    if (grad_step_is_grad && !rec.find("grad_step", p.name) && rec.crc32.count("grad/" + p.name))
+      rec.crc32["grad_step/" + p.name] = rec.crc32.at("grad/" + p.name);
     if (!rec.find("param_after", p.name) && !rec.crc32.count("param_after/" + p.name))
       fail(rec.path, "has no param_after/" + p.name);
     if (!rec.find("param_before", p.name) && !rec.param_before_is_previous)

@@ -107,8 +107,7 @@ struct StepRecord {
   bool join = false;                      // its forward ran with DDP's Join enabled
   // The recorder left param_before/ out: it equals the previous step's param_after/ (check.cc fills it in).
   bool param_before_is_previous = false;
-  // The recorder left grad_step/ out: it equals grad/ (filled in from grad/, or from the prediction that
-  // matched grad/'s digest).
+  // The recorder left grad_step/ out: it equals grad/ (find("grad_step", ...) gives grad/'s tensor).
   bool grad_step_is_grad = false;
   bool divide_by_initial_world_size = true;
   safetensors::TensorMap tensors;
