@@ -29,8 +29,9 @@ nn.Sequential spec, or a tiny GPT (--model gpt), with the same DDP flags.
 )";
 constexpr const char* kTail = R"(output:
   --compare-single-device true|false  also train one model on the union of the shards and compare [false]
-  --explain                 show the ring all-reduce of one small gradient step by step (--model gpt: with
-                            --comm-hook, each bucket's result against the built-in average)
+  --explain                 show the all-reduce of one small gradient in --allreduce's order: who adds what,
+                            the result against the rank-order sum, and every other order on the same values
+                            (--model gpt: with --comm-hook, each bucket's result against the built-in average)
   --trace FILE              Chrome trace JSON of iterations 0 and 1 under the cost model below
   --link-latency-us A [5]   --link-gbps G [10]   --compute-gflops F [50]
   --dump-params FILE        final parameters per rank (state_dict names), sampler indices, losses (JSON)

@@ -144,6 +144,54 @@ TEST(Allreduce, ThreadPoolsGiveTheBitsOfOneThread) {
   }
 }
 
+// --explain's symbols (src/collective/symbolic.h): each algorithm's own code run on them gives, per element,
+// the grouping that, evaluated on floats, is bit for bit what the float code computes; and the groupings the
+// algorithm files state.
+TEST(Symbolic, TheGroupingIsTheAlgorithmsOwn) {
+  for (size_t a = 0; a < algorithm_names().size(); ++a) {
+    for (size_t ws : {1, 2, 3, 4, 5, 7}) {
+      for (size_t n : {1, 5, 37, 1000}) {
+        const Data d = random_data(ws, n, 100 * ws + n);
+        const Data want = run(static_cast<Algorithm>(a), d);
+        sym_reset(static_cast<int>(ws));
+        std::vector<std::vector<Sym>> bufs(ws, std::vector<Sym>(n));
+        std::vector<Sym*> ptrs;
+        for (size_t r = 0; r < ws; ++r) {
+          std::fill(bufs[r].begin(), bufs[r].end(), sym_leaf(static_cast<int>(r)));
+          ptrs.push_back(bufs[r].data());
+        }
+        allreduce_sum(static_cast<Algorithm>(a), ptrs, n, Span{0, n});
+        size_t wrong = 0;
+        for (size_t i = 0; i < n; ++i) {
+          std::vector<float> x(ws);
+          for (size_t r = 0; r < ws; ++r) x[r] = d[r][i];
+          for (size_t r = 0; r < ws; ++r) {
+            const float got = sym_eval(bufs[r][i], x.data());
+            wrong += std::memcmp(&got, &want[r][i], sizeof(float)) != 0;
+          }
+        }
+        EXPECT_EQ(wrong, 0u) << algorithm_names()[a] << " ws " << ws << " n " << n;
+      }
+    }
+  }
+  const auto text = [](Algorithm a, size_t ws, size_t n, size_t i) {
+    sym_reset(static_cast<int>(ws));
+    std::vector<std::vector<Sym>> bufs(ws, std::vector<Sym>(n));
+    std::vector<Sym*> ptrs;
+    for (size_t r = 0; r < ws; ++r) {
+      std::fill(bufs[r].begin(), bufs[r].end(), sym_leaf(static_cast<int>(r)));
+      ptrs.push_back(bufs[r].data());
+    }
+    allreduce_sum(a, ptrs, n, Span{0, n});
+    return sym_text(bufs[0][i]);
+  };
+  EXPECT_EQ(text(Algorithm::naive, 4, 8, 5), "((x0 + x1) + x2) + x3");
+  EXPECT_EQ(text(Algorithm::tree, 4, 8, 5), "(x0 + (x1 + x3)) + x2");                // tree.cc's v_i
+  EXPECT_EQ(text(Algorithm::nccl_ring, 3, 12, 0), "(x1 + x2) + x0");                 // chunk 0 starts at 1
+  EXPECT_EQ(text(Algorithm::nccl_ring, 3, 12, 11), "(x0 + x1) + x2");                // chunk 2 starts at 0
+  EXPECT_EQ(text(Algorithm::halving_doubling, 4, 8, 0), "(x0 + x2) + (x1 + x3)");    // distance 2, then 1
+}
+
 TEST(RingLayout, FollowsGlooSegmentation) {
   // 1000 floats on 4 ranks: 8 segments of 125 floats, two per rank.
   RingLayout L = gloo_ring_layout(1000, 4);

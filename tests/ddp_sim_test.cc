@@ -159,11 +159,33 @@ TEST(DdpSim, ExplainShowsTheRingAndTheFirstDifference) {
   const CommandResult r = ddp_sim({"--world-size", "3", "--explain", "--quiet"});
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* s : {"# --explain: Gloo's ring all-reduce", "reduce-scatter step 0: rank0 -> rank2",
-                        "all-gather step 1", "ring result vs the rank-order sum"}) {
+                        "all-gather step 1", "result vs the rank-order sum"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   }
   EXPECT_TRUE(r.out.find("first difference at element") != std::string::npos ||
               r.out.find("every element is bitwise equal") != std::string::npos);
+}
+
+// --explain for each order the simulator has: its own title and description, the grouping per element (the
+// algorithm's code run on symbols), and every order on the same element with this run's marked. NCCL's ring
+// is not Gloo's.
+TEST(DdpSim, ExplainShowsEveryOrder) {
+  const std::vector<std::pair<std::string, std::string>> orders = {
+      {"ring", "Gloo's ring all-reduce"}, {"nccl-ring", "NCCL's ring all-reduce (pinned)"},
+      {"tree", "the tree all-reduce"}, {"halving-doubling", "the halving-doubling all-reduce"},
+      {"naive", "the rank-order sum"}};
+  for (const auto& [order, title] : orders) {
+    const CommandResult r = ddp_sim({"--world-size", "4", "--explain", "--allreduce", order, "--quiet"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("# --explain: " + title + " of "), std::string::npos) << order << "\n" << r.out;
+    EXPECT_NE(r.out.find("who adds what"), std::string::npos) << order;
+    EXPECT_NE(r.out.find("elements [0,"), std::string::npos) << order;
+    for (const auto& [other, unused] : orders) EXPECT_NE(r.out.find("\n  " + other + " "), std::string::npos) << other;
+    const size_t mark = r.out.find("<- this run");
+    ASSERT_NE(mark, std::string::npos) << order;
+    EXPECT_EQ(r.out.rfind("\n  " + order + " ", mark), r.out.rfind("\n  ", mark)) << order << ": the mark is on its line";
+    if (order != "ring") EXPECT_EQ(r.out.find("Gloo's ring all-reduce"), std::string::npos) << order;
+  }
 }
 
 TEST(DdpSim, TraceParsesAndEventsOrderAsDdp) {

@@ -185,11 +185,13 @@ TEST(GptDdp, VerifierOverGlooEqualsTorch) {
   check_verifier("gpt_ws2_aux_unused_error", 1);  // torch's ranks raise; ours stop at the same step
 }
 
-TEST(GptDdp, NcclIsRefusedInOneLine) {
-  const testing::CommandResult r =
-      testing::run_command({"verify/ddp_verify", "--model", "gpt", "--backend", "nccl", "--nproc", "2"});
+// The GPT runs on NCCL with the model on the host (tests/nccl_routing_test.cc); the device trainer refuses it.
+TEST(GptDdp, TheDeviceTrainerRefusesItInOneLine) {
+  const testing::CommandResult r = testing::run_command(
+      {"verify/ddp_verify", "--model", "gpt", "--backend", "nccl", "--compute", "device", "--nproc", "2"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("--backend nccl: the device trainer runs Linear and ReLU layers only"), std::string::npos)
+  EXPECT_NE(r.err.find("--compute device keeps the model on the GPU for Linear and ReLU layers only (got --model gpt"),
+            std::string::npos)
       << r.err;
 }
 

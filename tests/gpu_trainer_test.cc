@@ -160,15 +160,17 @@ TEST(GpuTrainer, SupportsMseWithSgdAndAdamOnly) {
   EXPECT_EQ(dist::gpu_trainer_unsupported(cfg), "");
   cfg.loss = ddp::LossKind::ce;
   EXPECT_EQ(dist::gpu_trainer_unsupported(cfg),
-            "--backend nccl keeps the model on the GPU for --loss mse only (got ce)");
+            "--compute device keeps the model on the GPU for --loss mse only (got ce); --compute host (the default) "
+            "runs every loss on NCCL");
   cfg.loss = ddp::LossKind::ce_probs;
   EXPECT_NE(dist::gpu_trainer_unsupported(cfg).find("(got ce-probs)"), std::string::npos);
   // The refusal comes from the device graph (src/device/graph.h): the first layer it has no node for.
   cfg.model = "cnn";
   cfg.dataset = ddp::DatasetKind::digits;
   EXPECT_EQ(dist::gpu_trainer_unsupported(cfg),
-            "--backend nccl keeps the model on the GPU for Linear and ReLU layers only (got layer \"0\": Conv2d(1, 8, "
-            "kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))); --backend gloo runs every model");
+            "--compute device keeps the model on the GPU for Linear and ReLU layers only (got layer \"0\": Conv2d(1, "
+            "8, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))); --compute host (the default) runs every model on "
+            "NCCL");
   cfg.dataset = ddp::DatasetKind::random;
   cfg.layers = {6, 2};
   cfg.model = "linear(6,32),relu,linear(32,2)";  // a spec of Linear and ReLU runs on the device
@@ -176,12 +178,16 @@ TEST(GpuTrainer, SupportsMseWithSgdAndAdamOnly) {
   EXPECT_EQ(dist::gpu_trainer_unsupported(cfg), "");
 }
 
-TEST(GpuTrainer, DdpVerifyRefusesCrossEntropyOnNcclBeforeStartingRanks) {
+TEST(GpuTrainer, DdpVerifyRefusesCrossEntropyOnTheDeviceBeforeStartingRanks) {
   // Exit 2 (bad input) with the reason, even where no GPU exists (which would otherwise be exit 3).
-  const auto r = testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "2", "--loss", "ce"});
+  const auto r = testing::run_command(
+      {"verify/ddp_verify", "--backend", "nccl", "--compute", "device", "--nproc", "2", "--loss", "ce"});
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_NE(r.err.find("--backend nccl keeps the model on the GPU for --loss mse only (got ce)"), std::string::npos)
+  EXPECT_NE(r.err.find("--compute device keeps the model on the GPU for --loss mse only (got ce)"), std::string::npos)
       << r.err;
+  const auto gloo = testing::run_command({"verify/ddp_verify", "--backend", "gloo", "--compute", "device", "--nproc", "2"});
+  EXPECT_EQ(gloo.status, 2) << gloo.err;
+  EXPECT_NE(gloo.err.find("--compute device needs --backend nccl"), std::string::npos) << gloo.err;
 }
 
 TEST(GpuTrainer, GlooVerifierPrintsTheCpuTimingLine) {

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Every GPU claim of the NCCL path, in one run on a GPU machine (tools/gpu_bundle.sh packs the binaries into
-# .gpu/ for a machine without Bazel; copy .gpu/ there with the checkout). Here:      tools/gpu_checks.sh bundle
-# There (repo root):          tools/gpu_checks.sh run OUTDIR [steps...]
-# Steps: tests (gpu_trainer_test, nccl_test), order (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar holding
-# nccl/wsN.json, the goldens of tests/golden/nccl/), faults (timed fault runs), bench (//bench:gpu_step, both kernel tables),
-# check (the machine's torch 2.x DDP over NCCL, 3 ranks sharing the GPU, traced by verify/ddplab_trace.py with the ring
-# pinned and unpinned -> OUTDIR/check_traces.tar; back here: bazel run //verify:ddp_check -- DIR for each). Default: all.
-# Each step's log goes to OUTDIR/<step>.log; a step that runs past its limit is stopped and says so.
+# Every GPU claim of the NCCL path, in one run of at most 8 minutes on one GPU machine (tools/gpu_bundle.sh packs
+# the binaries into .gpu/ for a machine without Bazel; copy .gpu/ there with the checkout; the device tool's carry
+# [".gpu"] does). Here:  tools/gpu_checks.sh bundle        There (repo root):  tools/gpu_checks.sh run OUTDIR [steps...]
+# Steps, in this order (the most wanted first): tests (gpu_trainer_test, nccl_test); paths (ddp_verify --backend
+# nccl with the model on the host, --share-gpus --nccl-exact: the CNN, the GPT, a comm hook, ZeRO, Join, world sizes
+# 2-4: every sim-vs-real row exact); faults (timed fault runs, the device trainer at 2, 4, 8); labs; order
+# (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar holding nccl/wsN.json, the goldens of tests/golden/nccl/);
+# check (the machine's torch 2.x DDP over NCCL, 3 ranks sharing the GPU, traced by verify/ddplab_trace.py with the
+# ring pinned and unpinned -> OUTDIR/check_traces.tar; back here: bazel run //verify:ddp_check -- DIR for each);
+# bench (//bench:gpu_step, both kernel tables). Default: all, within BUDGET_S (480) seconds: each command's limit
+# is cut to what is left, and what the budget does not reach is listed as not run. Each step's log goes to
+# OUTDIR/<step>.log; the run ends with one table (OUTDIR/claims.txt): each claim, pass or fail, and its figure.
 set -uo pipefail
 targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_trainer_test //tests:nccl_test //bench:gpu_step
          //notebooks_ported/001_toy_ddp:001_toy_ddp //notebooks_ported/002_checkpoint:002_checkpoint
@@ -19,9 +23,11 @@ case "${1:-}" in
   run)
     out=${2:?usage: $0 run OUTDIR [steps...]}; shift 2 ;;
   *)
-    echo "usage: $0 bundle | run OUTDIR [tests|order|faults|bench|labs|check ...]" >&2; exit 2 ;;
+    echo "usage: $0 bundle | run OUTDIR [tests|paths|faults|labs|order|check|bench ...]" >&2; exit 2 ;;
 esac
-steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(tests order faults bench labs check)
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(tests paths faults labs order check bench)
+budget=${BUDGET_S:-480}
+start=$(date +%s)
 root=$(pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -30,13 +36,37 @@ source .gpu/env.sh
 cd .gpu/bin || exit 2
 nvidia-smi -L | tee "$out/device.txt"
 
-step() {  # name, limit in seconds, command...
-  local name=$1 limit=$2; shift 2
+claims=()
+step() {  # name, limit in seconds, command...: one claim, passed when the command exits 0
+  claim_if "" "$@"
+}
+fault() {  # name, limit, command...: a run with an injected fault passes when it ends in an error, not a hang
+  want_error=1 claim_if "" "$@"
+}
+claim_if() {  # pattern that must not appear in the output ("" : none), name, limit, command...
+  local bad=$1 name=$2 limit=$3; shift 3
+  local left=$(( budget - ($(date +%s) - start) ))
+  if [ "$left" -le 5 ]; then claims+=("not run|$name: $*|budget of ${budget} s spent"); return; fi
+  [ "$limit" -le "$left" ] || limit=$left
   echo "== $name: $*" | tee -a "$out/$name.log"
-  local t0; t0=$(date +%s.%N)
-  timeout -k 5 "$limit" "$@" >>"$out/$name.log" 2>&1
+  local t0 one; t0=$(date +%s.%N); one=$(mktemp)
+  timeout -k 5 "$limit" "$@" >"$one" 2>&1
   local rc=$?
-  echo "== $name: exit $rc after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}') s" | tee -a "$out/$name.log"
+  cat "$one" >>"$out/$name.log"
+  local secs; secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}')
+  echo "== $name: exit $rc after $secs s" | tee -a "$out/$name.log"
+  local verdict=pass figure="${secs} s"
+  if [ -n "${want_error:-}" ]; then
+    figure="exit $rc after ${secs} s"
+    { [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; } || verdict=FAIL
+  elif [ "$rc" -ne 0 ]; then
+    verdict=FAIL figure="exit $rc after ${secs} s"
+  fi
+  if [ -n "$bad" ] && grep -q -- "$bad" "$one"; then verdict=FAIL figure="'$bad' in the output"; fi
+  local exact; exact=$(grep -c "exact: True" "$one")
+  [ "$exact" -eq 0 ] || figure="$figure, $exact rows exact"
+  claims+=("$verdict|$name: $*|$figure")
+  rm -f "$one"
 }
 
 for s in "${steps[@]}"; do
@@ -44,6 +74,14 @@ for s in "${steps[@]}"; do
     tests)
       step tests 200 ./tests/gpu_trainer_test
       step tests 400 ./tests/nccl_test ;;
+    paths)  # the model on the host, every collective through NCCL (issue 32): pinned, so every row exact
+      v=(./verify/ddp_verify --backend nccl --share-gpus --nccl-exact --quiet)
+      claim_if "exact: False" paths 90 "${v[@]}" --nproc 3 --model cnn --dataset digits
+      claim_if "exact: False" paths 90 "${v[@]}" --nproc 2 --model gpt --steps 2
+      claim_if "exact: False" paths 90 "${v[@]}" --nproc 4 --layers 8,32,16,4 --activation relu --comm-hook fp16-compress
+      claim_if "exact: False" paths 90 "${v[@]}" --nproc 3 --layers 8,32,16,4 --optimizer adam --zero true
+      claim_if "exact: False" paths 90 "${v[@]}" --nproc 3 --layers 8,32,16,4 --uneven 1 --join true
+      claim_if "exact: False" paths 90 "${v[@]}" --nproc 4 --model cnn --dataset digits --comm-hook bf16-compress ;;
     order)
       mkdir -p "$out/nccl"
       for ws in 2 3 4 5 6 7 8; do
@@ -52,13 +90,13 @@ for s in "${steps[@]}"; do
       done
       tar -C "$out" -cf "$out/nccl_order.tar" nccl && rm -r "$out/nccl" ;;  # the device tool returns few files
     faults)
-      step faults 60 ./verify/ddp_verify --backend nccl --share-gpus --nproc 3 --fault exit --fault-rank 1 \
+      fault faults 60 ./verify/ddp_verify --backend nccl --share-gpus --nproc 3 --fault exit --fault-rank 1 \
         --fault-at 2 --timeout 5 --quiet
-      step faults 60 ./verify/ddp_verify --backend nccl --share-gpus --nproc 3 --fault hang --fault-rank 2 \
+      fault faults 60 ./verify/ddp_verify --backend nccl --share-gpus --nproc 3 --fault hang --fault-rank 2 \
         --fault-at 3 --timeout 5 --quiet
       for ws in 2 4 8; do
-        step faults 120 ./verify/ddp_verify --backend nccl --share-gpus --nccl-exact --kernels reference \
-          --nproc "$ws" --epochs 2 --layers 8,32,16,4 --activation relu --quiet
+        claim_if "exact: False" faults 120 ./verify/ddp_verify --backend nccl --compute device --share-gpus \
+          --nccl-exact --kernels reference --nproc "$ws" --epochs 2 --layers 8,32,16,4 --activation relu --quiet
       done ;;
     bench)
       step bench 240 ./bench/gpu_step --kernels fast --reference "$root/bench/gpu_step_reference.py"
@@ -76,3 +114,9 @@ for s in "${steps[@]}"; do
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
+
+{
+  echo "# GPU claims ($(head -1 "$out/device.txt" 2>/dev/null), $(( $(date +%s) - start )) s of a ${budget} s budget)"
+  printf '%-8s | %s | %s\n' verdict claim figure
+  for c in "${claims[@]}"; do IFS='|' read -r v what fig <<<"$c"; printf '%-8s | %s | %s\n' "$v" "$what" "$fig"; done
+} | tee "$out/claims.txt"

@@ -26,6 +26,7 @@
 #include "src/report/per_rank.h"
 #include "src/report/report.h"
 #include "src/report/timeline.h"
+#include "src/launch/compute.h"
 #include "verify/gpt_verify.h"
 
 namespace {
@@ -41,6 +42,11 @@ std::string head() {
 Runs the DDP step with one process per rank and compares it with ddp_sim's.
 )";
 }
+constexpr const char* kCompute = R"(where the model runs:
+  --compute host|device     host (default): every model on the CPU, as on Gloo, each collective through the
+                            backend (NCCL: staged on the rank's GPU); device (--backend nccl): parameters,
+                            gradients and buckets stay on the GPU (Linear and ReLU layers, --loss mse only)
+)";
 constexpr const char* kTail = R"(output:
   --dump-params FILE        every rank's final parameters, sampler indices, losses, and (models with them)
                             buffers and test predictions: ddp_sim's JSON
@@ -74,10 +80,11 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
   const bool quiet = flags.get_bool("quiet", false);
   if (env.rank == 0) fmt::print("ddp_verify: {} backend, {} ranks | {}\n", backend, env.world_size, ddp::describe(cfg));
   std::fflush(stdout);
-  // NCCL keeps the model on the GPU (src/nccl/gpu_trainer.h); Gloo trains on the host.
-  const bool on_gpu = comm->device_resident();
+  // --compute device keeps the model on the GPU (src/nccl/gpu_trainer.h); host (the default) trains on the CPU.
+  const bool on_gpu = flags.get_string("compute", "host") == "device";  // checked before the ranks started
+  // On the host the model computes on the CPU whatever the backend: the collectives alone go through NCCL.
   const ddp::RankResult mine = on_gpu ? dist::train_rank_on_device(cfg, *comm, cfg.kernels)
-                                      : ddp::train_rank(cfg, *comm, rank.kernels(cfg.kernels));
+                                      : ddp::train_rank(cfg, *comm, cpu_kernels(cfg.kernels));
   if (!quiet) {
     std::string lines;
     for (const auto& l : mine.log) lines += ddp::progress_line(l, cfg.epochs) + "\n";
@@ -299,11 +306,11 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
   for (const auto& f : dist::runner_flag_names()) known.insert(f);
-  for (const char* f : {"dump-params", "quiet", "threads", "report"}) known.insert(f);
+  for (const char* f : {"dump-params", "quiet", "threads", "report", "compute"}) known.insert(f);
   const Flags flags(argc, argv, known, dist::with_runner_bare_flags({"quiet", "seed-per-rank"}));
   if (flags.help()) {
-    std::printf("%s%s%s%s%s", head().c_str(), ddp::config_usage(), dist::runner_usage().c_str(), threads_usage(),
-                kTail);
+    std::printf("%s%s%s%s%s%s", head().c_str(), ddp::config_usage(), dist::runner_usage().c_str(), kCompute,
+                threads_usage(), kTail);
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
@@ -317,7 +324,8 @@ int run(int argc, char** argv) {
   }
   threads_from_flags(flags);  // rank 0's simulator reads it: checked here, before any rank starts
   const dist::RunFlags run = dist::read_run_flags(flags, dist::Backends::real, cfg.world_size);  // --world-size: cfg's
-  if (cfg.is_gpt()) return run_gpt_verify(flags, run, argc, argv, cfg);
+  const std::string why_not = dist::backend_refusal(cfg, run.backend, dist::compute_from_flags(flags, run.backend));
+  if (!why_not.empty()) throw UsageError(why_not);
   if (run.nccl_exact) {  // NCCL pinned to one ring: the simulator adds in that order
     if (flags.has("allreduce") && cfg.allreduce != collective::Algorithm::nccl_ring) {
       throw UsageError(fmt::format("--nccl-exact compares with the simulator's --allreduce nccl-ring (got {})",
@@ -325,16 +333,7 @@ int run(int argc, char** argv) {
     }
     cfg.allreduce = collective::Algorithm::nccl_ring;
   }
-  if (run.backend == dist::Backend::gloo && cfg.comm_hook.name == "bf16-compress") {
-    throw UsageError(
-        "--comm-hook bf16-compress does not run on Gloo: torch 1.13's register_comm_hook refuses it without "
-        "CUDA and NCCL (\"BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+.\") and "
-        "ProcessGroupGloo has no bfloat16 all-reduce; ddp_sim runs it");
-  }
-  if (run.backend == dist::Backend::nccl) {  // refused before any rank starts
-    if (std::string why = dist::gpu_trainer_unsupported(cfg); !why.empty()) throw UsageError(why);
-    if (cfg.uneven > 0 || cfg.join) throw UsageError("--uneven and --join run on --backend gloo only");
-  }
+  if (cfg.is_gpt()) return run_gpt_verify(flags, run, argc, argv, cfg);
   return dist::run_ddp_ranks(flags, run, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
     return body(flags, ranks_cfg, rank, std::vector<std::string>(argv, argv + argc));
   });

@@ -140,11 +140,6 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
 }  // namespace
 
 int run_gpt_verify(const Flags& flags, const dist::RunFlags& run, int argc, char** argv, ddp::Config cfg) {
-  if (run.backend == dist::Backend::nccl) {
-    throw UsageError(
-        "--backend nccl: the device trainer runs Linear and ReLU layers only (got --model gpt: Embedding, LayerNorm, "
-        "causal attention, GELU); use --backend gloo");
-  }
   if (flags.has("report")) throw UsageError("--report does not apply to --model gpt (the sequential models' output)");
   const TextData data = TextData::load(cfg.data);
   data.check_batch_shape(cfg.batch_size, cfg.gpt.block_size);

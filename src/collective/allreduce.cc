@@ -58,6 +58,7 @@ void sum_pooled(Algorithm a, const std::vector<T*>& bufs, size_t n, ThreadPool* 
 void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
 void allreduce_sum(Algorithm a, const std::vector<Half*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
 void allreduce_sum(Algorithm a, const std::vector<BFloat16*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
+void allreduce_sum(Algorithm a, const std::vector<Sym*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
 void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, ThreadPool* pool) {
   sum_pooled(a, bufs, n, pool);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/collective/half.h"
+#include "src/collective/symbolic.h"
 
 namespace ddplab {
 class ThreadPool;
@@ -44,8 +45,10 @@ void allreduce_sum(Algorithm a, const std::vector<Half*>& bufs, size_t n, Thread
 void allreduce_sum(Algorithm a, const std::vector<Half*>& bufs, size_t n, Span span);
 void allreduce_sum(Algorithm a, const std::vector<BFloat16*>& bufs, size_t n, ThreadPool* pool = nullptr);
 void allreduce_sum(Algorithm a, const std::vector<BFloat16*>& bufs, size_t n, Span span);
+// On symbols (symbolic.h): which ranks' values each element adds, in which grouping (--explain).
+void allreduce_sum(Algorithm a, const std::vector<Sym*>& bufs, size_t n, Span span);
 
-// The algorithms, for T = float, Half, BFloat16 (instantiated in their files; `a + b` is T's addition).
+// The algorithms, for T = float, Half, BFloat16 and Sym (instantiated in their files; `a + b` is T's addition).
 // naive.cc: ((x0 + x1) + x2) + ... in rank order, the notebook's hand-written average.
 template <typename T>
 void naive_allreduce(const std::vector<T*>& bufs, size_t n, Span span);
@@ -66,6 +69,7 @@ void nccl_ring_allreduce(const std::vector<T*>& bufs, size_t n, Span span);
 #define DDPLAB_COLLECTIVE_INSTANTIATE(fn)                            \
   template void fn<float>(const std::vector<float*>&, size_t, Span); \
   template void fn<Half>(const std::vector<Half*>&, size_t, Span);   \
-  template void fn<BFloat16>(const std::vector<BFloat16*>&, size_t, Span);
+  template void fn<BFloat16>(const std::vector<BFloat16*>&, size_t, Span); \
+  template void fn<Sym>(const std::vector<Sym*>&, size_t, Span);
 
 }  // namespace ddplab::collective

@@ -31,19 +31,21 @@ namespace ddplab::dist {
 // UsageError for a model that does not fit cfg's data (see device::unsupported_layer).
 inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
   if (std::string layer = device::unsupported_layer(cfg); !layer.empty()) {
-    return "--backend nccl keeps the model on the GPU for Linear and ReLU layers only (got " + layer +
-           "); --backend gloo runs every model";
+    return "--compute device keeps the model on the GPU for Linear and ReLU layers only (got " + layer +
+           "); --compute host (the default) runs every model on NCCL";
   }
   if (cfg.loss != ddp::LossKind::mse) {
-    return "--backend nccl keeps the model on the GPU for --loss mse only (got " + ddp::loss_name(cfg.loss) + ")";
+    return "--compute device keeps the model on the GPU for --loss mse only (got " + ddp::loss_name(cfg.loss) +
+           "); --compute host (the default) runs every loss on NCCL";
   }
   if (cfg.zero) {  // src/ddp/zero.h steps host parameters; the device graph has no sharded optimizer
-    return "--zero true (ZeroRedundancyOptimizer) runs on --backend gloo and in ddp_sim, not --backend nccl";
+    return "--compute device has no ZeroRedundancyOptimizer (--zero true): --compute host (the default) runs it on "
+           "NCCL";
   }
   if (cfg.comm_hook.name != "none") {  // the hooks run on host buffers (bucket_sync.h's hook_buckets)
     return "--comm-hook " + cfg.comm_hook.name +
-           " runs in ddp_sim and ddp_verify --backend gloo; the NCCL trainer keeps its buckets on the GPU and has "
-           "no hook path (no GPU was lent to build and check one)";
+           ": --compute device keeps its buckets on the GPU and has no hook path; --compute host (the default) runs "
+           "the hooks on NCCL";
   }
   return "";
 }

@@ -1,7 +1,10 @@
-// --explain: Gloo's ring all-reduce on one small gradient, message by message, and where its result
-// stops being bitwise equal to the rank-order sum.
+// --explain: the all-reduce of one small gradient in the order the run uses (--allreduce: Gloo's ring,
+// NCCL's pinned ring, the tree, halving-doubling, the rank-order sum): who adds what in which order (the
+// algorithm's own code run on symbols), where its result stops being bitwise equal to the rank-order sum,
+// and every other order on the same values.
 #pragma once
 
+#include "src/collective/allreduce.h"
 #include "src/compare.h"
 
 #include <string>
@@ -29,6 +32,18 @@ RingTrace trace_ring(const std::vector<std::vector<float>>& inputs);
 // The trace as text for the terminal; `name` labels the inputs.
 std::string explain_ring(const std::string& name, const std::vector<std::vector<float>>& inputs);
 
-// Distance in units in the last place between two finite floats (0 when bitwise equal).
+// The grouping of each element's sum under algorithm a for n elements over world_size ranks (its own code
+// run on symbols, src/collective/symbolic.h), as ranges of consecutive elements that share one grouping.
+struct OrderRange {
+  size_t begin = 0, end = 0;
+  std::string sum;  // "(x1 + x2) + x0"
+};
+std::vector<OrderRange> addition_order(collective::Algorithm a, size_t n, size_t world_size);
+
+// --explain for any order: its description, (Gloo's ring: every message), the grouping per element range,
+// the result against the rank-order sum, and every order of the simulator on the first element where they
+// do not all agree. inputs[r] = rank r's values.
+std::string explain_allreduce(collective::Algorithm a, const std::string& name,
+                              const std::vector<std::vector<float>>& inputs);
 
 }  // namespace ddplab

@@ -175,22 +175,23 @@ std::string dump_json(const ddp::Config& cfg, const ddp::SimResult& res) {
 std::string explain_first_bucket(const ddp::Config& cfg, const std::vector<float*>& bufs, size_t n) {
   const char* how =
       cfg.average == ddp::Average::postdivide ? "raw gradients (postdivide)" : "gradients * float(1/world_size)";
-  if (n <= 48) {  // small enough to show whole: the real bucket, chunked as Gloo chunks it
+  if (n <= 48) {  // small enough to show whole: the real bucket, chunked as the order chunks it
     std::vector<std::vector<float>> inputs;
     for (float* b : bufs) inputs.emplace_back(b, b + n);
     return fmt::format("the first all-reduce: iteration 0's single bucket, {}\n", how) +
-           explain_ring("bucket 0 (every parameter, model order)", inputs);
+           explain_allreduce(cfg.allreduce, "bucket 0 (every parameter, model order)", inputs);
   }
   // Too big to print: take the last layer's bias, which sits at the end of iteration 0's bucket, and run
-  // the ring on it alone, as if it were a bucket of its own (its chunking then differs from the real one).
+  // the all-reduce on it alone, as if it were a bucket of its own (its chunking then differs from the real one).
   const auto [name, numel] = ddp::last_parameter(cfg);
   const auto last = static_cast<size_t>(numel);
   const size_t count = std::min<size_t>(last, 24);
   std::vector<std::vector<float>> inputs;
   for (float* b : bufs) inputs.emplace_back(b + n - last, b + n - last + count);
-  return fmt::format("{} from the first all-reduce ({}), run through the ring on its own as if it were a bucket\n",
+  return fmt::format("{} from the first all-reduce ({}), run through the all-reduce on its own as if it were a "
+                     "bucket\n",
                      name, how) +
-         explain_ring(name, inputs);
+         explain_allreduce(cfg.allreduce, name, inputs);
 }
 
 }  // namespace ddplab
