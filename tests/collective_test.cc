@@ -153,14 +153,7 @@ TEST(Symbolic, TheGroupingIsTheAlgorithmsOwn) {
       for (size_t n : {1, 5, 37, 1000}) {
         const Data d = random_data(ws, n, 100 * ws + n);
         const Data want = run(static_cast<Algorithm>(a), d);
-        sym_reset(static_cast<int>(ws));
-        std::vector<std::vector<Sym>> bufs(ws, std::vector<Sym>(n));
-        std::vector<Sym*> ptrs;
-        for (size_t r = 0; r < ws; ++r) {
-          std::fill(bufs[r].begin(), bufs[r].end(), sym_leaf(static_cast<int>(r)));
-          ptrs.push_back(bufs[r].data());
-        }
-        allreduce_sum(static_cast<Algorithm>(a), ptrs, n, Span{0, n});
+        const auto bufs = allreduce_symbols(static_cast<Algorithm>(a), ws, n);
         size_t wrong = 0;
         for (size_t i = 0; i < n; ++i) {
           std::vector<float> x(ws);
@@ -174,17 +167,7 @@ TEST(Symbolic, TheGroupingIsTheAlgorithmsOwn) {
       }
     }
   }
-  const auto text = [](Algorithm a, size_t ws, size_t n, size_t i) {
-    sym_reset(static_cast<int>(ws));
-    std::vector<std::vector<Sym>> bufs(ws, std::vector<Sym>(n));
-    std::vector<Sym*> ptrs;
-    for (size_t r = 0; r < ws; ++r) {
-      std::fill(bufs[r].begin(), bufs[r].end(), sym_leaf(static_cast<int>(r)));
-      ptrs.push_back(bufs[r].data());
-    }
-    allreduce_sum(a, ptrs, n, Span{0, n});
-    return sym_text(bufs[0][i]);
-  };
+  const auto text = [](Algorithm a, size_t ws, size_t n, size_t i) { return sym_text(allreduce_symbols(a, ws, n)[0][i]); };
   EXPECT_EQ(text(Algorithm::naive, 4, 8, 5), "((x0 + x1) + x2) + x3");
   EXPECT_EQ(text(Algorithm::tree, 4, 8, 5), "(x0 + (x1 + x3)) + x2");                // tree.cc's v_i
   EXPECT_EQ(text(Algorithm::nccl_ring, 3, 12, 0), "(x1 + x2) + x0");                 // chunk 0 starts at 1

@@ -59,6 +59,16 @@ void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, Span 
 void allreduce_sum(Algorithm a, const std::vector<Half*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
 void allreduce_sum(Algorithm a, const std::vector<BFloat16*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
 void allreduce_sum(Algorithm a, const std::vector<Sym*>& bufs, size_t n, Span span) { sum_span(a, bufs, n, span); }
+
+std::vector<std::vector<Sym>> allreduce_symbols(Algorithm a, size_t world_size, size_t n) {
+  sym_reset(static_cast<int>(world_size));
+  std::vector<std::vector<Sym>> bufs;
+  std::vector<Sym*> ptrs;
+  for (size_t r = 0; r < world_size; ++r) bufs.emplace_back(n, sym_leaf(static_cast<int>(r)));
+  for (auto& b : bufs) ptrs.push_back(b.data());
+  allreduce_sum(a, ptrs, n, Span{0, n});
+  return bufs;
+}
 void allreduce_sum(Algorithm a, const std::vector<float*>& bufs, size_t n, ThreadPool* pool) {
   sum_pooled(a, bufs, n, pool);
 }

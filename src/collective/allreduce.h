@@ -47,6 +47,9 @@ void allreduce_sum(Algorithm a, const std::vector<BFloat16*>& bufs, size_t n, Th
 void allreduce_sum(Algorithm a, const std::vector<BFloat16*>& bufs, size_t n, Span span);
 // On symbols (symbolic.h): which ranks' values each element adds, in which grouping (--explain).
 void allreduce_sum(Algorithm a, const std::vector<Sym*>& bufs, size_t n, Span span);
+// The whole all-reduce of n elements on world_size ranks' symbols (a fresh pool on this thread: sym_leaf(r) in
+// every element of rank r): [rank][element], each the sum as the algorithm groups it.
+std::vector<std::vector<Sym>> allreduce_symbols(Algorithm a, size_t world_size, size_t n);
 
 // The algorithms, for T = float, Half, BFloat16 and Sym (instantiated in their files; `a + b` is T's addition).
 // naive.cc: ((x0 + x1) + x2) + ... in rank order, the notebook's hand-written average.

@@ -101,14 +101,7 @@ std::string ulps_text(int64_t u) { return u == 0 ? std::string("bitwise equal") 
 }  // namespace
 
 std::vector<OrderRange> addition_order(collective::Algorithm a, size_t n, size_t world_size) {
-  collective::sym_reset(static_cast<int>(world_size));
-  std::vector<std::vector<collective::Sym>> bufs(world_size, std::vector<collective::Sym>(n));
-  std::vector<collective::Sym*> ptrs;
-  for (size_t r = 0; r < world_size; ++r) {
-    std::fill(bufs[r].begin(), bufs[r].end(), collective::sym_leaf(static_cast<int>(r)));
-    ptrs.push_back(bufs[r].data());
-  }
-  collective::allreduce_sum(a, ptrs, n, collective::Span{0, n});
+  const auto bufs = collective::allreduce_symbols(a, world_size, n);
   std::vector<OrderRange> out;
   for (size_t i = 0; i < n; ++i) {
     std::string sum = collective::sym_text(bufs[0][i]);
