@@ -52,7 +52,7 @@ void Findings::digest_differs(const char* what, int64_t step, int r, const std::
   const std::string title = grad ? fmt::format("rank {}'s .grad after backward vs DDP's predicted average", r)
                                  : fmt::format("rank {}'s parameters after optimizer.step() vs torch.optim's arithmetic", r);
   if (div->step < 0) {
-    *div = {step, r, title, {}};
+    *div = {step, r, title, {}, ""};
     div->missing = "the trace keeps CRC-32 digests of these tensors after its first step, so it says which differ, "
                    "not by how much: record again with DDPTrace(..., full=True) for this table";
   }
@@ -150,7 +150,7 @@ void Findings::grads_vs_prediction(int64_t step, int r, const std::vector<CmpRes
                                    Divergence* div) {
   for (const CmpResult& c : rows) {
     if (c.exact || (!order_known && c.approximate)) continue;
-    if (div->step < 0) *div = {step, r, fmt::format("rank {}'s .grad after backward vs DDP's predicted average", r), rows};
+    if (div->step < 0) *div = {step, r, fmt::format("rank {}'s .grad after backward vs DDP's predicted average", r), rows, ""};
     if (!c.approximate) {
       add("grad-not-as-predicted", "problem", "", step, r, c.name,
           fmt::format("step {}, rank {}: '{}'.grad after backward is not DDP's average of the ranks' local gradients "
@@ -172,7 +172,7 @@ void Findings::step_vs_prediction(int64_t step, int r, const std::vector<CmpResu
                                   Divergence* div) {
   for (const CmpResult& c : rows) {
     if (c.exact || (!exact_expected && c.approximate)) continue;
-    if (div->step < 0) *div = {step, r, fmt::format("rank {}'s parameters after optimizer.step() vs torch.optim's arithmetic", r), rows};
+    if (div->step < 0) *div = {step, r, fmt::format("rank {}'s parameters after optimizer.step() vs torch.optim's arithmetic", r), rows, ""};
     add("step-not-as-predicted", c.approximate ? "note" : "problem", "", step, r, c.name,
         fmt::format("step {}, rank {}: '{}' after optimizer.step() is not what {} computes from the gradient it saw "
                     "and its state ({} of {} values differ, maxdiff {}): an optimizer ddplab models another way, "
@@ -202,7 +202,7 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
     const std::string before = first_difference(m, *rec, "param_before", *ref, "param_before");
     std::string name;
     const auto note_div = [&](const std::string& title, const char* kind) {
-      if (div->step < 0) *div = {ref->step, rank, title, table(m, *rec, kind, *ref, kind)};
+      if (div->step < 0) *div = {ref->step, rank, title, table(m, *rec, kind, *ref, kind), ""};
     };
     const std::string& moved_r = moved[static_cast<size_t>(rank)];
     const std::string& moved_0 = moved[static_cast<size_t>(r0)];
