@@ -282,12 +282,24 @@ TEST_P(DdpCheck, RealRun) {
   }
 }
 
-// Every case under torch 2.x, and those torch 1.13 can run under it.
+// Mistakes ddp_check finds in what the recorder wrote the same way under either torch (a second or a missing
+// all-reduce, a clip, a hook's sum, a rank's own edit, the samplers' indices): run under torch 1.13 only, to
+// keep CI short. Under torch 2.x too: every clean script and hook, and the mistakes whose recording goes
+// through torch's internals (which backward all-reduced, the optimizer's parameters, random_split and the
+// DataLoader, DistributedSampler's seed, static_graph's rebuild, no_sync).
+const std::set<std::string> kTorch113Only = {"no_sampler",   "no_set_epoch",      "overlapping",       "broadcast_buffers_off",
+                                             "clip_grad",    "unused",            "diverge_grads",     "diverge_rescale",
+                                             "diverge_optimizer", "diverge_outside", "sum_hook",       "ce_single_column"};
+
+// Every case under torch 1.13 that it can run, and under torch 2.x all but kTorch113Only.
 std::vector<std::tuple<std::string, Case>> all_cases() {
   std::vector<std::tuple<std::string, Case>> out;
   for (const char* torch : {"torch1.13", "torch2"})
-    for (const Case& c : kCases)
-      if (!(c.torch2_only && std::string(torch) == "torch1.13")) out.emplace_back(torch, c);
+    for (const Case& c : kCases) {
+      if (c.torch2_only && std::string(torch) == "torch1.13") continue;
+      if (kTorch113Only.count(c.script) && std::string(torch) == "torch2") continue;
+      out.emplace_back(torch, c);
+    }
   return out;
 }
 
@@ -298,8 +310,9 @@ INSTANTIATE_TEST_SUITE_P(Scripts, DdpCheck, ::testing::ValuesIn(all_cases()), []
 });
 
 // The recorder only observes: the same scripts traced and untraced end with bitwise equal parameters on every
-// rank (tests/ddp_check/traced_equals_untraced.py runs each twice), with hooks, no_sync, unused parameters, Join,
-// every torch.optim optimizer (LBFGS's closure, SparseAdam's sparse gradients) and DataLoader workers (mingpt_split).
+// rank (tests/ddp_check/traced_equals_untraced.py runs each twice), with no_sync, unused parameters, Join and
+// DataLoader workers (mingpt_split). Closures, sparse gradients, float64 models, comm hooks and the recorder's own
+// faults: recorder_test, likewise bitwise.
 class Recorder : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Recorder, TracedRunEqualsUntracedRun) {
@@ -307,13 +320,11 @@ TEST_P(Recorder, TracedRunEqualsUntracedRun) {
   SKIP_UNLESS_AVAILABLE(torch);
   setenv("DDPLAB_START_METHOD", "fork", 1);
   const auto r = testing::run_command({"/usr/bin/timeout", "600", python_for(torch), "tests/ddp_check/traced_equals_untraced.py",
-                                       "nosync", "find_unused", "powersgd_hook", "join_uneven", "all_optimizers",
-                                       "mingpt_split"});
+                                       "nosync", "find_unused", "join_uneven", "mingpt_split"});
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   EXPECT_EQ(r.status, 0);
-  for (const char* name : {"join_uneven", "all_optimizers", "mingpt_split"})
+  for (const char* name : {"nosync", "find_unused", "join_uneven", "mingpt_split"})
     EXPECT_NE(r.out.find(std::string("ok   ") + name), std::string::npos) << name;
-  EXPECT_NE(r.out.find("powersgd_hook"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Torches, Recorder, ::testing::Values("torch1.13", "torch2"),
