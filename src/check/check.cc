@@ -215,6 +215,12 @@ std::string fill_in_inputs(const Manifest& m, StepRecord& rec, const safetensors
   return unknown;
 }
 
+// One compared tensor in the step's counts, overall and for rank r.
+void count(Counts& all, std::vector<Counts>& per_rank, int r, const CmpResult& c) {
+  all.add(c);
+  per_rank[static_cast<size_t>(r)].add(c);
+}
+
 // A row of the step's counts for a tensor compared by its digest.
 CmpResult digest_row(const std::string& name, int64_t numel, bool same) {
   CmpResult c;
@@ -401,8 +407,7 @@ CheckResult check_run(const Run& run) {
           if (!got && digest != mine.crc32.end() && p.has_grad) {
             const bool same = crc32_of(p.grad.data(), static_cast<size_t>(p.grad.size())) == digest->second;
             CmpResult c = digest_row(p.name, p.grad.size(), same);
-            line.grads.add(c);
-            line.rank_grads[static_cast<size_t>(r)].add(c);
+            count(line.grads, line.rank_grads, r, c);
             if (!same) {
               found.digest_differs("grad", step, r, p.name, res.order_known, &res.first_divergence);
               continue;
@@ -420,8 +425,7 @@ CheckResult check_run(const Run& run) {
             continue;
           }
           CmpResult c = compare(p.name, got->data, p.grad.data());
-          line.grads.add(c);
-          line.rank_grads[static_cast<size_t>(r)].add(c);
+          count(line.grads, line.rank_grads, r, c);
           rows.push_back(c);
         }
         found.grads_vs_prediction(step, r, rows, res.order_known, &res.first_divergence);
@@ -467,8 +471,7 @@ CheckResult check_run(const Run& run) {
         if (!got) {  // a digest
           const bool same = crc32_of(after[i].data(), static_cast<size_t>(after[i].size())) == mine.crc32.at("param_after/" + name);
           CmpResult c = digest_row(name, after[i].size(), same);
-          line.params.add(c);
-          line.rank_params[static_cast<size_t>(r)].add(c);
+          count(line.params, line.rank_params, r, c);
           if (same) {
             fill_in(mine, "param_after/" + name, m.params[i].shape, after[i].data(), static_cast<size_t>(after[i].size()));
             rows.push_back(c);
@@ -478,8 +481,7 @@ CheckResult check_run(const Run& run) {
           continue;
         }
         CmpResult c = compare(name, got->data, after[i].data());
-        line.params.add(c);
-        line.rank_params[static_cast<size_t>(r)].add(c);
+        count(line.params, line.rank_params, r, c);
         rows.push_back(c);
       }
       if (stepped) found.step_vs_prediction(step, r, rows, res.step_exact, &res.first_divergence);
