@@ -1,5 +1,6 @@
 // The notebook labs against their notebooks' own PyTorch code (notebooks_ported/*/reference.py and the
 // goldens it wrote), live against the same scripts when torch is importable, on real ranks, and bad input.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -380,6 +381,71 @@ TEST(Notebooks, Lab007ClaimsAreTorchs) {
   }
 }
 
+// The lines of a lab's output, less its title and the lines that say where a part ran.
+std::vector<std::string> numbers_lines(const std::string& out) {
+  std::vector<std::string> lines;
+  size_t start = out.find('\n') + 1;  // the title names the ranks
+  for (size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string l = out.substr(start, nl - start);
+    if (l.rfind("  (simulated in this process:", 0) == 0) continue;
+    for (const std::string tag : {" (simulated by rank 0)"}) {
+      if (const size_t at = l.find(tag); at != std::string::npos) l.erase(at, tag.size());
+    }
+    lines.push_back(l);
+  }
+  return lines;
+}
+
+// Labs 005, 006 and 007 on real Gloo ranks (lab::Group): each rank trains its own replica, the ranks exchange
+// what the lab compares, and rank 0 prints every line the simulator prints at that world size (the simulator
+// itself is torch's: the claims above). A part at another world size is simulated and says so in one line.
+// At --nproc 2, torch's claims are lines of the real ranks' output too.
+TEST(Notebooks, LabsOnRealGlooRanksPrintTheSimulatorsNumbers) {
+  struct Case {
+    std::string lab;
+    int nproc, simulated_parts;
+    std::string golden;  // torch's claims, at world size 2
+  };
+  const std::vector<Case> cases = {
+      {"005_cnn_digits", 2, 0, ""},
+      {"005_cnn_digits", 3, 0, ""},
+      {"006_tiny_gpt", 2, 1, "tests/golden/notebooks/006_tiny_gpt.txt"},  // gradient_as_bucket_view at ws 3
+      {"006_tiny_gpt", 3, 1, ""},                                          // ... and at ws 2
+      {"007_comm_hooks", 2, 2, "tests/golden/notebooks/007_comm_hooks.txt"},  // allreduce_hook and ZeRO at ws 3
+      {"007_comm_hooks", 3, 1, ""},                                            // allreduce_hook at ws 2
+  };
+  for (const Case& c : cases) {
+    const std::string n = std::to_string(c.nproc), bin = "notebooks_ported/" + c.lab + "/" + c.lab;
+    const CommandResult sim = testing::run_command(
+        {"/usr/bin/env", "OPENBLAS_CORETYPE=Prescott", "OPENBLAS_NUM_THREADS=1", bin, "--world-size", n});
+    const CommandResult real = testing::run_command({"/usr/bin/env", "OPENBLAS_CORETYPE=Prescott",
+                                                     "OPENBLAS_NUM_THREADS=1", bin, "--backend", "gloo", "--nproc", n});
+    ASSERT_EQ(sim.status, 0) << c.lab << sim.err;
+    ASSERT_EQ(real.status, 0) << c.lab << " --nproc " << n << ": " << real.err;
+    EXPECT_NE(real.out.find(n + " real gloo ranks (one process each)"), std::string::npos) << real.out;
+    EXPECT_EQ(numbers_lines(real.out), numbers_lines(sim.out)) << c.lab << " --nproc " << n;
+    size_t notes = 0;
+    for (size_t at = 0; (at = real.out.find("\n  (simulated in this process:", at)) != std::string::npos; ++at) ++notes;
+    EXPECT_EQ(notes, static_cast<size_t>(c.simulated_parts)) << real.out;
+    if (!c.golden.empty()) {
+      const auto [matched, total] = claims_found(real.out, c.golden);
+      std::printf("%s --nproc %d: %d/%d of torch's check lines on real Gloo ranks\n", c.lab.c_str(), c.nproc, matched,
+                  total);
+    }
+  }
+}
+
+// Without a GPU, NCCL ranks stop before they start, with CUDA's reason (exit 3); tools/gpu_checks.sh runs them.
+TEST(Notebooks, LabsOnNcclSayWhyWithoutAGpu) {
+  for (const std::string name : {"005_cnn_digits", "006_tiny_gpt", "007_comm_hooks"}) {
+    const CommandResult r = lab(name, {"--backend", "nccl", "--nproc", "2", "--share-gpus", "--nccl-exact"});
+    if (r.status == 0) GTEST_SKIP() << "a GPU is here: tools/gpu_checks.sh runs the labs on NCCL";
+    EXPECT_EQ(r.status, 3) << name << r.err;
+    EXPECT_NE(r.err.find("CUDA"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
 TEST(Notebooks, BadFlags) {
   const std::vector<std::tuple<std::string, std::vector<std::string>, std::string>> cases = {
       {"001_toy_ddp", {"--epochs", "0"}, "--epochs must be in [1, 1000] (got 0)"},
@@ -396,8 +462,13 @@ TEST(Notebooks, BadFlags) {
       // A check each simulated rank makes (here: the Lightning part's shard) is said once, not 64 times.
       {"004_parallelism", {"--world-size", "64"}, "--batch-size 32 is larger than a rank's shard of 16 samples"},
       {"006_tiny_gpt", {"--world-size", "9"}, "--world-size must be in [2, 8] (got 9)"},
-      {"006_tiny_gpt", {"--backend", "gloo"}, "lab 006 runs on the simulator only"},
+      {"006_tiny_gpt", {"--backend", "gloo"}, "no ranks: give --nproc N"},
       {"007_comm_hooks", {"--world-size", "9"}, "--world-size must be in [2, 8] (got 9)"},
+      {"007_comm_hooks", {"--backend", "gloo", "--nproc", "9"}, "--nproc must be in [2, 8] (got 9)"},
+      {"005_cnn_digits", {"--backend", "gloo", "--nproc", "2", "--report", "x.html"},
+       "--report is written by the simulator"},
+      {"005_cnn_digits", {"--backend", "gloo", "--nproc", "2", "--world-size", "3"},
+       "--world-size 3 disagrees with --nproc 2"},
   };
   for (const auto& [which, args, expect] : cases) {
     const CommandResult r = lab(which, args);

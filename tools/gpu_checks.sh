@@ -4,7 +4,8 @@
 # [".gpu"] does). Here:  tools/gpu_checks.sh bundle        There (repo root):  tools/gpu_checks.sh run OUTDIR [steps...]
 # Steps, in this order (the most wanted first): tests (gpu_trainer_test, nccl_test); paths (ddp_verify --backend
 # nccl with the model on the host, --share-gpus --nccl-exact: the CNN, the GPT, a comm hook, ZeRO, Join, world sizes
-# 2-4: every sim-vs-real row exact); faults (timed fault runs, the device trainer at 2, 4, 8); labs; order
+# 2-4: every sim-vs-real row exact); faults (timed fault runs, the device trainer at 2, 4, 8); labs (001-004 on
+# NCCL; 005-007 at 2 ranks print the simulator's every line, at 3 pinned they run); order
 # (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar holding nccl/wsN.json, the goldens of tests/golden/nccl/);
 # check (the machine's torch 2.x DDP over NCCL, 3 ranks sharing the GPU, traced by verify/ddplab_trace.py with the
 # ring pinned and unpinned -> OUTDIR/check_traces.tar; back here: bazel run //verify:ddp_check -- DIR for each);
@@ -15,7 +16,8 @@ set -uo pipefail
 targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_trainer_test //tests:nccl_test //bench:gpu_step
          //notebooks_ported/001_toy_ddp:001_toy_ddp //notebooks_ported/002_checkpoint:002_checkpoint
          //notebooks_ported/003_trainer:003_trainer
-         //notebooks_ported/004_parallelism:004_parallelism)
+         //notebooks_ported/004_parallelism:004_parallelism //notebooks_ported/005_cnn_digits:005_cnn_digits
+         //notebooks_ported/006_tiny_gpt:006_tiny_gpt //notebooks_ported/007_comm_hooks:007_comm_hooks)
 
 case "${1:-}" in
   bundle)
@@ -105,7 +107,15 @@ for s in "${steps[@]}"; do
       step labs 60 ./notebooks_ported/001_toy_ddp/001_toy_ddp --backend nccl --share-gpus --nproc 2
       step labs 60 ./notebooks_ported/002_checkpoint/002_checkpoint --backend nccl --share-gpus --nproc 2
       step labs 60 ./notebooks_ported/003_trainer/003_trainer --backend nccl --share-gpus --nproc 4
-      step labs 60 ./notebooks_ported/004_parallelism/004_parallelism --backend nccl --share-gpus --nproc 2 ;;
+      step labs 60 ./notebooks_ported/004_parallelism/004_parallelism --backend nccl --share-gpus --nproc 2
+      for lab in 005_cnn_digits 006_tiny_gpt 007_comm_hooks; do
+        # 2 ranks add a + b in any order: every line the simulator's (less the title and where-it-ran notes)
+        step labs 60 bash -c 'numbers() { tail -n +2 | grep -v "^  (simulated in this process" |
+          sed "s/ (simulated by rank 0)//"; }
+          diff <("$1" --world-size 2 | numbers) <("$1" --backend nccl --share-gpus --nproc 2 | numbers)' \
+          _ "./notebooks_ported/$lab/$lab"
+        step labs 60 "./notebooks_ported/$lab/$lab" --backend nccl --share-gpus --nccl-exact --nproc 3
+      done ;;
     check)  # python3 there is its torch 2.x; the traces come back for ddp_check (no Bazel there)
       step check 120 env NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=1 NCCL_MAX_NCHANNELS=1 \
         python3 "$root/tests/ddp_check/nccl_mlp.py" --out "$out/check_pinned"

@@ -1,18 +1,20 @@
 // bazel run //notebooks_ported/005_cnn_digits -- a CNN with BatchNorm and Dropout on the 8x8 digits under DDP
-// (simulated ranks): what DDP does to BatchNorm's buffers, what it does not do to Dropout's masks, and the
-// accuracy against one device. Every number is torch's bit for bit (tests/model_ddp_test); the claims are
+// (simulated ranks, or real ones over Gloo/NCCL through lab::Group): what DDP does to BatchNorm's buffers, what
+// it does not do to Dropout's masks, and the accuracy against one device. Every number is torch's bit for bit (tests/model_ddp_test); the claims are
 // checked in PyTorch by reference.py beside this file.
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
 
+#include "notebooks_ported/lab/group.h"
 #include "notebooks_ported/lab/lab.h"
 #include "notebooks_ported/lab/lab_report.h"
 #include "src/compare.h"
 #include "src/ddp/trainer.h"
 #include "src/flags.h"
 #include "src/launch/run_flags.h"
-#include "src/model/norm.h"
+#include "src/launch/runner.h"
 #include "src/report/report.h"
 
 namespace {
@@ -20,11 +22,11 @@ namespace {
 using namespace ddplab;
 
 constexpr const char* kUsage = R"(usage: 005_cnn_digits [flags]
-A CNN (--model cnn: conv, BatchNorm2d, ReLU, max-pool twice, Dropout(0.25), two Linears) on the digits,
-simulated with DDP's semantics. Defaults in brackets.
-  --world-size N   ranks, 2..8 [2]       --epochs E   [1]       --lr LR   SGD, momentum 0.9 [0.05]
+A CNN (--model cnn: conv, BatchNorm2d, ReLU, max-pool twice, Dropout(0.25), two Linears) on the digits under
+DDP: simulated ranks, or real ones (--backend gloo|nccl --nproc N). Defaults in brackets.
+  --epochs E   [1]       --lr LR   SGD, momentum 0.9 [0.05]
   --batch-size B   per rank [32]         --seed S     manual_seed of every rank [12345]
-  --report FILE.html   what it printed, the loss per rank, rank 1 vs rank 0, buffers and Dropout masks per rank
+  --report FILE.html   (sim) what it printed, the loss per rank, rank 1 vs rank 0, buffers and Dropout masks per rank
 )";
 
 ddp::Config base_config(const Flags& flags) {
@@ -32,14 +34,13 @@ ddp::Config base_config(const Flags& flags) {
   c.dataset = ddp::DatasetKind::digits;
   c.model = "cnn";
   c.loss = ddp::LossKind::ce;
-  c.world_size = flags.get_int("world-size", 2, 2, 8);
+  c.world_size = 2;
   c.epochs = flags.get_int("epochs", 1, 1, 100);
   c.lr = flags.get_double("lr", 0.05, 0.0, 10.0);
   c.momentum = 0.9;
   c.batch_size = flags.get_int("batch-size", 32, 2, 187);
   c.seed = static_cast<uint64_t>(flags.get_int("seed", 12345, 0, INT64_MAX));
   c.threads = 1;
-  ddp::validate(c);
   return c;
 }
 
@@ -48,13 +49,12 @@ struct Split {
   bool params_exact = true, buffers_exact = true;
   std::string worst_buffer;
 };
-Split compare_ranks(const ddp::SimResult& res, size_t k) {
+Split compare_ranks(const lab::Trained& t, size_t k) {
   Split s;
-  const auto rows = cmp_models(res.replicas[k]->model, res.replicas[0]->model);
-  const size_t np = res.replicas[0]->model.parameters().size();
+  const auto rows = lab::cmp_states(t.ranks[k], t.ranks[0]);
   double worst = -1;
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (i < np) {
+    if (i < t.ranks[0].num_params) {
       s.params_exact = s.params_exact && rows[i].exact;
     } else if (!rows[i].exact) {
       s.buffers_exact = false;
@@ -67,113 +67,111 @@ Split compare_ranks(const ddp::SimResult& res, size_t k) {
   return s;
 }
 
-const Dropout& dropout_of(const ddp::Replica& rep) {
-  for (size_t i = 0; i < rep.model.size(); ++i) {
-    if (const auto* d = dynamic_cast<const Dropout*>(&rep.model[i])) return *d;
-  }
-  throw std::logic_error("the cnn has no Dropout");
-}
-
-// Lines through lab::print_line: on stdout, and in the --report page's transcript.
-void say(const std::string& text) {
-  size_t start = 0;
-  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
-    lab::print_line(text.substr(start, nl - start));
-  }
-  if (start < text.size()) lab::print_line(text.substr(start));
-}
-
 std::string accuracy(int64_t correct, int64_t total) {
   return fmt::format("{}/{} ({:.2f}%)", correct, total,
                      100.0 * static_cast<double>(correct) / static_cast<double>(total));
 }
 
-int run(int argc, char** argv) {
-  const Flags flags(argc, argv, {"world-size", "epochs", "lr", "batch-size", "seed", "report"});
-  if (flags.help()) {
-    std::printf("%s", kUsage);
-    return 0;
-  }
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  const ddp::Config cfg = base_config(flags);
-  dist::RunFlags sim;  // this lab runs on the simulator only, at its own --world-size
-  sim.backend = dist::Backend::sim;
-  sim.world_size = static_cast<int>(cfg.world_size);
-  lab::LabReport page(flags, sim, argc, argv);  // --report: its path checked now, before the runs
-  say(fmt::format("Lab 005: the digits CNN under DDP, {} simulated ranks\n{}\n", cfg.world_size, ddp::describe(cfg)));
-
-  const ddp::SimResult bb = ddp::simulate(cfg, /*single_device=*/true);
+int body(const lab::Group& g, const ddp::Config& cfg, lab::LabReport& page) {
+  g.say(fmt::format("Lab 005: the digits CNN under DDP, {}\n{}\n", g.describe(cfg.world_size), ddp::describe(cfg)));
+  const auto bb = lab::train(g, cfg, /*single_device=*/true);
   ddp::Config no_bb_cfg = cfg;
   no_bb_cfg.broadcast_buffers = false;
-  const ddp::SimResult no_bb = ddp::simulate(no_bb_cfg, false);
+  const auto no_bb = lab::train(g, no_bb_cfg);
   ddp::Config per_rank_cfg = cfg;
   per_rank_cfg.seed_per_rank = true;
-  const ddp::SimResult per_rank = ddp::simulate(per_rank_cfg, false);
+  const auto per_rank = lab::train(g, per_rank_cfg);
   const size_t last = static_cast<size_t>(cfg.world_size - 1);
 
-  say(fmt::format("\n# 1. BatchNorm's buffers (running_mean, running_var, num_batches_tracked), rank {} vs rank 0\n",
-                  last));
-  const Split a = compare_ranks(bb, last), b = compare_ranks(no_bb, last);
+  g.say(fmt::format("\n# 1. BatchNorm's buffers (running_mean, running_var, num_batches_tracked), rank {} vs rank 0\n",
+                    last));
+  const Split a = compare_ranks(*bb, last), b = compare_ranks(*no_bb, last);
   const auto py = [](bool v) { return v ? "True" : "False"; };
-  say(fmt::format("broadcast_buffers=True (DDP's default): parameters exact: {} | buffers exact: {}\n",
-                  py(a.params_exact), py(a.buffers_exact)));
-  say("  DDP gives every rank rank 0's buffers before each training forward, and again before the\n"
-      "  model.eval() forward: every rank evaluates with the same running statistics.\n");
-  say(fmt::format("broadcast_buffers=False: parameters exact: {} | buffers exact: {}{}\n", py(b.params_exact),
-                  py(b.buffers_exact), b.buffers_exact ? "" : " (" + b.worst_buffer + ")"));
+  g.say(fmt::format("broadcast_buffers=True (DDP's default): parameters exact: {} | buffers exact: {}\n",
+                    py(a.params_exact), py(a.buffers_exact)));
+  g.say("  DDP gives every rank rank 0's buffers before each training forward, and again before the\n"
+        "  model.eval() forward: every rank evaluates with the same running statistics.\n");
+  g.say(fmt::format("broadcast_buffers=False: parameters exact: {} | buffers exact: {}{}\n", py(b.params_exact),
+                    py(b.buffers_exact), b.buffers_exact ? "" : " (" + b.worst_buffer + ")"));
   std::string line =
       "  the all-reduce keeps the parameters equal, but each rank's running statistics average only the\n"
       "  batches it saw. Test accuracy per rank:";
-  for (size_t r = 0; r < no_bb.test_correct.size(); ++r) {
-    line += fmt::format(" rank {} {}{}", r, accuracy(no_bb.test_correct[r], no_bb.test_size),
-                        r + 1 < no_bb.test_correct.size() ? "," : "\n");
+  for (size_t r = 0; r < no_bb->ranks.size(); ++r) {
+    line += fmt::format(" rank {} {}{}", r, accuracy(no_bb->ranks[r].test_correct, no_bb->test_size),
+                        r + 1 < no_bb->ranks.size() ? "," : "\n");
   }
-  say(line);
+  g.say(line);
 
-  say("\n# 2. Dropout's masks in the last training step (1 = kept and scaled by 1/(1-p), 0 = dropped)\n");
+  g.say("\n# 2. Dropout's masks in the last training step (1 = kept and scaled by 1/(1-p), 0 = dropped)\n");
   const auto show = [](const std::vector<float>& m) {
     std::string s;
     for (size_t i = 0; i < 24 && i < m.size(); ++i) s += m[i] != 0.0f ? '1' : '0';
     return s;
   };
-  for (const auto* run : {&bb, &per_rank}) {
-    const bool alike = run == &bb;
-    const auto& m0 = dropout_of(*run->replicas[0]).last_mask();
-    const auto& mk = dropout_of(*run->replicas[last]).last_mask();
+  for (const lab::Trained* run : {bb.get(), per_rank.get()}) {
+    const bool alike = run == bb.get();
+    const auto& m0 = run->ranks[0].mask;
+    const auto& mk = run->ranks[last].mask;
     size_t differ = 0;
     for (size_t i = 0; i < m0.size() && i < mk.size(); ++i) differ += m0[i] != mk[i];
-    say(fmt::format("{}: rank 0 {}... | rank {} {}... | {} of {} mask elements differ\n",
-                    alike ? "every rank manual_seed(seed)" : "--seed-per-rank (manual_seed(seed + rank))", show(m0),
-                    last, show(mk), differ, m0.size()));
-    say(fmt::format("  parameters exact across ranks: {}\n", py(compare_ranks(*run, last).params_exact)));
+    g.say(fmt::format("{}: rank 0 {}... | rank {} {}... | {} of {} mask elements differ\n",
+                      alike ? "every rank manual_seed(seed)" : "--seed-per-rank (manual_seed(seed + rank))", show(m0),
+                      last, show(mk), differ, m0.size()));
+    g.say(fmt::format("  parameters exact across ranks: {}\n", py(compare_ranks(*run, last).params_exact)));
   }
-  say("  DDP does not touch the masks: ranks seeded alike drop the same units of their (different) batches,\n"
-      "  ranks seeded per rank drop different ones. The parameters agree either way: DDP averages gradients,\n"
-      "  whatever produced them.\n");
+  g.say("  DDP does not touch the masks: ranks seeded alike drop the same units of their (different) batches,\n"
+        "  ranks seeded per rank drop different ones. The parameters agree either way: DDP averages gradients,\n"
+        "  whatever produced them.\n");
 
-  say(fmt::format("\n# 3. Accuracy on the {} held-out digits (model.eval())\n", bb.test_size));
-  say(fmt::format("DDP rank 0: {} | one device on the union of the shards: {}\n",
-                  accuracy(bb.test_correct[0], bb.test_size), accuracy(bb.single_device_test_correct, bb.test_size)));
-  say(
+  g.say(fmt::format("\n# 3. Accuracy on the {} held-out digits (model.eval())\n", bb->test_size));
+  g.say(fmt::format("DDP rank 0: {} | one device on the union of the shards{}: {}\n",
+                    accuracy(bb->ranks[0].test_correct, bb->test_size), g.real() ? " (simulated by rank 0)" : "",
+                    accuracy(bb->single_device_test_correct, bb->test_size)));
+  g.say(
       fmt::format("  the one device normalises each step with the statistics of all {} samples, DDP's BatchNorm with\n"
                   "  each rank's {} (SyncBatchNorm would share them; torch runs it on GPUs only), and its Dropout\n"
                   "  draws other masks: close, not equal.\n",
                   cfg.batch_size * cfg.world_size, cfg.batch_size));
 
-  // --report: the run with DDP's defaults (losses, buckets, rank vs rank 0), and the three runs' buffers and
-  // masks per rank: broadcast or not for the buffers, seeded alike or per rank for the masks.
+  // --report (the simulator only): the run with DDP's defaults (losses, buckets, rank vs rank 0), and the three
+  // runs' buffers and masks per rank: broadcast or not for the buffers, seeded alike or per rank for the masks.
   if (page.active()) {
-    page.add_simulation(cfg, bb);
+    page.add_simulation(cfg, bb->sim);
     lab::record_table(fmt::format("rank {} vs rank 0, broadcast_buffers=True (DDP's default)", last),
-                      cmp_models(bb.replicas[last]->model, bb.replicas[0]->model));
+                      lab::cmp_states(bb->ranks[last], bb->ranks[0]));
     lab::record_table(fmt::format("rank {} vs rank 0, broadcast_buffers=False", last),
-                      cmp_models(no_bb.replicas[last]->model, no_bb.replicas[0]->model));
-    page.add_per_rank("broadcast_buffers=True (DDP's default)", cfg, bb, true, false);
-    page.add_per_rank("broadcast_buffers=False", no_bb_cfg, no_bb, true, false);
-    page.add_per_rank("every rank manual_seed(seed)", cfg, bb, false, true);
-    page.add_per_rank("--seed-per-rank (manual_seed(seed + rank))", per_rank_cfg, per_rank, false, true);
+                      lab::cmp_states(no_bb->ranks[last], no_bb->ranks[0]));
+    page.add_per_rank("broadcast_buffers=True (DDP's default)", bb->cfg, bb->sim, true, false);
+    page.add_per_rank("broadcast_buffers=False", no_bb->cfg, no_bb->sim, true, false);
+    page.add_per_rank("every rank manual_seed(seed)", bb->cfg, bb->sim, false, true);
+    page.add_per_rank("--seed-per-rank (manual_seed(seed + rank))", per_rank->cfg, per_rank->sim, false, true);
   }
-  return page.write();
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  auto known = lab::group_flag_names();
+  for (const char* f : {"epochs", "lr", "batch-size", "seed"}) known.insert(f);
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags());
+  if (flags.help()) {
+    std::printf("%s%s", kUsage, lab::group_usage().c_str());
+    return 0;
+  }
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  const dist::RunFlags run = lab::lab_run_flags(flags);
+  const ddp::Config cfg = lab::group_config(flags, run, base_config(flags));
+  lab::LabReport page(flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
+  const int status = lab::run_group(
+      flags, run, argc, argv,
+      [&](int world_size) {
+        check_range("world size", world_size, 2, 8);
+        return ddp::to_args(dist::ddp_config_for(cfg, world_size));
+      },
+      [&](lab::Group& g) {
+        const ddp::Config mine = g.real() ? dist::ddp_config_for(cfg, g.comm()->world_size()) : cfg;
+        return body(g, mine, page);
+      });
+  return std::max(status, page.write());
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
-// bazel run //notebooks_ported/006_tiny_gpt -- nanoGPT's tiny GPT under DDP (simulated ranks, src/gpt): the tied
-// weight, unused parameters, gradient accumulation, clipping, gradient_as_bucket_view, seeding, and text
-// sampled by every rank. Every number is torch 1.13 DDP's bit for bit (tests/gpt_ddp_test, gpt_sample_test);
-// the "check:" lines are the claims, which reference.py beside this file prints from real torch DDP.
+// bazel run //notebooks_ported/006_tiny_gpt -- nanoGPT's tiny GPT under DDP (simulated or real ranks: lab::Group;
+// src/gpt): the tied weight, unused parameters, gradient accumulation, clipping, gradient_as_bucket_view,
+// seeding, and text sampled by every rank. Every number is torch 1.13 DDP's bit for bit (tests/gpt_ddp_test,
+// gpt_sample_test); the "check:" lines are the claims, which reference.py beside this file prints from real
+// torch DDP.
 #include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
 
+#include "notebooks_ported/lab/group.h"
 #include "notebooks_ported/lab/lab.h"
 #include "notebooks_ported/lab/lab_report.h"
 #include "src/compare.h"
@@ -15,6 +17,7 @@
 #include "src/gpt/output.h"
 #include "src/gpt/sample.h"
 #include "src/gpt/train.h"
+#include "src/launch/runner.h"
 #include "src/report/html_report.h"
 
 namespace {
@@ -23,12 +26,11 @@ using namespace ddplab;
 using namespace ddplab::gpt;
 
 constexpr const char* kUsage = R"(usage: 006_tiny_gpt [flags]
-nanoGPT's GPT (2 layers, 2 heads, n_embd 16, block 8, batch 4 per rank) on GPL-3's bytes under DDP, simulated
-(the ranks are threads of one process; for real Gloo ranks run `ddp_verify --model gpt --backend gloo`).
-Defaults in brackets.
-  --world-size N   ranks, 2..8 [2]     --steps N   optimizer steps per run, 2..20 [4]
-  --seed S         torch.manual_seed [1337]
-  --report FILE.html   what it printed, the loss per rank, the clip norms, the buckets
+nanoGPT's GPT (2 layers, 2 heads, n_embd 16, block 8, batch 4 per rank) on GPL-3's bytes under DDP: on
+simulated ranks, or real ones (--backend gloo|nccl --nproc N; a part at another world size than N is simulated,
+and says so). Defaults in brackets.
+  --steps N        optimizer steps per run, 2..20 [4]     --seed S   torch.manual_seed [1337]
+  --report FILE.html   (sim) what it printed, the loss per rank, the clip norms, the buckets
 )";
 
 RunConfig base_config(const Flags& flags) {
@@ -38,45 +40,17 @@ RunConfig base_config(const Flags& flags) {
   c.gpt.n_embd = 16;
   c.gpt.block_size = 8;
   c.batch_size = 4;
-  c.world_size = flags.get_int("world-size", 2, 2, 8);
+  c.world_size = 2;
   c.steps = flags.get_int("steps", 4, 2, 20);
   c.seed = static_cast<uint64_t>(flags.get_int("seed", 1337, 0, INT64_MAX));
   c.lr = 1e-2;
   return c;
 }
 
-void say(const std::string& text) {
-  size_t start = 0;
-  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
-    lab::print_line(text.substr(start, nl - start));
-  }
-  if (start < text.size()) lab::print_line(text.substr(start));
-}
-
 std::string floats(const std::vector<float>& v) {
   std::string s;
   for (float f : v) s += fmt::format("{}{:.9g}", s.empty() ? "" : " ", f);
   return s;
-}
-
-// simulate_gpt with a count of the all-reduces (one per synchronised backward: each runs every bucket).
-struct Counted {
-  GptSimResult res;
-  int64_t allreduces = 0, buckets_reduced = 0;
-};
-Counted simulate_counted(const RunConfig& cfg, const TextData& data) {
-  Counted out;
-  out.res = simulate_gpt(cfg, data, [&](size_t buckets) {
-    ++out.allreduces;
-    out.buckets_reduced += static_cast<int64_t>(buckets);
-  });
-  return out;
-}
-
-std::vector<float> all_values(const GptRank& r) {
-  std::vector<float> v;
-  for (const Parameter* p : r.params) v.insert(v.end(), p->data(), p->data() + p->numel());
-  return v;
 }
 
 const Parameter& param(const GptRank& r, const std::string& name) {
@@ -123,65 +97,44 @@ std::string escaped(const std::string& s) {
   return o;
 }
 
-int run(int argc, char** argv) {
-  const Flags flags(argc, argv, {"world-size", "steps", "seed", "report", "backend", "nproc"});
-  if (flags.help()) {
-    std::printf("%s", kUsage);
-    return 0;
-  }
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  if (flags.has("backend") || flags.has("nproc")) {
-    throw UsageError(
-        "--backend/--nproc: lab 006 runs on the simulator only (it compares runs rank by rank in one "
-        "process); for the tiny GPT on real Gloo ranks run ddp_verify --model gpt --backend gloo");
-  }
-  RunConfig cfg = base_config(flags);
-  const TextData data = TextData::load(cfg.data);
-  cfg.gpt.vocab_size = data.vocab_size();
-  dist::RunFlags sim;
-  sim.backend = dist::Backend::sim;
-  sim.world_size = static_cast<int>(cfg.world_size);
-  lab::LabReport page(flags, sim, argc, argv);
+int body(const lab::Group& g, const RunConfig& cfg, const TextData& data, lab::LabReport& page) {
   const int64_t ws = cfg.world_size;
-  say(
-      fmt::format("Lab 006: nanoGPT's tiny GPT under DDP, {} simulated ranks (threads of one process; real Gloo "
-                  "ranks: ddp_verify --model gpt --backend gloo)\n{}\n",
-                  ws, describe(cfg)));
+  g.say(fmt::format("Lab 006: nanoGPT's tiny GPT under DDP, {}\n{}\n", g.describe(ws), describe(cfg)));
 
   // ---- 1. the tied weight
-  say("\n# 1. One model, two uses: transformer.wte.weight IS lm_head.weight\n");
-  Counted base = simulate_counted(cfg, data);
-  const GptRank& r0 = *base.res.ranks[0];
+  g.say("\n# 1. One model, two uses: transformer.wte.weight IS lm_head.weight\n");
+  const auto base = lab::train_gpt(g, cfg, data);
+  const GptRank& r0 = base->own();  // the names and buckets are every rank's
   int wte = 0, lm_head = 0;
   for (const Parameter* p : r0.params) {
     wte += p->name == "transformer.wte.weight";
     lm_head += p->name == "lm_head.weight";
   }
-  say(fmt::format("check: parameters(): {} tensors, transformer.wte.weight listed {}, lm_head.weight listed {}",
+  g.say(fmt::format("check: parameters(): {} tensors, transformer.wte.weight listed {}, lm_head.weight listed {}",
                   r0.params.size(), wte, lm_head));
-  say("  one Parameter: the embedding looks rows up in it, the head multiplies by it; the state_dict still has\n"
+  g.say("  one Parameter: the embedding looks rows up in it, the head multiplies by it; the state_dict still has\n"
       "  both keys. Its .grad sums both uses before DDP's hook fires, and the embedding's backward runs last.\n");
-  say("buckets at iteration 0 (parameter order): " + short_names(base.res.buckets_first));
-  say("check: rebuilt buckets (gradient-ready order): " + bucket_names(*r0.reducer, r0.params));
-  say("  wte.weight is last: its gradient is ready only after the embedding's backward, the last op of the\n"
+  g.say("buckets at iteration 0 (parameter order): " + short_names(base->simulated ? base->sim.buckets_first
+                                                                                     : base->log.buckets_first));
+  g.say("check: rebuilt buckets (gradient-ready order): " + bucket_names(*r0.reducer, r0.params));
+  g.say("  wte.weight is last: its gradient is ready only after the embedding's backward, the last op of the\n"
       "  backward. (The whole model is one bucket: 1.13's first rebuilt bucket holds up to 1 MiB.)\n");
 
   // ---- 2. unused parameters
-  say("\n# 2. Unused parameters: an aux head used on steps 0, 2, 4, ... (--aux-head-every 2)\n");
+  g.say("\n# 2. Unused parameters: an aux head used on steps 0, 2, 4, ... (--aux-head-every 2)\n");
   RunConfig aux = cfg;
   aux.gpt.aux_head_every = 2;
-  const GptSimResult err = simulate_gpt(aux, data);
-  if (err.error) {
-    say(fmt::format("check: find_unused_parameters=False: RuntimeError at step {} micro-step {}", err.error->step,
-                    err.error->micro));
-    say("torch 1.13 raises, in the DDP forward of that step (TORCH_DISTRIBUTED_DEBUG=DETAIL names the parameter):");
-    const std::string msg = torch_unused_message(*err.error);
+  const auto err = lab::train_gpt(g, aux, data);
+  if (const auto& e = err->error()) {
+    g.say(fmt::format("check: find_unused_parameters=False: RuntimeError at step {} micro-step {}", e->step, e->micro));
+    g.say("torch 1.13 raises, in the DDP forward of that step (TORCH_DISTRIBUTED_DEBUG=DETAIL names the parameter):");
+    const std::string msg = torch_unused_message(*e);
     size_t start = 0;
     for (size_t nl; (nl = msg.find('\n', start)) != std::string::npos; start = nl + 1) {
-      say("check: torch: " + msg.substr(start, nl - start));
+      g.say("check: torch: " + msg.substr(start, nl - start));
     }
-    say("check: torch: " + msg.substr(start));
-    say("  step 1 left aux_head.weight without a grad, so its bucket never became ready and the reduction\n"
+    g.say("check: torch: " + msg.substr(start));
+    g.say("  step 1 left aux_head.weight without a grad, so its bucket never became ready and the reduction\n"
         "  never finished; DDP notices at the next forward.");
   }
   RunConfig fu = aux;
@@ -191,130 +144,128 @@ int run(int argc, char** argv) {
     one.zero_grad_set_to_none = two.zero_grad_set_to_none = none;
     one.steps = 1;
     two.steps = 2;
-    const GptSimResult a = simulate_gpt(one, data), b = simulate_gpt(two, data);
-    const Parameter &before = param(*a.ranks[0], "aux_head.weight"), &after = param(*b.ranks[0], "aux_head.weight");
+    // Rank 0's (this process's own where it says so).
+    const auto a = lab::train_gpt(g, one, data), b = lab::train_gpt(g, two, data);
+    const Parameter &before = param(a->own(), "aux_head.weight"), &after = param(b->own(), "aux_head.weight");
     const CmpResult c = cmp("aux_head.weight", after.data(), before.data(), after.numel());
     int64_t moved = 0;
     for (int64_t i = 0; i < after.numel(); ++i) moved += after.data()[i] != before.data()[i];
-    say(
+    g.say(
         fmt::format("check: find_unused_parameters=True zero_grad(set_to_none={}): step 1: aux_head.weight.grad {}, "
                     "unchanged by optimizer.step: {}",
                     none ? "True" : "False", after.has_grad ? "zeros" : "None", moved == 0 ? "True" : "False"));
-    say(fmt::format("  aux_head.weight[0, :3] after step 0: {} | after step 1: {} | {} of {} values moved, maxdiff {}",
+    g.say(fmt::format("  aux_head.weight[0, :3] after step 0: {} | after step 1: {} | {} of {} values moved, maxdiff {}",
                     floats({before.data()[0], before.data()[1], before.data()[2]}),
                     floats({after.data()[0], after.data()[1], after.data()[2]}), moved, after.numel(),
                     python_float_repr(c.maxdiff)));
   }
-  say("  set_to_none=True (nanoGPT's, 2.x's default): the grad stays None and AdamW skips the parameter, no decay.\n"
+  g.say("  set_to_none=True (nanoGPT's, 2.x's default): the grad stays None and AdamW skips the parameter, no decay.\n"
       "  set_to_none=False (1.13's default): the grad is zeros, and AdamW still decays the weight and moves it by\n"
       "  the moments of step 0.\n");
 
   // ---- 3. gradient accumulation
-  say("\n# 3. Gradient accumulation: --no-sync 2 (model.no_sync() on every micro-step but the last, loss / 2)\n");
+  g.say("\n# 3. Gradient accumulation: --no-sync 2 (model.no_sync() on every micro-step but the last, loss / 2)\n");
   RunConfig acc = cfg;
   acc.no_sync = 2;
   acc.steps = 3;
-  const Counted ac = simulate_counted(acc, data);
-  say(fmt::format("check: no_sync 2, {} steps: {} micro-steps per rank, {} all-reduces", acc.steps,
-                  acc.steps * acc.no_sync, ac.allreduces));
+  const auto ac = lab::train_gpt(g, acc, data);
+  g.say(fmt::format("check: no_sync 2, {} steps: {} micro-steps per rank, {} all-reduces", acc.steps,
+                    acc.steps * acc.no_sync, ac->allreduces));
   for (int64_t r = 0; r < ws; ++r) {
-    say(fmt::format("check: no_sync 2 losses rank {}: {}", r, floats(ac.res.ranks[size_t(r)]->log.losses)));
+    g.say(fmt::format("check: no_sync 2 losses rank {}: {}", r, floats(ac->ranks[size_t(r)].losses)));
   }
-  say("  the all-reduce runs only in the backward of the last micro-step; the earlier ones add into .grad\n"
+  g.say("  the all-reduce runs only in the backward of the last micro-step; the earlier ones add into .grad\n"
       "  locally. Each micro-loss is divided by 2 before backward, so the sum is the mean of the micro-batches.\n");
 
   // ---- 4. clipping after the all-reduce
-  say("\n# 4. clip_grad_norm_(model.parameters(), 1.0) after the all-reduce\n");
+  g.say("\n# 4. clip_grad_norm_(model.parameters(), 1.0) after the all-reduce\n");
   RunConfig clip = cfg;
   clip.clip_grad_norm = 1.0;
-  const GptSimResult cl = simulate_gpt(clip, data);
+  const auto cl = lab::train_gpt(g, clip, data);
   bool alike = true;
   for (int64_t r = 0; r < ws; ++r) {
-    say(fmt::format("check: clip_grad_norm_ total norm rank {}: {}", r, floats(cl.ranks[size_t(r)]->clip_norms)));
-    alike = alike && cl.ranks[size_t(r)]->clip_norms == cl.ranks[0]->clip_norms;
+    g.say(fmt::format("check: clip_grad_norm_ total norm rank {}: {}", r, floats(cl->ranks[size_t(r)].clip_norms)));
+    alike = alike && cl->ranks[size_t(r)].clip_norms == cl->ranks[0].clip_norms;
   }
-  say(
+  g.say(
       fmt::format("  every rank computed the same total norm: {} (the grads are already averaged, so each rank\n"
                   "  clips the same gradient by the same factor and the replicas stay equal)",
                   alike ? "True" : "False"));
 
   // ---- 5. gradient_as_bucket_view
-  say("\n# 5. gradient_as_bucket_view with zero_grad(set_to_none=False): True vs False\n");
+  g.say("\n# 5. gradient_as_bucket_view with zero_grad(set_to_none=False): True vs False\n");
   for (int64_t w : {int64_t{3}, int64_t{2}}) {
     RunConfig f = cfg, t = cfg;
     f.world_size = t.world_size = w;
     f.zero_grad_set_to_none = t.zero_grad_set_to_none = false;
     t.gradient_as_bucket_view = true;
-    const GptSimResult a = simulate_gpt(t, data), b = simulate_gpt(f, data);
-    const std::vector<float> va = all_values(*a.ranks[0]), vb = all_values(*b.ranks[0]);
+    if (const std::string note = g.simulated_note(w); !note.empty()) g.say(note);
+    const auto a = lab::train_gpt(g, t, data), b = lab::train_gpt(g, f, data);
+    const std::vector<float> va = lab::parameter_values(a->ranks[0]), vb = lab::parameter_values(b->ranks[0]);
     int64_t differ = 0;
     for (size_t i = 0; i < va.size(); ++i) differ += va[i] != vb[i];
-    say(fmt::format("check: ws {} zero_grad zeros: gradient_as_bucket_view True vs False: {} of {} values differ", w,
+    g.say(fmt::format("check: ws {} zero_grad zeros: gradient_as_bucket_view True vs False: {} of {} values differ", w,
                     differ, va.size()));
-    std::vector<CmpResult> rows;
-    for (size_t i = 0; i < a.ranks[0]->params.size(); ++i) {
-      const Parameter &p = *a.ranks[0]->params[i], &q = *b.ranks[0]->params[i];
-      rows.push_back(cmp(p.name, p.data(), q.data(), p.numel()));
-    }
+    const std::vector<CmpResult> rows = lab::cmp_states(a->ranks[0], b->ranks[0]);
     std::string table;
     for (const CmpResult& r : rows) table += short_names(format_cmp(r)) + "\n";
-    if (w == 3) say(table);
+    if (w == 3) g.say(table);
     lab::record_table(fmt::format("ws {}: gradient_as_bucket_view True vs False, zero_grad zeros", w), rows);
   }
-  say("  once the grads alias the bucket, 1.13's Reducer divides the bucket by the world size instead of\n"
+  g.say("  once the grads alias the bucket, 1.13's Reducer divides the bucket by the world size instead of\n"
       "  multiplying by 1/world_size: 1/3 is not exact in float, 1/2 is, so only ws 3 moves bits.\n");
 
   // ---- 6. seeding
-  say("\n# 6. Seeding: torch.manual_seed(seed) on every rank vs nanoGPT's seed + rank\n");
+  g.say("\n# 6. Seeding: torch.manual_seed(seed) on every rank vs nanoGPT's seed + rank\n");
   for (bool per_rank : {false, true}) {
     RunConfig s = cfg;
     s.seed_per_rank = per_rank;
-    for (int64_t r = 0; r < ws; ++r) {
+    const auto lines = g.each_rank(ws, [&](int64_t r) {
       GptRank rk(s, data, r);  // the seed, then the model: the first batch is the next draw
       Generator peek = rk.gen;
       const auto ix =
           peek.randint(static_cast<int64_t>(data.tokens(Split::kTrain).size()) - s.gpt.block_size, s.batch_size);
-      say(fmt::format("check: {} rank {} first batch ix: {}", per_rank ? "seed + rank" : "seed alike", r,
-                      fmt::join(ix, " ")));
-    }
+      return fmt::format("check: {} rank {} first batch ix: {}", per_rank ? "seed + rank" : "seed alike", r,
+                         fmt::join(ix, " "));
+    });
+    for (const std::string& l : lines) g.say(l);
   }
-  say("  seeded alike, every rank trains on the same batches: DDP then averages identical gradients, and\n"
+  g.say("  seeded alike, every rank trains on the same batches: DDP then averages identical gradients, and\n"
       "  the world size buys nothing. nanoGPT seeds 1337 + rank so that each rank draws its own.\n");
 
   // ---- 7. sampling
-  say("\n# 7. Every rank samples from its model with its own generator (nanoGPT's generate, top_k none)\n");
+  g.say("\n# 7. Every rank samples from its model with its own generator (nanoGPT's generate, top_k none)\n");
   RunConfig pr = cfg;
   pr.seed_per_rank = true;
-  GptSimResult per = simulate_gpt(pr, data);
+  const auto per = lab::train_gpt(g, pr, data);
   SampleOptions so;
   so.max_new_tokens = 40;
   const std::vector<int64_t> prompt = data.encode("\n");
-  for (GptSimResult* run : {&base.res, &per}) {
-    const bool alike_run = run != &per;
-    std::vector<std::string> texts;
-    for (int64_t r = 0; r < ws; ++r) {
-      GptRank& rk = *run->ranks[size_t(r)];
-      texts.push_back(data.decode(generate(rk.model, prompt, 1, so, rk.gen)));
-      say(fmt::format("check: sample {} rank {}: {}", alike_run ? "seed alike" : "seed + rank", r,
-                      escaped(texts.back())));
-    }
-    const std::vector<float> v0 = all_values(*run->ranks[0]);
+  for (lab::TrainedGpt* run : {base.get(), per.get()}) {
+    const bool alike_run = run != per.get();
+    const auto lines = g.each_rank(ws, [&](int64_t r) {  // each rank samples from its own model and generator
+      GptRank& rk = run->rank(r);
+      return fmt::format("check: sample {} rank {}: {}", alike_run ? "seed alike" : "seed + rank", r,
+                         escaped(data.decode(generate(rk.model, prompt, 1, so, rk.gen))));
+    });
+    for (const std::string& l : lines) g.say(l);
+    const std::vector<float> v0 = lab::parameter_values(run->ranks[0]);
     bool same_w = true;
-    for (int64_t r = 1; r < ws; ++r) same_w = same_w && all_values(*run->ranks[size_t(r)]) == v0;
-    say(fmt::format("  weights equal on every rank: {}", same_w ? "True" : "False"));
+    for (int64_t r = 1; r < ws; ++r) same_w = same_w && lab::parameter_values(run->ranks[size_t(r)]) == v0;
+    g.say(fmt::format("  weights equal on every rank: {}", same_w ? "True" : "False"));
   }
-  say("  one model on every rank (DDP keeps the weights equal); the text differs only where the generators do.\n");
+  g.say("  one model on every rank (DDP keeps the weights equal); the text differs only where the generators do.\n");
 
   if (page.active()) {
     report::ReportData& d = *page.data();
     d.config = describe(cfg);
     d.loss_x_label = "step";
     for (int64_t r = 0; r < ws; ++r) {
-      d.losses.push_back(report::loss_series(fmt::format("loss, rank {}", r), base.res.ranks[size_t(r)]->log.losses));
+      d.losses.push_back(report::loss_series(fmt::format("loss, rank {}", r), base->ranks[size_t(r)].losses));
     }
     for (int64_t r = 0; r < ws; ++r) {
       svg::Series s =
-          report::loss_series(fmt::format("clip_grad_norm_ total, rank {}", r), cl.ranks[size_t(r)]->clip_norms);
+          report::loss_series(fmt::format("clip_grad_norm_ total, rank {}", r), cl->ranks[size_t(r)].clip_norms);
       s.dashed = true;
       d.losses.push_back(s);
     }
@@ -341,7 +292,34 @@ int run(int argc, char** argv) {
         "The dashed series are clip_grad_norm_'s total norm per rank (section 4's run), the solid "
         "ones the loss per rank (section 1's run).");
   }
-  return page.write();
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  auto known = lab::group_flag_names();
+  for (const char* f : {"steps", "seed"}) known.insert(f);
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags());
+  if (flags.help()) {
+    std::printf("%s%s", kUsage, lab::group_usage().c_str());
+    return 0;
+  }
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  const dist::RunFlags run = lab::lab_run_flags(flags);
+  RunConfig cfg = base_config(flags);
+  const TextData data = TextData::load(cfg.data);
+  cfg.gpt.vocab_size = data.vocab_size();
+  cfg = lab::group_config(flags, run, cfg);
+  lab::LabReport page(flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
+  const int status = lab::run_group(
+      flags, run, argc, argv,
+      [&](int world_size) {
+        check_range("world size", world_size, 2, 8);
+        return ddp::to_args(dist::ddp_config_for(cfg, world_size));
+      },
+      [&](lab::Group& g) {
+        return body(g, g.real() ? dist::ddp_config_for(cfg, g.comm()->world_size()) : cfg, data, page);
+      });
+  return std::max(status, page.write());
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 // bazel run //notebooks_ported/007_comm_hooks -- what DDP's communication hooks do to the bits and to the loss,
-// what ZeroRedundancyOptimizer saves per rank. One small MLP on the simulator (src/ddp/comm_hook.h,
-// src/ddp/zero.h); the lines starting "check:" are claims that reference.py beside this file prints from real
+// what ZeroRedundancyOptimizer saves per rank. One small MLP on simulated or real ranks (lab::Group;
+// src/ddp/comm_hook.h, src/ddp/zero.h); the lines starting "check:" are claims that reference.py beside this file prints from real
 // torch 1.13 (its hooks and ZeroRedundancyOptimizer on Gloo), and tests/notebooks_test finds them here.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
 #include <fmt/format.h>
 
+#include "notebooks_ported/lab/group.h"
 #include "notebooks_ported/lab/lab.h"
 #include "notebooks_ported/lab/lab_report.h"
 #include "src/compare.h"
@@ -14,6 +16,7 @@
 #include "src/ddp/zero.h"
 #include "src/flags.h"
 #include "src/launch/run_flags.h"
+#include "src/launch/runner.h"
 #include "src/report/report.h"
 
 namespace {
@@ -21,11 +24,12 @@ namespace {
 using namespace ddplab;
 
 constexpr const char* kUsage = R"(usage: 007_comm_hooks [flags]
-An MLP 32-64-64-10 (ReLU, MSE, 96 random samples, batch 8 per rank, SGD lr 0.05 momentum 0.9) under DDP on
-the simulator, once per communication hook (none, allreduce, fp16-compress, powersgd rank 1, noop), then with
-ZeroRedundancyOptimizer (SGD momentum and Adam) at world size 3. Defaults in brackets.
-  --world-size N   ranks of the hook runs, 2..8 [2]     --epochs E   [2]
-  --report FILE.html   the transcript, the loss per hook, the compression error per bucket, state per rank
+An MLP 32-64-64-10 (ReLU, MSE, 96 random samples, batch 8 per rank, SGD lr 0.05 momentum 0.9) under DDP,
+once per communication hook (none, allreduce, fp16-compress, powersgd rank 1, noop), then with
+ZeroRedundancyOptimizer (SGD momentum and Adam) at world size 3: on simulated ranks, or real ones (--backend
+gloo|nccl --nproc N; a part at another world size than N is simulated, and says so). Defaults in brackets.
+  --epochs E   [2]
+  --report FILE.html   (sim) the transcript, the loss per hook, the compression error per bucket, state per rank
 )";
 
 const std::vector<std::string> kHooks = {"none", "allreduce", "fp16-compress", "powersgd", "noop"};
@@ -38,54 +42,31 @@ ddp::Config base_config(const Flags& flags) {
   c.batch_size = 8;
   c.lr = 0.05;
   c.momentum = 0.9;
-  c.world_size = flags.get_int("world-size", 2, 2, 8);
+  c.world_size = 2;
   c.epochs = flags.get_int("epochs", 2, 1, 20);
   c.threads = 1;
-  ddp::validate(c);
   return c;
 }
 
-// A run keeps its config: the replicas point into it.
-struct Run {
-  ddp::Config cfg;
-  ddp::SimResult res;
-};
-std::unique_ptr<Run> simulate(const ddp::Config& cfg) {
-  auto r = std::make_unique<Run>();
-  r->cfg = cfg;
-  r->res = ddp::simulate(r->cfg, false);
-  return r;
-}
-std::unique_ptr<Run> with_hook(ddp::Config cfg, const std::string& hook) {
+using Run = lab::Trained;
+std::unique_ptr<Run> with_hook(const lab::Group& g, ddp::Config cfg, const std::string& hook) {
   cfg.comm_hook.name = hook;
   cfg.compare_hook = hook != "none";  // the built-in average of the same gradients, beside the hook's
-  return simulate(cfg);
-}
-
-void say(const std::string& text) {
-  size_t start = 0;
-  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
-    lab::print_line(text.substr(start, nl - start));
-  }
-  if (start < text.size()) lab::print_line(text.substr(start));
+  return lab::train(g, cfg);
 }
 
 // Losses as reference.py prints torch's: float32 values with 9 significant digits.
 std::string g9(float v) { return fmt::format("{:.9g}", static_cast<double>(v)); }
 
-std::vector<float> losses_of(const Run& run, int64_t rank) {
-  std::vector<float> l;
-  for (const ddp::BatchLog& b : run.res.log) {
-    if (b.rank == rank) l.push_back(b.loss);
-  }
-  return l;
-}
+const std::vector<float>& losses_of(const Run& run, int64_t rank) { return run.ranks[static_cast<size_t>(rank)].losses; }
 
-// How many parameter values of model `a` differ (bits) from model `b`'s, of how many, and the largest |diff|.
-CmpResult differ(const Module& a, const Module& b) {
+// How many parameter values of rank state `a` differ (bits) from `b`'s, of how many, and the largest |diff|.
+CmpResult differ(const lab::RankState& a, const lab::RankState& b) {
   CmpResult all;
   all.exact = true;
-  for (const CmpResult& r : cmp_models(a, b)) {
+  const auto rows = lab::cmp_states(a, b);
+  for (size_t i = 0; i < a.num_params; ++i) {
+    const CmpResult& r = rows[i];
     all.numel += r.numel;
     all.num_different += r.num_different;
     all.exact = all.exact && r.exact;
@@ -102,9 +83,9 @@ size_t shown_step(const Run& run) {
 
 const char* py(bool v) { return v ? "True" : "False"; }
 
-void hooks_section(const std::vector<std::unique_ptr<Run>>& runs, lab::LabReport& page) {
+void hooks_section(const lab::Group& g, const std::vector<std::unique_ptr<Run>>& runs, lab::LabReport& page) {
   const int64_t ws = runs[0]->cfg.world_size;
-  say(fmt::format(
+  g.say(fmt::format(
       "\n# 1. What each hook sends, and how far its average is from the built-in one (rank 0, world size {})\n"
       "{:<14} {:>4} {:>6} {:>9} {:>15} {:>13} {:>9}  sent\n",
       ws, "hook", "step", "bucket", "bytes", "values differ", "max |diff|", "max ulps"));
@@ -112,16 +93,16 @@ void hooks_section(const std::vector<std::unique_ptr<Run>>& runs, lab::LabReport
   for (const auto& run : runs) {
     const std::string& hook = run->cfg.comm_hook.name;
     if (hook == "none") {
-      const int64_t n = differ(run->res.replicas[0]->model, run->res.replicas[0]->model).numel;
-      say(fmt::format("{:<14} {:>4} {:>6} {:>9} {:>15} {:>13} {:>9}  float32 x {} (grad * 1/{}, then SUM)\n", hook,
+      const int64_t n = differ(run->ranks[0], run->ranks[0]).numel;
+      g.say(fmt::format("{:<14} {:>4} {:>6} {:>9} {:>15} {:>13} {:>9}  float32 x {} (grad * 1/{}, then SUM)\n", hook,
                       "all", "all", 4 * n, "-", "-", "-", n, ws));
       continue;
     }
     const size_t step = shown_step(*run);
-    const auto& reports = run->res.hook_reports.at(step);
+    const auto& reports = run->hook_reports().at(step);
     for (size_t b = 0; b < reports.size(); ++b) {
       const ddp::HookReport& h = reports[b];
-      say(fmt::format("{:<14} {:>4} {:>6} {:>9} {:>15} {:>13} {:>9}  {}\n", hook, step, b, h.bytes,
+      g.say(fmt::format("{:<14} {:>4} {:>6} {:>9} {:>15} {:>13} {:>9}  {}\n", hook, step, b, h.bytes,
                       fmt::format("{} of {}", h.differ, h.numel), fmt::format("{:.3g}", h.max_abs_diff), h.max_ulps,
                       h.sent));
       const std::string label = fmt::format("{} bucket {}", hook, b);
@@ -131,9 +112,9 @@ void hooks_section(const std::vector<std::unique_ptr<Run>>& runs, lab::LabReport
       diffs.push_back({label, h.max_abs_diff, fmt::format("{:.3g}", h.max_abs_diff), svg::series_colour(colour)});
     }
   }
-  say("  max ulps counts float32 steps: huge where a value is near zero (its neighbours are tiny), so read\n"
+  g.say("  max ulps counts float32 steps: huge where a value is near zero (its neighbours are tiny), so read\n"
       "  it beside max |diff|.\n");
-  say("  allreduce_hook divides each bucket by the world size (div_), the built-in multiplies by 1/world_size:\n"
+  g.say("  allreduce_hook divides each bucket by the world size (div_), the built-in multiplies by 1/world_size:\n"
       "  the same at 2 (a power of two), not always at 3. fp16-compress rounds to float16 at the cast, the\n"
       "  division and every addition of the ring. powersgd sends P and Q (rank 1) for each weight and the\n"
       "  biases as they are. noop sends nothing: its 'average' is each rank's own gradient.\n");
@@ -149,26 +130,26 @@ void hooks_section(const std::vector<std::unique_ptr<Run>>& runs, lab::LabReport
   }
 }
 
-void losses_section(const std::vector<std::unique_ptr<Run>>& runs, lab::LabReport& page) {
-  say("\n# 2. The loss, rank 0, step by step, per hook\n");
+void losses_section(const lab::Group& g, const std::vector<std::unique_ptr<Run>>& runs, lab::LabReport& page) {
+  g.say("\n# 2. The loss, rank 0, step by step, per hook\n");
   std::string head = fmt::format("{:>4}", "step");
   for (const auto& run : runs) head += fmt::format(" {:>14}", run->cfg.comm_hook.name);
-  say(head + "\n");
+  g.say(head + "\n");
   const size_t steps = losses_of(*runs[0], 0).size();
   for (size_t s = 0; s < steps; ++s) {
     std::string line = fmt::format("{:>4}", s);
     for (const auto& run : runs) line += fmt::format(" {:>14}", g9(losses_of(*run, 0)[s]));
-    say(line + "\n");
+    g.say(line + "\n");
   }
   for (const auto& run : runs) {
     std::string line =
         fmt::format("check: ws {} hook {} final loss per rank:", run->cfg.world_size, run->cfg.comm_hook.name);
     for (int64_t r = 0; r < run->cfg.world_size; ++r) line += " " + g9(losses_of(*run, r).back());
-    say(line + "\n");
+    g.say(line + "\n");
     if (page.active()) page.data()->losses.push_back(report::loss_series(run->cfg.comm_hook.name, losses_of(*run, 0)));
   }
   if (page.active()) {
-    page.add_simulation(runs[0]->cfg, runs[0]->res);
+    page.add_simulation(runs[0]->cfg, runs[0]->sim);
     page.data()->losses.erase(page.data()->losses.begin() + static_cast<std::ptrdiff_t>(runs.size()),
                               page.data()->losses.end());  // the hooks' rank-0 curves only
     page.data()->loss_x_label = "step (rank 0's loss, one line per hook)";
@@ -178,42 +159,44 @@ void losses_section(const std::vector<std::unique_ptr<Run>>& runs, lab::LabRepor
   }
 }
 
-void ranks_section(const std::vector<std::unique_ptr<Run>>& runs) {
-  say("\n# 3. Do the ranks still agree? Parameters after training, every rank against rank 0\n");
+void ranks_section(const lab::Group& g, const std::vector<std::unique_ptr<Run>>& runs) {
+  g.say("\n# 3. Do the ranks still agree? Parameters after training, every rank against rank 0\n");
   for (const auto& run : runs) {
     for (int64_t r = 1; r < run->cfg.world_size; ++r) {
-      const CmpResult d = differ(run->res.replicas[static_cast<size_t>(r)]->model, run->res.replicas[0]->model);
-      say(fmt::format("check: ws {} hook {} rank {} vs rank 0: {} of {} parameter values differ\n", run->cfg.world_size,
+      const CmpResult d = differ(run->ranks[static_cast<size_t>(r)], run->ranks[0]);
+      g.say(fmt::format("check: ws {} hook {} rank {} vs rank 0: {} of {} parameter values differ\n", run->cfg.world_size,
                       run->cfg.comm_hook.name, r, d.num_different, d.numel));
     }
   }
-  say("  Every hook that averages leaves every rank with the same bits. noop_hook leaves each rank its own\n"
+  g.say("  Every hook that averages leaves every rank with the same bits. noop_hook leaves each rank its own\n"
       "  gradient: each rank steps its own way and the replicas drift apart (their losses above, too).\n"
       "  That is what DDP's all-reduce is for.\n");
 }
 
-void allreduce_section(const ddp::Config& base) {
-  say("\n# 4. allreduce_hook against no hook: div_(world_size) is not the built-in's multiply by 1/world_size\n");
+void allreduce_section(const lab::Group& g, const ddp::Config& base) {
+  g.say("\n# 4. allreduce_hook against no hook: div_(world_size) is not the built-in's multiply by 1/world_size\n");
   for (const int64_t ws : {2, 3}) {
     ddp::Config c = base;
     c.world_size = ws;
-    const auto none = with_hook(c, "none"), all = with_hook(c, "allreduce");
-    const CmpResult d = differ(all->res.replicas[0]->model, none->res.replicas[0]->model);
-    const ddp::HookReport& first = all->res.hook_reports.at(0).at(0);
-    say(fmt::format("check: ws {} allreduce_hook vs no hook after training: {} of {} parameter values differ\n", ws,
+    if (const std::string note = g.simulated_note(ws); !note.empty()) g.say(note);
+    const auto none = with_hook(g, c, "none"), all = with_hook(g, c, "allreduce");
+    const CmpResult d = differ(all->ranks[0], none->ranks[0]);
+    const ddp::HookReport& first = all->hook_reports().at(0).at(0);
+    g.say(fmt::format("check: ws {} allreduce_hook vs no hook after training: {} of {} parameter values differ\n", ws,
                     d.num_different, d.numel));
-    say(
+    g.say(
         fmt::format("  bitwise equal: {} | max |diff| {} | the first step's bucket: {} of {} averaged gradients\n"
                     "  differ from the built-in's (max {} ulps)\n",
                     py(d.exact), python_float_repr(d.maxdiff), first.differ, first.numel, first.max_ulps));
   }
-  say("  g / 2 and g * 0.5 are the same float; g / 3 and g * float(1/3) differ in the last bit for many g.\n"
+  g.say("  g / 2 and g * 0.5 are the same float; g / 3 and g * float(1/3) differ in the last bit for many g.\n"
       "  Summed over the ranks, a last-bit difference is many ulps of a sum that cancels to near zero. The\n"
       "  weights then differ from the first step on, a little (the max |diff| above).\n");
 }
 
-void zero_section(const ddp::Config& base, lab::LabReport& page) {
-  say("\n# 5. ZeroRedundancyOptimizer: optimizer state per rank, world size 3\n");
+void zero_section(const lab::Group& g, const ddp::Config& base, lab::LabReport& page) {
+  g.say("\n# 5. ZeroRedundancyOptimizer: optimizer state per rank, world size 3\n");
+  if (const std::string note = g.simulated_note(3); !note.empty()) g.say(note);
   std::vector<svg::BarItem> bars;
   for (const bool adam : {false, true}) {
     ddp::Config c = base;
@@ -221,19 +204,20 @@ void zero_section(const ddp::Config& base, lab::LabReport& page) {
     c.optimizer = adam ? ddp::OptimizerKind::adam : ddp::OptimizerKind::sgd;
     c.lr = adam ? 0.01 : 0.05;
     c.momentum = adam ? 0.0 : 0.9;
-    const auto plain = simulate(c);
+    const auto plain = lab::train(g, c);
     c.zero = true;
-    const auto zero = simulate(c);
+    const auto zero = lab::train(g, c);
     std::vector<int64_t> state;
-    for (const auto& rep : zero->res.replicas) state.push_back(rep->optimizer->state_numel());
-    const auto& z = dynamic_cast<const ddp::ZeroRedundancyOptimizer&>(*zero->res.replicas[0]->optimizer);
+    for (const lab::RankState& r : zero->ranks) state.push_back(r.optimizer_state_numel);
+    // The partition is the same on every rank: this process's own optimizer has it.
+    const auto& z = dynamic_cast<const ddp::ZeroRedundancyOptimizer&>(*zero->own().optimizer);
     const std::string what = adam ? "Adam lr 0.01" : "SGD lr 0.05 momentum 0.9";
-    say(fmt::format("{}:\n{}", what, ddp::zero_block(z.params(), z.partition(), state)));
-    const int64_t full = plain->res.replicas[0]->optimizer->state_numel();
+    g.say(fmt::format("{}:\n{}", what, ddp::zero_block(z.params(), z.partition(), state)));
+    const int64_t full = plain->ranks[0].optimizer_state_numel;
     std::string line = fmt::format("check: ZeroRedundancyOptimizer {} ws 3: state floats per rank", what);
     for (const int64_t s : state) line += fmt::format(" {}", s);
-    const CmpResult d = differ(zero->res.replicas[0]->model, plain->res.replicas[0]->model);
-    say(line + fmt::format(" | plain DDP {} on every rank | parameters bitwise plain DDP's: {}\n", full, py(d.exact)));
+    const CmpResult d = differ(zero->ranks[0], plain->ranks[0]);
+    g.say(line + fmt::format(" | plain DDP {} on every rank | parameters bitwise plain DDP's: {}\n", full, py(d.exact)));
     for (size_t r = 0; r < state.size(); ++r) {
       bars.push_back({fmt::format("{}: plain DDP, rank {}", adam ? "Adam" : "SGD", r), static_cast<double>(full),
                       fmt::format("{} floats ({} B)", full, 4 * full), "#8c8c8c"});
@@ -241,7 +225,7 @@ void zero_section(const ddp::Config& base, lab::LabReport& page) {
                       fmt::format("{} floats ({} B)", state[r], 4 * state[r]), svg::series_colour(adam ? 1 : 0)});
     }
   }
-  say("  Each parameter is stepped by one rank with the plain optimizer's arithmetic, then broadcast from it:\n"
+  g.say("  Each parameter is stepped by one rank with the plain optimizer's arithmetic, then broadcast from it:\n"
       "  the same bits as plain DDP, with each rank holding only its shard's momentum (or Adam's two moments).\n"
       "  The partition is greedy by whole tensors, largest first: lumpy when one tensor dominates.\n");
   if (page.active()) {
@@ -253,28 +237,41 @@ void zero_section(const ddp::Config& base, lab::LabReport& page) {
   }
 }
 
+int body(const lab::Group& g, const ddp::Config& cfg, lab::LabReport& page) {
+  g.say(fmt::format("Lab 007: communication hooks and ZeroRedundancyOptimizer, {}\n{}\n",
+                    g.describe(cfg.world_size), ddp::describe(cfg)));
+  std::vector<std::unique_ptr<Run>> runs;
+  for (const std::string& hook : kHooks) runs.push_back(with_hook(g, cfg, hook));
+  hooks_section(g, runs, page);
+  losses_section(g, runs, page);
+  ranks_section(g, runs);
+  allreduce_section(g, cfg);
+  zero_section(g, cfg, page);
+  return 0;
+}
+
 int run(int argc, char** argv) {
-  const Flags flags(argc, argv, {"world-size", "epochs", "report"});
+  auto known = lab::group_flag_names();
+  known.insert("epochs");
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags());
   if (flags.help()) {
-    std::printf("%s", kUsage);
+    std::printf("%s%s", kUsage, lab::group_usage().c_str());
     return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  const ddp::Config cfg = base_config(flags);
-  dist::RunFlags sim;  // the simulator only: the lab compares every rank's state in one process
-  sim.backend = dist::Backend::sim;
-  sim.world_size = static_cast<int>(cfg.world_size);
-  lab::LabReport page(flags, sim, argc, argv);
-  say(fmt::format("Lab 007: communication hooks and ZeroRedundancyOptimizer, {} simulated ranks\n{}\n", cfg.world_size,
-                  ddp::describe(cfg)));
-  std::vector<std::unique_ptr<Run>> runs;
-  for (const std::string& hook : kHooks) runs.push_back(with_hook(cfg, hook));
-  hooks_section(runs, page);
-  losses_section(runs, page);
-  ranks_section(runs);
-  allreduce_section(cfg);
-  zero_section(cfg, page);
-  return page.write();
+  const dist::RunFlags run = lab::lab_run_flags(flags);
+  const ddp::Config cfg = lab::group_config(flags, run, base_config(flags));
+  lab::LabReport page(flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
+  const int status = lab::run_group(
+      flags, run, argc, argv,
+      [&](int world_size) {
+        check_range("world size", world_size, 2, 8);
+        return ddp::to_args(dist::ddp_config_for(cfg, world_size));
+      },
+      [&](lab::Group& g) {
+        return body(g, g.real() ? dist::ddp_config_for(cfg, g.comm()->world_size()) : cfg, page);
+      });
+  return std::max(status, page.write());
 }
 
 }  // namespace

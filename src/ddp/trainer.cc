@@ -37,6 +37,7 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
       broadcast_buffers(comm, rep, cfg.join ? comm.world_size() - 1 : 0);
     }
     res.test_correct = test_correct(cfg, rep.model, test);
+    res.test_size = test.size();
   }
   return res;
 }

@@ -53,6 +53,7 @@ struct RankResult {
   std::vector<BatchLog> log;
   int64_t optimizer_steps = 0;
   int64_t test_correct = -1;  // --dataset digits only
+  int64_t test_size = 0;
   double train_seconds = 0;   // wall time of the training loop only (no data, model or connection setup)
   std::vector<std::vector<HookReport>> hook_reports;  // --comm-hook: [synchronised step][bucket]
 };
