@@ -76,7 +76,8 @@ def parser():
     ap.add_argument('--world-size', type=int, default=2)
     ap.add_argument('--layers', type=layers_flag, default=[6, 4, 2])
     ap.add_argument('--activation', choices=['none', 'relu'], default='none')
-    ap.add_argument('--loss', choices=['mse', 'ce'], default='mse')
+    # ce-probs: F.cross_entropy with float targets (the random dataset's y as class probabilities)
+    ap.add_argument('--loss', choices=['mse', 'ce', 'ce-probs'], default='mse')
     ap.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd')
     ap.add_argument('--lr', type=float, default=0.01)
     ap.add_argument('--momentum', type=float, default=0.0)  # SGD only; ignored by Adam
@@ -96,6 +97,8 @@ def parser():
     ap.add_argument('--epochs', type=int, default=1)
     ap.add_argument('--bucket-cap-mb', type=float, default=25.0)
     ap.add_argument('--no-sync', type=int, default=1)
+    # How the micro-batch losses reach .grad: loss.backward() on each (sum), or (loss / K).backward() (divide)
+    ap.add_argument('--no-sync-loss', choices=['sum', 'divide'], default='sum')
     ap.add_argument('--init', choices=['same', 'per-rank'], default='same')
     # torch.distributed.optim.ZeroRedundancyOptimizer over ddp.parameters() (its defaults), the same optimizer class
     # and arguments; the dump then has "zero": each rank's partition (names) and optimizer state (floats).
@@ -195,7 +198,7 @@ def make_dataset(a):
         for _ in range(a.samples):
             x = torch.randn(n_in)
             y = torch.randn(n_out)
-            t = y if a.loss == 'mse' else torch.tensor(int(torch.argmax(y)), dtype=torch.int64)
+            t = y if a.loss in ('mse', 'ce-probs') else torch.tensor(int(torch.argmax(y)), dtype=torch.int64)
             items.append((x, t))
     else:
         # Notebook 001's toy problem: two clusters in 2-D.
@@ -277,13 +280,14 @@ def write_json_atomic(path, doc):
 def run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses):
     for b, (x, t) in enumerate(batches):
         sync = (b + 1) % a.no_sync == 0 or b == len(batches) - 1
+        scale = a.no_sync if a.no_sync_loss == 'divide' else None
         if sync:
             loss = loss_fn(ddp(x), t)
-            loss.backward()
+            (loss / scale if scale else loss).backward()
         else:
             with ddp.no_sync():
                 loss = loss_fn(ddp(x), t)
-                loss.backward()
+                (loss / scale if scale else loss).backward()
         if sync:
             opt.step()
             opt.zero_grad(set_to_none=True)

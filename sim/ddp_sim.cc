@@ -77,7 +77,7 @@ int run(int argc, char** argv) {
   }
 
   cfg.compare_hook = explain || !report_path.empty();
-  fmt::print("ddp_sim: {}\n", ddp::describe(cfg));
+  fmt::print("ddp_sim: {}\n{}", ddp::describe(cfg), ddp::describe_notes(cfg));
   std::string explanation;
   report::ReportData page;
   ddp::SimHooks hooks;

@@ -88,9 +88,13 @@ def parser():
     add('--batch-size', type=int, default=4)
     add('--world-size', type=int, default=2)
     add('--seed', type=int, default=1337)
-    add('--seed-per-rank', type=bool_flag, nargs='?', const=True, default=False)  # bare or true|false
+    # nanoGPT's DDP run seeds 1337 + rank (seed_offset); the goldens written before this default record
+    # seed_per_rank: false in their config.
+    add('--seed-per-rank', type=bool_flag, nargs='?', const=True, default=True)  # bare or true|false
     add('--steps', type=int, default=4)
     add('--no-sync', type=int, default=1)
+    # train.py's loss = loss / gradient_accumulation_steps (divide), or loss.backward() on each micro-step (sum)
+    add('--no-sync-loss', choices=['sum', 'divide'], default='divide')
     add('--eval-every', type=int, default=0)
     add('--eval-iters', type=int, default=2)
     add('--optimizer', choices=['adamw'], default='adamw')
@@ -157,7 +161,7 @@ def parse(argv):
 def config_doc(a):
     d = {k: v for k, v in vars(a).items() if k not in ('dump_params', 'single')}
     # The ZeRO/Join flags only when given (so that the goldens written before them stay byte-identical).
-    for k, default in (('zero', False), ('uneven', 0), ('join', False)):
+    for k, default in (('zero', False), ('uneven', 0), ('join', False), ('no_sync_loss', 'divide')):
         if d[k] == default:
             del d[k]
     d['betas'] = list(a.betas)
@@ -320,7 +324,8 @@ def train(rank, a, data, model, ddp, rec, broadcasts):
                         raise
                     bcast.append(broadcasts['n'] - nb)
                     losses.append(f32(loss.item()))
-                    loss = loss / K
+                    if a.no_sync_loss == 'divide':
+                        loss = loss / K
                     where['phase'] = 'get_batch'
                     # Prefetch: after the forward, before the backward (nanoGPT's order of generator draws).
                     x, y, _ = data.get_batch('train', a.batch_size, a.block_size)

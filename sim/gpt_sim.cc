@@ -26,7 +26,7 @@ int run_gpt_sim(const Flags& flags, ddp::Config cfg) {
   const TextData data = TextData::load(cfg.data);
   data.check_batch_shape(cfg.batch_size, cfg.gpt.block_size);
   cfg.gpt.vocab_size = data.vocab_size();
-  fmt::print("ddp_sim: {}\n", ddp::describe(cfg));
+  fmt::print("ddp_sim: {}\n{}", ddp::describe(cfg), ddp::describe_notes(cfg));
   fmt::print("data: {} (vocabulary of {} bytes; train {} tokens, val {})\n", cfg.data, data.vocab_size(),
              data.tokens(Split::kTrain).size(), data.tokens(Split::kVal).size());
   const gpt::GptSimResult res = gpt::simulate_gpt(cfg, data);

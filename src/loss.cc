@@ -9,7 +9,7 @@
 
 namespace ddplab {
 
-LossResult mse_loss(const Matrix& input, const Matrix& target) {
+LossResult mse_loss(const Matrix& input, const Matrix& target, float grad_output) {
   if (input.rows() != target.rows() || input.cols() != target.cols()) {
     throw std::invalid_argument("mse_loss: input and target shapes differ");
   }
@@ -21,6 +21,8 @@ LossResult mse_loss(const Matrix& input, const Matrix& target) {
   LossResult r;
   r.loss = sum / static_cast<float>(diff.size());
   r.grad = diff * static_cast<float>(2.0 / static_cast<double>(diff.size()));
+  // mse_backward's norm * (input - target) * grad_output, left to right (grad_output 1: the same bits).
+  if (grad_output != 1.0f) r.grad *= grad_output;
   return r;
 }
 
@@ -98,7 +100,7 @@ LossResult cross_entropy(const Matrix& input, const std::vector<int64_t>& target
   return r;
 }
 
-LossResult cross_entropy_probs(const Matrix& input, const Matrix& target) {
+LossResult cross_entropy_probs(const Matrix& input, const Matrix& target, float grad_output) {
   if (input.rows() != target.rows() || input.cols() != target.cols()) {
     throw std::invalid_argument("cross_entropy: probability targets must have the input's shape");
   }
@@ -113,9 +115,9 @@ LossResult cross_entropy_probs(const Matrix& input, const Matrix& target) {
   LossResult r;
   r.loss = -sum / static_cast<float>(batch);
 
-  // Autograd's chain: DivBackward (1 / batch), NegBackward, SumBackward (expand), MulBackward (* target),
-  // then the log_softmax backward.
-  const float g = -(1.0f / static_cast<float>(batch));
+  // Autograd's chain: DivBackward (grad_output / batch), NegBackward, SumBackward (expand), MulBackward
+  // (* target), then the log_softmax backward.
+  const float g = -(grad_output / static_cast<float>(batch));
   const Matrix grad_logp = target * g;
   r.grad.resize(batch, classes);
   log_softmax_backward_lastdim(grad_logp.data(), logp.data(), r.grad.data(), batch, classes);

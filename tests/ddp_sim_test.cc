@@ -2,6 +2,7 @@
 // its trace, its explanation, and every kind of bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -125,6 +126,68 @@ TEST(DdpSim, LiveMseRunIsBitwiseTorchDdp) {
     }
   }
   EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"]));
+}
+
+// --no-sync-loss: the two ways scripts combine a step's micro-batch losses, each bitwise torch's for every loss:
+// loss.backward() on each micro-batch (sum) and (loss / K).backward() (divide; K = 3, whose 1/3 is inexact).
+TEST(DdpSim, LiveNoSyncLossBothWaysAreTorchs) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  for (const char* loss : {"mse", "ce", "ce-probs"}) {
+    for (const char* how : {"sum", "divide"}) {
+      const std::vector<std::string> args = {"--world-size", "3",     "--samples",      "40",  "--batch-size", "2",
+                                             "--layers",     "5,8,4", "--activation",   "relu", "--loss",      loss,
+                                             "--momentum",   "0.9",   "--lr",           "0.05", "--no-sync",   "3",
+                                             "--no-sync-loss", how};
+      const std::string out = testing::temp_dir() + "/torch.json";
+      std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
+      cmd.insert(cmd.end(), args.begin(), args.end());
+      cmd.insert(cmd.end(), {"--dump-params", out});
+      const CommandResult r = testing::run_command(cmd);
+      ASSERT_EQ(r.status, 0) << r.err;
+      const json torch = testing::load_json(out), sim = sim_dump(args);
+      bool same = testing::floats(sim["losses"]) == testing::floats(torch["losses"]);
+      for (size_t k = 0; k < 3; ++k) {
+        for (const auto& [name, want] : torch["replicas"][k].items()) {
+          same = same && testing::floats(sim["replicas"][k][name]) == testing::floats(want);
+        }
+      }
+      std::printf("--loss %-8s --no-sync 3 --no-sync-loss %-6s every parameter and loss bitwise torch's: %s\n", loss,
+                  how, same ? "yes" : "NO");
+      EXPECT_TRUE(same) << loss << " " << how;
+    }
+  }
+}
+
+// What ddp_sim says before it trains: the data a model is made for, how no_sync combines the losses, and
+// when every rank trains on the same batches.
+TEST(DdpSim, DefaultsPortTheScripts) {
+  const CommandResult cnn = testing::run_command({"sim/ddp_sim", "--model", "cnn", "--quiet"});
+  EXPECT_EQ(cnn.status, 0) << cnn.err;  // --model cnn brings the digits
+  EXPECT_NE(cnn.out.find("| ce | sgd"), std::string::npos) << cnn.out;
+  EXPECT_NE(cnn.out.find("digits dataset, 1500 samples"), std::string::npos) << cnn.out;
+  const CommandResult vectors = testing::run_command({"sim/ddp_sim", "--model", "cnn", "--dataset", "random"});
+  EXPECT_EQ(vectors.status, 2);
+  EXPECT_NE(vectors.err.find("this model reads images; add --dataset digits"), std::string::npos) << vectors.err;
+  EXPECT_EQ(std::count(vectors.err.begin(), vectors.err.end(), '\n'), 1) << vectors.err;
+  const CommandResult sum = testing::run_command({"sim/ddp_sim", "--no-sync", "4", "--quiet"});
+  EXPECT_NE(sum.out.find("no_sync 4: loss.backward() on each of a step's 4 micro-batches of 8, so .grad holds the "
+                         "sum of 4 micro-batch gradients: 4 times"),
+            std::string::npos)
+      << sum.out;
+  const CommandResult div =
+      testing::run_command({"sim/ddp_sim", "--no-sync", "4", "--no-sync-loss", "divide", "--quiet"});
+  EXPECT_NE(div.out.find("no_sync 4: (loss / 4).backward() on each"), std::string::npos) << div.out;
+  const CommandResult one = testing::run_command({"sim/ddp_sim", "--quiet"});
+  EXPECT_EQ(one.out.find("no_sync"), one.out.find("no_sync=1")) << "no note without no_sync";
+  const std::vector<std::string> gpt = {"sim/ddp_sim", "--model", "gpt", "--steps", "1", "--n-embd", "8",
+                                        "--block-size", "4", "--quiet"};
+  const CommandResult per_rank = testing::run_command(gpt);
+  EXPECT_EQ(per_rank.status, 0) << per_rank.err;
+  EXPECT_EQ(per_rank.out.find("draws the same batches"), std::string::npos) << "nanoGPT seeds 1337 + rank by default";
+  std::vector<std::string> alike_args = gpt;
+  alike_args.insert(alike_args.end(), {"--seed-per-rank", "false"});
+  const CommandResult alike = testing::run_command(alike_args);
+  EXPECT_NE(alike.out.find("every rank seeds 1337 and draws the same batches"), std::string::npos) << alike.out;
 }
 
 TEST(DdpSim, BroadcastIsWhatMakesPerRankInitsEqual) {

@@ -79,7 +79,8 @@ std::vector<std::string> draw_config(std::mt19937_64& rng, int index) {
   flag("--lr", coin(50) ? "0.001" : "0.003");
   flag("--weight-decay", coin(50) ? "0.1" : "0");
   flag("--bucket-cap-mb", coin(50) ? "25" : "0.01");  // 0.01: several buckets in iteration 0
-  if (coin(50)) a.push_back("--seed-per-rank");
+  flag("--seed-per-rank", coin(50) ? "true" : "false");
+  if (no_sync > 1) flag("--no-sync-loss", coin(50) ? "divide" : "sum");
   return a;
 }
 

@@ -57,6 +57,7 @@ const std::map<std::string, Args>& examples() {
       {"average", {"--average", "postdivide"}},
       {"bucket-cap-mb", {"--bucket-cap-mb", "1"}},
       {"no-sync", {"--no-sync", "2"}},
+      {"no-sync-loss", {"--no-sync", "2", "--no-sync-loss", "divide"}},
       {"allreduce", {"--allreduce", "tree"}},
       {"kernels", {"--kernels", "reference"}},
       {"comm-hook", {"--comm-hook", "fp16-compress"}},
@@ -156,6 +157,7 @@ TEST(NcclRouting, TheDeviceTrainerRefusesInOneLineWhatItDoesNotModel) {
            {{"--comm-hook", "fp16-compress"}, "no hook path"},
            {{"--zero", "true"}, "no ZeroRedundancyOptimizer"},
            {{"--uneven", "1", "--join", "true"}, "has no Join"},
+           {{"--no-sync", "2", "--no-sync-loss", "divide"}, "(got --no-sync-loss divide)"},
        }) {
     const auto r = verify({"--backend", "nccl", "--compute", "device"}, {}, c.args);
     EXPECT_EQ(r.status, 2) << join(c.args, " ") << ": " << r.err;

@@ -78,7 +78,10 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
   auto& comm = rank.comm;
   const auto args = ddp::to_args(cfg);
   const bool quiet = flags.get_bool("quiet", false);
-  if (env.rank == 0) fmt::print("ddp_verify: {} backend, {} ranks | {}\n", backend, env.world_size, ddp::describe(cfg));
+  if (env.rank == 0) {
+    fmt::print("ddp_verify: {} backend, {} ranks | {}\n{}", backend, env.world_size, ddp::describe(cfg),
+               ddp::describe_notes(cfg));
+  }
   std::fflush(stdout);
   // --compute device keeps the model on the GPU (src/nccl/gpu_trainer.h); host (the default) trains on the CPU.
   const bool on_gpu = flags.get_string("compute", "host") == "device";  // checked before the ranks started

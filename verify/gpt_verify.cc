@@ -38,7 +38,10 @@ std::vector<std::vector<float>> gather(comm::Communicator& comm, const std::vect
 int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, dist::Rank& rank) {
   comm::Communicator& comm = *rank.comm;
   const int ws = rank.env.world_size, me_rank = rank.env.rank;
-  if (me_rank == 0) fmt::print("ddp_verify: {} backend, {} ranks | {}\n", rank.backend, ws, ddp::describe(cfg));
+  if (me_rank == 0) {
+    fmt::print("ddp_verify: {} backend, {} ranks | {}\n{}", rank.backend, ws, ddp::describe(cfg),
+               ddp::describe_notes(cfg));
+  }
   std::fflush(stdout);
   gpt::GptRank me(cfg, data, me_rank);
   ddp::init_ddp(cfg, me, [&](ddp::TrainingRank& r) { ddp::broadcast_model(comm, r); });  // DDP(model)

@@ -44,6 +44,7 @@ RunConfig base_config(const Flags& flags) {
   c.steps = flags.get_int("steps", 4, 2, 20);
   c.seed = static_cast<uint64_t>(flags.get_int("seed", 1337, 0, INT64_MAX));
   c.lr = 1e-2;
+  c.seed_per_rank = false;  // every rank seeds alike; section 6 shows nanoGPT's seed + rank beside it
   return c;
 }
 

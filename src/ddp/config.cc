@@ -101,6 +101,7 @@ Config config_from_flags(const Flags& flags) {
   Config c;
   c.model = flags.get_string("model", c.model);
   if (c.is_gpt()) apply_gpt_defaults(c);
+  if (c.model == "cnn") c.dataset = DatasetKind::digits;  // the data it is made for (--dataset still chooses)
   for (const FlagSpec& f : flag_table()) {
     const bool applies = f.applies == Applies::all || (f.applies == Applies::gpt) == c.is_gpt();
     if (applies) {
@@ -217,6 +218,28 @@ std::string describe(const Config& c) {
       c.world_size, model, loss_name(c.loss), opt, dataset_name(c.dataset), c.dataset_size(), c.batch_size, c.shuffle,
       c.drop_last, init_name(c.init), c.broadcast, choice_names().average[static_cast<size_t>(c.average)],
       c.bucket_cap_mb, c.no_sync, collective::algorithm_name(c.allreduce), kernels_name(c.kernels), extra);
+}
+
+std::string describe_notes(const Config& c) {
+  std::string out;
+  if (c.no_sync > 1) {
+    const int64_t k = c.no_sync;
+    out += c.no_sync_loss == NoSyncLoss::sum
+               ? fmt::format("no_sync {0}: loss.backward() on each of a step's {0} micro-batches of {1}, so .grad holds "
+                             "the sum of {0} micro-batch gradients: {0} times the gradient of one batch of {0} x {1} "
+                             "(--no-sync-loss divide: (loss / {0}).backward(), their mean)\n",
+                             k, c.batch_size)
+               : fmt::format("no_sync {0}: (loss / {0}).backward() on each of a step's {0} micro-batches of {1}, so "
+                             ".grad holds their mean: the gradient of one batch of {0} x {1}, up to rounding "
+                             "(--no-sync-loss sum: loss.backward() on each, {0} times as large)\n",
+                             k, c.batch_size);
+  }
+  if (c.is_gpt() && !c.seed_per_rank && c.world_size > 1) {
+    out += fmt::format("every rank seeds {0} and draws the same batches: DDP averages {1} equal gradients, as one "
+                       "rank would (nanoGPT seeds {0} + rank: --seed-per-rank true, the default)\n",
+                       c.seed, c.world_size);
+  }
+  return out;
 }
 
 }  // namespace ddplab::ddp

@@ -35,6 +35,11 @@ InitKind parse_init(const std::string& s);
 // PyTorch's Join tutorial writes it: a rank out of batches goes on into the next epoch).
 enum class JoinScope { epoch, run };  // epoch | run
 
+// How the K micro-batch losses of --no-sync K reach .grad, the two ways scripts write it: sum: loss.backward()
+// on each micro-batch mean (the gradients add up to K times one batch's); divide: (loss / K).backward()
+// (nanoGPT's: the mean over the K micro-batches, one big batch's gradient).
+enum class NoSyncLoss { sum, divide };  // sum | divide
+
 struct Config {
   int64_t world_size = 2;
   // model: "mlp" is an MLP layers[0] -> ... -> layers.back() (state_dict names layers.N), optional ReLU
@@ -67,6 +72,7 @@ struct Config {
   Average average = Average::predivide;
   double bucket_cap_mb = 25.0;
   int64_t no_sync = 1;  // all-reduce every K micro-batches
+  NoSyncLoss no_sync_loss = NoSyncLoss::sum;  // --model gpt: divide (nanoGPT's)
   collective::Algorithm allreduce = collective::Algorithm::ring;
   CommHookOptions comm_hook;  // --comm-hook and --powersgd-*: DDP.register_comm_hook
   // Uneven inputs (src/ddp/join.h): rank r trains on the first B - uneven*r of its B batches per epoch; with
@@ -108,6 +114,10 @@ struct Config {
   int64_t batches_per_epoch() const;          // the DataLoader's batches per rank and epoch (before --uneven);
                                               // gpt: its one "epoch" of steps x no_sync micro-batches
   int64_t epoch_count() const { return is_gpt() ? 1 : epochs; }
+  // d loss for each micro-batch's backward: 1, or 1/K under --no-sync K with --no-sync-loss divide.
+  float micro_batch_grad() const {
+    return no_sync_loss == NoSyncLoss::divide ? 1.0f / static_cast<float>(no_sync) : 1.0f;
+  }
 };
 
 constexpr int64_t kMaxWorldSize = 64;
@@ -129,6 +139,9 @@ std::vector<std::string> to_args(const Config& cfg);
 std::pair<std::string, int64_t> last_parameter(const Config& cfg);
 // One line for a learner: "world_size=2 | MLP 6-4-2 | mse | sgd lr=0.01 | ...".
 std::string describe(const Config& cfg);
+// What describe() cannot say in a word, one line each ("" when nothing): how --no-sync K combines the
+// micro-batch losses, and that every rank trains on the same batches (--model gpt seeded alike).
+std::string describe_notes(const Config& cfg);
 // The usage text of the shared flags.
 const char* config_usage();
 // A default --model gpt Config: nanoGPT's defaults (batch size 4, seed 1337, lr 1e-3, AdamW, GPL-3's text).

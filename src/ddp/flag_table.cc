@@ -30,7 +30,8 @@ const ChoiceNames& choice_names() {
                                 {"initial", "active"},
                                 {"epoch", "run"},
                                 {"zeros", "none"},
-                                {"none", "tanh"}};
+                                {"none", "tanh"},
+                                {"sum", "divide"}};
   return n;
 }
 
@@ -41,6 +42,8 @@ void apply_gpt_defaults(Config& c) {
   c.optimizer = OptimizerKind::adamw;
   c.dataset = DatasetKind::text;
   c.data = kTextDefaultPath;
+  c.seed_per_rank = true;  // train.py under DDP: seed_offset = rank, torch.manual_seed(1337 + seed_offset)
+  c.no_sync_loss = NoSyncLoss::divide;  // train.py: loss = loss / gradient_accumulation_steps
 }
 
 namespace {
@@ -100,7 +103,8 @@ const std::vector<FlagSpec>& flag_table() {
                "model and data (PyTorch's names; defaults in brackets):\n"
                "  --world-size N            replicas / ranks, 1..64 [{def}]\n"),
       {"model",
-       "  --model mlp|cnn|SPEC      mlp: --layers with --activation; cnn: a LeNet-sized net for --dataset digits;\n"
+       "  --model mlp|cnn|SPEC      mlp: --layers with --activation; cnn: a LeNet-sized net on the digits (its\n"
+       "                            default --dataset);\n"
        "                            SPEC: layers in nn.Sequential order with PyTorch's arguments, e.g.\n"
        "                            conv2d(1,8,3,padding=1),batchnorm2d(8),relu,maxpool2d(2),flatten,linear(128,10) "
        "[{def}]\n",
@@ -172,7 +176,7 @@ const std::vector<FlagSpec>& flag_table() {
       {"seed-per-rank",
        "  --seed-per-rank true|false  after DDP(model) each rank calls manual_seed(seed + rank): its Dropout masks\n"
        "                            (and loader draws) differ from the other ranks'; --model gpt: nanoGPT's\n"
-       "                            seed_offset, rank r seeds seed + r before the model [{def}]\n",
+       "                            seed_offset, rank r seeds seed + r before the model ([true] for gpt) [{def}]\n",
        [](const Flags& f, Config& c) { c.seed_per_rank = f.get_bool("seed-per-rank", c.seed_per_rank); },
        [](const Config& c) { return std::string(c.seed_per_rank ? "true" : "false"); }, true},
       choice_flag("average", &Config::average, choice_names().average,
@@ -182,6 +186,10 @@ const std::vector<FlagSpec>& flag_table() {
                   "  --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [{def}]\n"),
       int_flag("no-sync", &Config::no_sync, 1, 1 << 20,
                "  --no-sync K               all-reduce every K micro-batches (no_sync in between) [{def}]\n"),
+      later(choice_flag("no-sync-loss", &Config::no_sync_loss, choice_names().no_sync_loss,
+                        "  --no-sync-loss {choices}  under --no-sync K: loss.backward() on each micro-batch (the K\n"
+                        "                            gradients add up) or (loss / K).backward() (their mean; --model "
+                        "gpt's) [{def}]\n")),
       choice_flag("allreduce", &Config::allreduce, collective::algorithm_names(),
                   "  --allreduce {choices}   the simulator's algorithm; ring "
                   "matches Gloo,\n"
@@ -256,7 +264,8 @@ const std::vector<FlagSpec>& flag_table() {
       only(Applies::gpt,
            {"n-layer",
             "--model gpt (a tiny GPT: karpathy/nanoGPT's model.py and train.py; its defaults: --batch-size 4\n"
-            "  --seed 1337 --lr 0.001 --optimizer adamw --dataset text --data /usr/share/common-licenses/GPL-3):\n"
+            "  --seed 1337 --seed-per-rank true --no-sync-loss divide --lr 0.001 --optimizer adamw --dataset text\n"
+            "  --data /usr/share/common-licenses/GPL-3):\n"
             "  --n-layer L [2]  ",
             [](const Flags& f, Config& c) { c.gpt.n_layer = f.get_int("n-layer", c.gpt.n_layer, 1, 48); },
             [](const Config& c) { return std::to_string(c.gpt.n_layer); }}),
@@ -296,7 +305,7 @@ const std::vector<FlagSpec>& flag_table() {
             [](const Config& c) { return std::to_string(c.gpt.aux_head_every); }}),
       only(Applies::gpt, int_flag("steps", &Config::steps, 0, 1000000,
                                   "  --steps N [{def}] optimizer steps, each of --no-sync K micro-batches (get_batch from "
-                                  "each rank's\n                            generator; loss / K)\n")),
+                                  "each rank's\n                            generator; --no-sync-loss: loss / K)\n")),
       only(Applies::gpt, int_flag("eval-every", &Config::eval_every, 0, 1000000,
                                   "  --eval-every N [0: never]  ")),
       only(Applies::gpt, int_flag("eval-iters", &Config::eval_iters, 1, 10000,

@@ -39,12 +39,13 @@ const std::vector<std::string>& gpt_args_order();
 // The choice flags' names, each list in the order of its enum.
 struct ChoiceNames {
   std::vector<std::string> activation, loss, optimizer, dataset, init, average, join_divide, join_scope, zero_grad,
-      gelu;
+      gelu, no_sync_loss;
 };
 const ChoiceNames& choice_names();
 size_t index_of(const std::vector<std::string>& names, const std::string& s, const char* what);
 
-// nanoGPT's defaults where they differ from the sequential models' (batch size, seed, learning rate, data).
+// nanoGPT's defaults where they differ from the sequential models' (batch size, seed, learning rate, data, and
+// its DDP run's seed_offset and loss / K).
 void apply_gpt_defaults(Config& c);
 
 }  // namespace ddplab::ddp

@@ -81,9 +81,10 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Module& model, int6
 }
 
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx) {
-  if (cfg.loss == LossKind::ce) return cross_entropy(out, data.gather_labels(idx));
-  if (cfg.loss == LossKind::ce_probs) return cross_entropy_probs(out, data.gather_y(idx));
-  return mse_loss(out, data.gather_y(idx));
+  const float g = cfg.micro_batch_grad();  // --no-sync-loss divide: (loss / K).backward()
+  if (cfg.loss == LossKind::ce) return cross_entropy(out, data.gather_labels(idx), g);
+  if (cfg.loss == LossKind::ce_probs) return cross_entropy_probs(out, data.gather_y(idx), g);
+  return mse_loss(out, data.gather_y(idx), g);
 }
 
 Replica::Replica(const Config& c, int64_t r)

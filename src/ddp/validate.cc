@@ -72,7 +72,19 @@ void validate(const Config& c) {
                       fmt::join(c.layers, ",")));
     }
   }
-  const ModelPlan plan = plan_model(c.model_spec(), c.sample_shape());
+  const ModelPlan plan = [&c] {
+    try {
+      return plan_model(c.model_spec(), c.sample_shape());
+    } catch (const UsageError& e) {  // an image model on vectors: name the data it is made for
+      const std::string why = e.what();
+      if (c.dataset != DatasetKind::digits && why.find(", H, W] per sample") != std::string::npos) {
+        throw UsageError(fmt::format("{}: this model reads images; add --dataset digits (the 8x8 digits, [1, 8, 8] "
+                                     "per sample)",
+                                     why));
+      }
+      throw;
+    }
+  }();
   const std::vector<int64_t> want = {c.num_classes()};
   if (plan.shapes.back() != want) {
     throw UsageError(fmt::format("--model: the last layer gives {} values per sample; --dataset {} needs {}",

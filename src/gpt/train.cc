@@ -57,7 +57,7 @@ float GptRank::forward_backward(int64_t /*b*/, int64_t step) {
   batch = data.get_batch(Split::kTrain, gen, cfg.batch_size, cfg.gpt.block_size);
   ready.clear();
   // loss / K: DivBackward hands the loss 1 / K (a float division).
-  model.backward(1.0f / static_cast<float>(cfg.no_sync), ready);
+  model.backward(cfg.micro_batch_grad(), ready);  // nanoGPT's loss / K (or, --no-sync-loss sum, loss)
   return loss;
 }
 

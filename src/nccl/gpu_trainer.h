@@ -38,6 +38,10 @@ inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
     return "--compute device keeps the model on the GPU for --loss mse only (got " + ddp::loss_name(cfg.loss) +
            "); --compute host (the default) runs every loss on NCCL";
   }
+  if (cfg.no_sync > 1 && cfg.no_sync_loss == ddp::NoSyncLoss::divide) {  // its MSE backward seeds d loss = 1
+    return "--compute device backpropagates loss.backward() on each micro-batch only (got --no-sync-loss divide); "
+           "--compute host (the default) runs (loss / K).backward() on NCCL";
+  }
   if (cfg.zero) {  // src/ddp/zero.h steps host parameters; the device graph has no sharded optimizer
     return "--compute device has no ZeroRedundancyOptimizer (--zero true): --compute host (the default) runs it on "
            "NCCL";

@@ -116,6 +116,13 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
           cfg.world_size * cfg.batch_size, cfg.world_size, cfg.world_size,
           power_of_two(cfg.world_size) ? " (exact for a power of two)" : " (rounded: 1/3 is not a binary fraction)",
           collective::algorithm_name(cfg.allreduce));
+      if (cfg.no_sync > 1) {  // the one device accumulates a step's micro-batches as the ranks do
+        out += fmt::format("Under no_sync {0} both take those means for each of a step's {0} micro-batches and add "
+                           "the {0} gradients\nin .grad the same way ({1}).\n",
+                           cfg.no_sync,
+                           cfg.no_sync_loss == ddp::NoSyncLoss::sum ? "loss.backward() on each"
+                                                                    : fmt::format("(loss / {}).backward()", cfg.no_sync));
+      }
     }
   }
   if (!res.test_correct.empty()) {
