@@ -149,6 +149,12 @@ TEST(Verify, ARankThatExitsStopsTheOthersAndNamesIt) {
   EXPECT_NE(r.err.find("rank 1 exited with status 1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("all_reduce #"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 1 exited or hangs"), std::string::npos) << r.err;
+  // One numbering: the injected fault and every survivor name the same collective in the learner's terms.
+  const std::string fault = "rank 1: injected fault: exit at step 1: bucket 0's all-reduce (--fault-at 2";
+  EXPECT_NE(r.err.find(fault), std::string::npos) << r.err;
+  for (const char* survivor : {"rank 0: step 1: bucket 0's all-reduce (all_reduce #", "rank 2: step 1: bucket 0's "}) {
+    EXPECT_NE(r.err.find(survivor), std::string::npos) << survivor << "\n" << r.err;
+  }
   // The timeout is 30 s: 20 s leaves a loaded machine room and still tells the two apart.
   EXPECT_LT(s, 20.0) << "a crashed peer must not cost the whole timeout";
 }

@@ -123,7 +123,7 @@ TEST(Join, WithoutJoinOneLineNamesWhereTorchWouldBlock) {
   EXPECT_EQ(real.status, 1) << real.err;
   EXPECT_LT(s, 10.0) << "timeout 1 s + blame window + the launcher's grace";
   for (const char* want : {"at epoch 0, batch 1 (0-based), rank 2 ran out of batches", "ranks 0,1 block in it",
-                           "here: rank 0: all_reduce", "Timed out waiting 1000ms"}) {
+                           "here: rank 0: step 1: bucket 0's all-reduce (all_reduce #", "Timed out waiting 1000ms"}) {
     EXPECT_NE(real.err.find(want), std::string::npos) << want << "\n" << real.err;
   }
 }

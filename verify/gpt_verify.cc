@@ -49,6 +49,7 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
   ddp::CommunicatorSync over(cfg, comm);
   const auto t0 = std::chrono::steady_clock::now();
   const ddp::TrainLog res = ddp::run_training(cfg, {&me}, over.sync(false));
+  comm.context = "after training";
   const double train_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   // Rank 0 gathers every rank's parameters and logs (every rank ran as many steps).

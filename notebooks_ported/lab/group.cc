@@ -289,6 +289,7 @@ std::unique_ptr<TrainedGpt> train_gpt(const Group& g, const gpt::RunConfig& cfg,
     return inner(reducers, n);
   };
   t->log = ddp::run_training(t->cfg, {t->mine.get()}, sync);
+  comm.context = "after training";
   t->ranks = g.gather(state_of(*t->mine));
   return t;
 }

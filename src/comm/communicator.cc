@@ -29,6 +29,11 @@ void Communicator::broadcast_device(float*, size_t, int) {
   throw CommError(backend() + " backend has no device-resident broadcast");
 }
 
+std::string collective_label(const std::string& name, uint64_t seq, const std::string& context) {
+  if (context.empty()) return name + " #" + std::to_string(seq);
+  return context + " (" + name + " #" + std::to_string(seq) + " on this rank)";
+}
+
 std::vector<std::string> all_gather_strings(Communicator& c, const std::string& mine) {
   const auto n = static_cast<size_t>(c.world_size());
   const uint64_t len = mine.size();

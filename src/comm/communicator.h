@@ -54,7 +54,15 @@ class Communicator {
   virtual void* device_stream() { return nullptr; }
 
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+  // What the caller is doing, in the learner's terms ("step 2: bucket 0's all-reduce"), set before each
+  // collective by the training loop. Backends name it in their errors and the fault injector in its line, so
+  // that a failure and every survivor's report name one collective alike. Empty: the sequence number only.
+  std::string context;
 };
+
+// How an error names a collective: "step 2: bucket 0's all-reduce (all_reduce #40 on this rank)", or
+// "all_reduce #40" without a context.
+std::string collective_label(const std::string& name, uint64_t seq, const std::string& context);
 
 // all_gather of strings of any length (lengths first, then padded payloads).
 std::vector<std::string> all_gather_strings(Communicator& c, const std::string& mine);

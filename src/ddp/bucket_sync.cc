@@ -7,13 +7,16 @@ namespace ddplab::ddp {
 
 std::vector<HookReport> hook_buckets(Reducer& reducer, comm::Communicator& comm, float* flat, size_t num_buckets) {
   std::vector<HookReport> reports;
+  const std::string where = comm.context;  // the caller's "step S: ", if any
   for (size_t j = 0; j < std::min(reducer.num_buckets(), num_buckets); ++j) {
+    comm.context = where + "bucket " + std::to_string(j) + "'s comm hook";
     reducer.prepare_bucket(j, flat);
     GradBucket g = reducer.grad_bucket(j, flat);
     reports.push_back(reducer.comm_hook()->run(g, comm));
     reports.back().numel = g.numel;
     reducer.finalize_bucket(j, flat);
   }
+  comm.context = where;
   return reports;
 }
 

@@ -116,6 +116,10 @@ bool Loop::run(const Round& round) {
     out_.error = pending_;
     return false;
   }
+  if (sync_.at && !running.empty()) {
+    const Slot& s = round.slots[running[0]];
+    sync_.at(s.step, s.b % cfg_.no_sync);
+  }
   if (has_buffers_ && round.syncs_buffers) sync_.sync_state(local_, round.buffer_src, false);
   std::vector<int64_t> union_idx;  // the single device's batch: the running ranks' concatenated
   if (single_) {
@@ -260,6 +264,7 @@ void run_by_epoch(const Config& cfg, const std::vector<TrainingRank*>& local, co
         const bool all_running = std::all_of(round.slots.begin(), round.slots.end(), [](const Slot& s) { return s.active; });
         if (all_running) {  // a real rank that has the batch: its all-reduce fails
           try {
+            if (sync.at) sync.at(round.slots[0].step, b % cfg.no_sync);
             for (TrainingRank* r : local) r->forward_backward(b, round.slots[0].step);
             std::vector<Reducer*> reducers;
             for (TrainingRank* r : local) reducers.push_back(r->reducer.get());

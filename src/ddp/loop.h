@@ -45,6 +45,9 @@ struct LoopSync {
   std::function<void(const std::vector<TrainingRank*>&)> after_step;
   // --uneven without --join, on a real rank that ran out: it must not pair a collective with the others'.
   std::function<void(const std::string& line)> out_of_batches;
+  // Told where the loop is before each round's collectives: the optimizer step (from 0) and the micro-batch
+  // within it. A real rank's communicator names them in its errors (Communicator::context).
+  std::function<void(int64_t step, int64_t micro)> at;
   // Where the local ranks compute side by side between collectives (null: one after the other). Each
   // writes only its own model, generator and log, so the bits do not depend on it.
   ThreadPool* pool = nullptr;

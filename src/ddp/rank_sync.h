@@ -27,6 +27,8 @@ class CommunicatorSync {
   const Config& cfg_;
   comm::Communicator& comm_;
   std::vector<float> buf_;
+  int64_t step_ = 0, micro_ = 0;  // where the loop is (LoopSync::at), for comm_.context
+  std::string where() const;      // "step 3: ", "step 3, micro-batch 1: "
 };
 
 }  // namespace ddplab::ddp

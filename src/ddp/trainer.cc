@@ -28,12 +28,14 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
   const auto t0 = std::chrono::steady_clock::now();
   TrainLog trained = run_training(cfg, {&rep}, over.sync(comm.rank() == 0));
   res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  comm.context = "after training";  // what the caller exchanges next (ddp_verify's gathers)
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
   res.hook_reports = std::move(trained.hook_reports);
   for (auto& e : trained.sampler_indices) res.sampler_indices.push_back(e[0]);
   if (test.size() > 0) {  // DDP(model).eval() forward: the buffers are rank 0's again first
     if (cfg.broadcast_buffers && !rep.model.buffers().empty()) {
+      comm.context = "model.eval(): the buffer broadcast before the test forward";
       broadcast_buffers(comm, rep, cfg.join ? comm.world_size() - 1 : 0);
     }
     res.test_correct = test_correct(cfg, rep.model, test);

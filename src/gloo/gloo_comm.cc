@@ -326,8 +326,8 @@ class GlooComm : public comm::Communicator {
   void run(const char* name, F f) {
     const uint64_t seq = seq_++;
     if (!broken_.empty()) {
-      throw comm::CommError(fmt::format("rank {}: {} #{} refused: the connections were closed after {} failed",
-                                        ctx_->rank, name, seq, broken_));
+      throw comm::CommError(fmt::format("rank {}: {} refused: the connections were closed after {} failed",
+                                        ctx_->rank, comm::collective_label(name, seq, context), broken_));
     }
     const auto start = Clock::now();
     try {
@@ -349,7 +349,8 @@ class GlooComm : public comm::Communicator {
           took >= timeout || why.rfind("Timed out", 0) == 0
               ? fmt::format("after at most {} ms", timeout.count())
               : fmt::format("after {} ms, before its {} ms timeout", took.count(), timeout.count());
-      throw comm::CommError(fmt::format("rank {}: {} failed {}: {} (gloo: {})", ctx_->rank, broken_, when, peers, why));
+      throw comm::CommError(fmt::format("rank {}: {} failed {}: {} (gloo: {})", ctx_->rank,
+                                        comm::collective_label(name, seq, context), when, peers, why));
     }
   }
 

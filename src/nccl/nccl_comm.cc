@@ -168,11 +168,12 @@ class NcclComm : public comm::Communicator {
     nccl_ = nullptr;
     const std::string peers =
         name_silent_peers(*store_, rank_, world_size_, fmt::format("{} #{}", name_, seq_ - 1), blame_window(timeout));
+    const std::string label = comm::collective_label(name_, seq_ - 1, context);
     if (why == "timed out") {
-      throw comm::CommError(fmt::format("rank {}: {} #{} failed after at most {} ms: {} (nccl: no completion)", rank_,
-                                        name_, seq_ - 1, timeout.count(), peers));
+      throw comm::CommError(fmt::format("rank {}: {} failed after at most {} ms: {} (nccl: no completion)", rank_,
+                                        label, timeout.count(), peers));
     }
-    throw comm::CommError(fmt::format("rank {}: {} #{} failed: {} ({})", rank_, name_, seq_ - 1, peers, why));
+    throw comm::CommError(fmt::format("rank {}: {} failed: {} ({})", rank_, label, peers, why));
   }
 
   template <typename Op>
