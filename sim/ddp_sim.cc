@@ -118,7 +118,7 @@ int run(int argc, char** argv) {
   if (res.buckets_rebuilt.empty()) {
     fmt::print("buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True\n");
   } else {
-    fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MB): {}\n",
+    fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MiB): {}\n",
                cfg.bucket_cap_mb, res.buckets_rebuilt);
   }
   for (const std::string& n : res.notes) fmt::print("{}\n", n);

@@ -336,6 +336,11 @@ TEST(DocsCommands, EveryCommandRunsAsDocumented) {
     EXPECT_EQ(r.status, c.expected_status) << c.file << ":" << c.line << ": '" << c.text << "'\nstdout:\n"
                                            << r.out << "\nstderr:\n"
                                            << r.err;
+    if (c.expected_status == 2) {  // bad input: "one clear line naming what is wrong"
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1)
+          << c.file << ":" << c.line << ": '" << c.text << "' refused in more or less than one line:\n"
+          << r.err;
+    }
     for (const std::string& want : c.output) {
       EXPECT_NE(all.find(want), std::string::npos)
           << c.file << ":" << c.line << ": '" << c.text << "' did not print the line the docs show:\n  " << want
@@ -346,6 +351,100 @@ TEST(DocsCommands, EveryCommandRunsAsDocumented) {
   std::printf("ran %d commands in %.1f s\n", ran,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   EXPECT_GT(ran, 10);
+}
+
+// A paragraph of prose (blank lines, headings, list items and table rows start a new one); the fenced blocks
+// after it, up to the next paragraph, belong to it.
+struct Paragraph {
+  std::string file, text;
+  int first = 0, last = 0;  // lines, inclusive
+};
+
+std::vector<Paragraph> paragraphs(const std::string& file) {
+  std::vector<Paragraph> out;
+  std::istringstream in(read_file(file));
+  std::string line;
+  bool in_fence = false, gap = true;  // gap: a blank line or a fenced block since the last prose line
+  int n = 0;
+  const auto start = [&](int at, const std::string& t) { out.push_back({file, t, at, at}); };
+  while (std::getline(in, line)) {
+    ++n;
+    const std::string t = trim(line);
+    if (starts_with(t, "```")) in_fence = !in_fence;
+    if (in_fence || starts_with(t, "```") || t.empty()) {
+      if (!out.empty()) out.back().last = n;
+      gap = true;
+      continue;
+    }
+    const bool new_one = gap || t[0] == '|' || t[0] == '#' || starts_with(t, "- ") || starts_with(t, "**");
+    gap = false;
+    if (new_one) {
+      start(n, t);
+    } else {
+      out.back().text += " " + t;
+      out.back().last = n;
+    }
+  }
+  return out;
+}
+
+// Claims of a refusal that no command here can show, each with why, as (file, a phrase of the paragraph).
+const std::map<std::pair<std::string, std::string>, std::string>& refusal_exempt() {
+  static const std::map<std::pair<std::string, std::string>, std::string> m = {
+      {{"docs/ARCHITECTURE.md", "any other layer is refused"},
+       "design notes; docs/verifier.md shows the refusal as a command"},
+      {{"docs/checking_a_real_run.md", "torch 1.13 refuses `bf16_compress_hook`"}, "PyTorch's refusal, not ddplab's"},
+      {{"docs/checking_a_real_run.md", "`tests/ddp_check_test` runs the learner-style scripts"},
+       "what a test checks: the test runs it"},
+      {{"docs/hooks_zero_join.md", "torch 1.13 refuses it without CUDA"}, "PyTorch's refusal, not ddplab's"},
+      {{"docs/launching_and_stores.md", "different flags are refused"},
+       "needs ranks started by separate commands with different flags; tests/ddp_verify_test runs it"},
+      {{"docs/report.md", "`tests/report_test`"}, "what a test checks: the test runs it"},
+      {{"docs/simulator.md", "crafted files are refused"},
+       "needs a crafted file; tests/safetensors_read_test and safetensors_fuzz_test make them"},
+      {{"docs/simulator.md", "**Checked by**"}, "what the tests check: the tests run it"},
+      {{"docs/trace_format.md", "`DDPTrace()` refuses"},
+       "the recorder inside a Python script; tests/recorder_test runs it"},
+  };
+  return m;
+}
+
+// Every paragraph of README.md and docs/ that says something is refused shows it: an inline command or a fenced
+// block after it that this test runs with a non-zero `# exit N` (the claim about PyTorch and the test
+// descriptions exempt, each with why). docs/development.md's table says what each test checks and is left out.
+TEST(DocsCommands, EveryRefusalClaimIsRun) {
+  std::vector<std::string> misplaced;
+  const std::vector<DocCommand> cmds = all_commands(&misplaced);
+  std::set<std::pair<std::string, std::string>> used;
+  int claims = 0;
+  for (const std::string& f : doc_files()) {
+    if (f == "docs/development.md") continue;
+    for (const Paragraph& p : paragraphs(f)) {
+      std::string lower = p.text;
+      std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+      if (lower.find("refus") == std::string::npos) continue;
+      ++claims;
+      const bool shown = std::any_of(cmds.begin(), cmds.end(), [&](const DocCommand& c) {
+        return c.file == f && c.line >= p.first && c.line <= p.last && c.expected_status != 0 && !exempt().count(c.text);
+      });
+      if (shown) continue;
+      bool excused = false;
+      for (const auto& [key, why] : refusal_exempt()) {
+        if (key.first == f && p.text.find(key.second) != std::string::npos) {
+          used.insert(key);
+          excused = true;
+        }
+      }
+      EXPECT_TRUE(excused) << f << ":" << p.first << ": a refusal the docs claim without a command that shows it "
+                           << "(add one with `# exit 2`, or exempt it with why):\n  " << p.text.substr(0, 300);
+    }
+  }
+  for (const auto& [key, why] : refusal_exempt()) {
+    EXPECT_TRUE(used.count(key)) << "refusal exemption no paragraph needs any more (remove it): " << key.first << ": "
+                                 << key.second;
+  }
+  std::printf("%d paragraphs claim a refusal\n", claims);
+  EXPECT_GT(claims, 10);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // The notebook labs against their notebooks' own PyTorch code (notebooks_ported/*/reference.py and the
 // goldens it wrote), live against the same scripts when torch is importable, on real ranks, and bad input.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -443,6 +445,29 @@ TEST(Notebooks, LabsOnNcclSayWhyWithoutAGpu) {
     EXPECT_EQ(r.status, 3) << name << r.err;
     EXPECT_NE(r.err.find("CUDA"), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+// Lab 004's --part lightning runs the notebook's Lightning code for real in $DDPLAB_TORCH2_VENV (torch 2.x and
+// Lightning) and prints ddp_check's verdict, with a line on why parameters are allclose where gradients are exact.
+// Without that environment it says it skipped, naming the interpreter it looked for.
+TEST(Notebooks, Lab004LightningForReal) {
+  const CommandResult missing = testing::run_command({"/usr/bin/env", "DDPLAB_TORCH2_VENV=/nonexistent/venv",
+                                                      "notebooks_ported/004_parallelism/004_parallelism", "--part",
+                                                      "lightning"});
+  EXPECT_EQ(missing.status, 0) << missing.err;
+  EXPECT_NE(missing.out.find("skipped (/nonexistent/venv/bin/python is absent"), std::string::npos) << missing.out;
+  const char* env = std::getenv("DDPLAB_TORCH2_VENV");
+  const std::string python = std::string(env && *env ? env : "/opt/ddplab-torch2") + "/bin/python";
+  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << python << " is absent: tools/install_deps.sh --with-torch2";
+  const CommandResult r = lab("004_parallelism", {"--part", "lightning"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* want : {"verdict: as-predicted", "summary: grads 64/64 exact", "replicas equal"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  if (r.out.find(" allclose |") != std::string::npos) {
+    EXPECT_NE(r.out.find("Why \"params N/4 exact, M allclose\" while every gradient is exact"), std::string::npos)
+        << r.out;
   }
 }
 

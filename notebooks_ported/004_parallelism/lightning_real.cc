@@ -29,8 +29,16 @@ std::string lightning_real() {
   }
   if (run.status != 0) return text + fmt::format("the run failed (exit status {}): run {} by hand to see why\n", run.status, kScript);
   try {
-    const std::string full = check::format_text(lab::check_traced(run));
+    const check::CheckResult res = lab::check_traced(run);
+    const std::string full = check::format_text(res);
     text += full.substr(full.find("step    0"));
+    // The allclose rows, read here rather than in another page: the gradients are exact; the step is not.
+    if (res.params.allclose > 0 && !res.step_exact) {
+      text += fmt::format(
+          "Why \"params N/4 exact, M allclose\" while every gradient is exact: DDP's part (the averaged gradients) is "
+          "bit for bit, but {}. An allclose parameter is one where that last bit moved.\n",
+          res.step_why);
+    }
   } catch (const std::exception& e) {
     return text + std::string("ddp_check could not read the trace: ") + e.what() + "\n";
   }
