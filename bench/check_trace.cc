@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "src/flags.h"
+#include "src/base/flags.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
 #include "src/device/replica.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
 #include "src/store/open_store.h"

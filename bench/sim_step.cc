@@ -16,7 +16,7 @@
 
 #include "bench/sim_step_measure.h"
 #include "bench/sim_step_torch.h"
-#include "src/parallel.h"
+#include "src/base/parallel.h"
 
 using namespace ddplab;
 using namespace ddplab::bench;

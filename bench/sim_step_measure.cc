@@ -9,9 +9,9 @@
 #include "src/collective/allreduce.h"
 #include "src/ddp/hooked_sync.h"
 #include "src/ddp/trainer.h"
-#include "src/gemm.h"
+#include "src/tensor/gemm.h"
 #include "src/gpt/train.h"
-#include "src/parallel.h"
+#include "src/base/parallel.h"
 
 namespace ddplab::bench {
 

@@ -7,10 +7,10 @@
 
 #include "src/ddp/join.h"
 #include "src/ddp/zero.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/gpt/output.h"
 #include "src/gpt/train.h"
-#include "src/io.h"
+#include "src/base/io.h"
 
 namespace ddplab {
 

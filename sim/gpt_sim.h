@@ -2,7 +2,7 @@
 #pragma once
 
 #include "src/ddp/config.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 
 namespace ddplab {
 

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "src/flags.h"
-#include "src/torch_rng.h"
+#include "src/base/flags.h"
+#include "src/data/torch_rng.h"
 
 namespace {
 

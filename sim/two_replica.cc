@@ -4,11 +4,11 @@
 
 #include <fmt/format.h>
 
-#include "src/compare.h"
+#include "src/base/compare.h"
 #include "src/ddp/two_replica.h"
-#include "src/flags.h"
-#include "src/io.h"
-#include "src/parallel.h"
+#include "src/base/flags.h"
+#include "src/base/io.h"
+#include "src/base/parallel.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "src/nn/attention.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -1,14 +1,14 @@
 // clip_grad_norm_ and norm2 against torch 1.13 (tests/golden/gpt_train/clip_grad.json, made by
 // make_gpt_train_goldens.py): the per-grad norms, the total norm and every clipped gradient, and torch.norm over
 // every tail length, bitwise.
-#include "src/clip_grad.h"
+#include "src/train/clip_grad.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
 
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -12,8 +12,8 @@
 
 #include "src/collective/allreduce.h"
 #include "src/collective/ring.h"
-#include "src/parallel.h"
-#include "src/torch_rng.h"
+#include "src/base/parallel.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::collective {
 namespace {

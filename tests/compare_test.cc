@@ -1,6 +1,6 @@
 // cmp() verdicts against torch.allclose / torch.all(==), and maxdiff printed as Python prints it
 // (tests/golden/compare.json).
-#include "src/compare.h"
+#include "src/base/compare.h"
 
 #include <cmath>
 

@@ -18,7 +18,7 @@
 #include "src/nn/conv2d.h"
 #include "src/nn/conv2d_impl.h"
 #include "src/nn/maxpool2d.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 #include "tests/testing.h"
 
 namespace ddplab::nn {

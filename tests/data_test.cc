@@ -1,5 +1,5 @@
 // DistributedSampler and DataLoader index lists against PyTorch's (tests/golden/sampler.json).
-#include "src/data.h"
+#include "src/data/data.h"
 
 #include <gtest/gtest.h>
 

@@ -59,7 +59,7 @@ TEST(DdpSim, MatchesTorchDdpGoldens) {
 
 // The goldens were written with OpenBLAS pinned to its Prescott kernels and one thread: run alike, every
 // float of every configuration (parameters of every rank, losses) is torch's, the cross-entropy runs
-// included since src/loss.cc follows ATen's log_softmax / nll_loss arithmetic.
+// included since src/train/loss.cc follows ATen's log_softmax / nll_loss arithmetic.
 TEST(DdpSim, GoldensAreBitwiseOnTheirPinnedKernels) {
   setenv("OPENBLAS_CORETYPE", "Prescott", 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);

@@ -20,7 +20,7 @@
 #include "src/ddp/trainer.h"
 #include "src/device/cpu_ops.h"
 #include "src/device/replica.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 #include "tests/testing.h"
 
 namespace ddplab {
@@ -65,7 +65,7 @@ std::vector<float> flat_params(const ddp::RankResult& r) {
   return out;
 }
 
-// The host's last synchronised gradients: zero_grad(set_to_none) keeps .grad's storage (src/tensor.h).
+// The host's last synchronised gradients: zero_grad(set_to_none) keeps .grad's storage (src/tensor/tensor.h).
 std::vector<float> flat_grads(const ddp::RankResult& r) {
   std::vector<float> out;
   for (const Parameter* p : std::as_const(r.replica->model).parameters()) {

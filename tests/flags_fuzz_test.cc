@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "src/ddp/config.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/gpt/train.h"
 #include "tests/fuzz.h"
 

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/ddp/zero.h"
 #include "src/gpt/train.h"
 #include "tests/testing.h"

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "src/gpt/train.h"
-#include "src/text_data.h"
+#include "src/data/text_data.h"
 #include "tests/testing.h"
 
 namespace ddplab::gpt {

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "src/text_data.h"
+#include "src/data/text_data.h"
 #include "tests/testing.h"
 
 namespace ddplab::gpt {

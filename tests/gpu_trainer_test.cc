@@ -11,12 +11,12 @@
 
 #include "src/comm/local_group.h"
 #include "src/ddp/trainer.h"
-#include "src/kernels.h"
+#include "src/tensor/kernels.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/nccl/nccl_backend.h"
 #include "src/store/open_store.h"
 #include "src/store/store.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "src/collective/half.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 #include "tests/testing.h"
 
 namespace ddplab::testing {

@@ -16,9 +16,9 @@
 #include <gtest/gtest.h>
 
 #include "src/ddp/config.h"
-#include "src/flags.h"
-#include "src/io.h"
-#include "src/limits.h"
+#include "src/base/flags.h"
+#include "src/base/io.h"
+#include "src/base/limits.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -1,10 +1,10 @@
 // The Linear kernel tables: reference kernels add in the documented order (inputs where order changes the
 // answer), and both tables compute the same mathematics (allclose on ordinary data).
-#include "src/kernels.h"
+#include "src/tensor/kernels.h"
 
 #include <gtest/gtest.h>
 
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -1,4 +1,4 @@
-// src/nn/ batchnorm, dropout, activations and src/loss.cc's cross-entropy against torch 1.13 on CPU, one
+// src/nn/ batchnorm, dropout, activations and src/train/loss.cc's cross-entropy against torch 1.13 on CPU, one
 // thread: the committed goldens (tests/golden/layers/make_layer_goldens.py) and, where /usr/bin/python3 has
 // torch, the same cases from fresh random values. Each tensor prints whether it is bit for bit torch's and
 // its largest distance in ulps.
@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "src/loss.h"
+#include "src/train/loss.h"
 #include "src/nn/activations.h"
 #include "src/nn/batchnorm.h"
 #include "src/nn/dropout.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "src/kernels.h"
+#include "src/tensor/kernels.h"
 #include "src/model/embedding.h"
 #include "src/model/module.h"
 #include "src/model/residual.h"
-#include "src/nn.h"
+#include "src/model/linear.h"
 #include "src/nn/embedding.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab {
 namespace {

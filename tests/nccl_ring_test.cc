@@ -10,8 +10,8 @@
 
 #include "src/collective/allreduce.h"
 #include "src/collective/nccl_ring.h"
-#include "src/io.h"
-#include "src/torch_rng.h"
+#include "src/base/io.h"
+#include "src/data/torch_rng.h"
 #include "tests/testing.h"
 
 namespace ddplab::collective {

@@ -1,10 +1,10 @@
 // Linear initialisation (bit-exact) and MLP forward/backward with MSE and cross-entropy (allclose)
 // against torch 1.13 (tests/golden/linear_init.json, mlp_grads.json).
-#include "src/nn.h"
+#include "src/model/linear.h"
 
 #include <gtest/gtest.h>
 
-#include "src/loss.h"
+#include "src/train/loss.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -1,13 +1,13 @@
 // SGD, Adam and AdamW updates against torch.optim on fixed parameters and gradients: bitwise
 // (tests/golden/sgd.json, adam.json, gpt_train/adamw.json).
-#include "src/optim.h"
+#include "src/train/optim.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -12,7 +12,7 @@
 #include "src/comm/local_group.h"
 #include "src/ddp/hooks/powersgd.h"
 #include "src/ddp/hooks/powersgd_math.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 #include "tests/testing.h"
 
 namespace ddplab {

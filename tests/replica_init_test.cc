@@ -10,7 +10,7 @@
 
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "src/safetensors.h"
+#include "src/base/safetensors.h"
 #include "tests/testing.h"
 
 namespace ddplab::safetensors_testing {

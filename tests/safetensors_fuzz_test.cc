@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "src/safetensors.h"
+#include "src/base/safetensors.h"
 #include "tests/fuzz.h"
 #include "tests/testing.h"
 

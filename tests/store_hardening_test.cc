@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "src/comm/communicator.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "tests/hardening.h"
 #include "tests/testing.h"
 

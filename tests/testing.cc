@@ -20,7 +20,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "src/compare.h"
+#include "src/base/compare.h"
 
 namespace ddplab::testing {
 

@@ -1,13 +1,13 @@
 // TextData (nanoGPT's byte-level data and get_batch) and Generator::randint against torch 1.13
 // (tests/golden/gpt_train/randint.json, text_data.json, made by make_gpt_train_goldens.py).
-#include "src/text_data.h"
+#include "src/data/text_data.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -1,5 +1,5 @@
 // torch_rng against torch 1.13's own draws (tests/golden/rng.json, made by make_goldens.py).
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 #include <gtest/gtest.h>
 

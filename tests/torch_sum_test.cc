@@ -1,10 +1,10 @@
-// tensor.sum(0) in PyTorch's cascade order (src/torch_sum.h) against torch itself, bit for bit, over row
+// tensor.sum(0) in PyTorch's cascade order (src/tensor/torch_sum.h) against torch itself, bit for bit, over row
 // and column counts that take every branch of SumKernel.cpp (tests/golden/column_sums.json).
-#include "src/torch_sum.h"
+#include "src/tensor/torch_sum.h"
 
 #include <gtest/gtest.h>
 
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 #include "tests/testing.h"
 
 namespace ddplab {

@@ -11,7 +11,7 @@
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
 #include "src/ddp/zero.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "tests/testing.h"
 
 namespace ddplab {

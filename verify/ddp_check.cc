@@ -10,8 +10,8 @@
 #include <string>
 
 #include "src/check/check.h"
-#include "src/flags.h"
-#include "src/io.h"
+#include "src/base/flags.h"
+#include "src/base/io.h"
 
 namespace {
 

@@ -8,12 +8,12 @@
 
 #include <fmt/format.h>
 
-#include "src/compare.h"
+#include "src/base/compare.h"
 #include "src/ddp/rank_sync.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/gpt/output.h"
 #include "src/gpt/train.h"
-#include "src/io.h"
+#include "src/base/io.h"
 #include "src/launch/run_flags.h"
 #include "src/launch/runner.h"
 

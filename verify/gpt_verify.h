@@ -3,7 +3,7 @@
 #pragma once
 
 #include "src/ddp/config.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/launch/run_flags.h"
 
 namespace ddplab {

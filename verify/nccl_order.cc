@@ -19,12 +19,12 @@
 
 #include <fmt/format.h>
 
-#include "src/flags.h"
-#include "src/io.h"
+#include "src/base/flags.h"
+#include "src/base/io.h"
 #include "src/launch/run_flags.h"
 #include "src/launch/runner.h"
 #include "src/nccl/nccl_backend.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 
 #include "notebooks_ported/lab/lab.h"
 #include "notebooks_ported/lab/lab_report.h"
-#include "src/compare.h"
-#include "src/io.h"
+#include "src/base/compare.h"
+#include "src/base/io.h"
 #include "src/launch/runner.h"
 
 namespace {

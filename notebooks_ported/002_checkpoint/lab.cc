@@ -18,13 +18,13 @@
 #include "notebooks_ported/lab/lab_report.h"
 #include "notebooks_ported/lab/seeding.h"
 #include "src/comm/local_group.h"
-#include "src/compare.h"
+#include "src/base/compare.h"
 #include "src/ddp/bucket_sync.h"
-#include "src/io.h"
+#include "src/base/io.h"
 #include "src/launch/runner.h"
-#include "src/loss.h"
-#include "src/optim.h"
-#include "src/safetensors.h"
+#include "src/train/loss.h"
+#include "src/train/optim.h"
+#include "src/base/safetensors.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 #include "notebooks_ported/lab/lab.h"
 #include "notebooks_ported/lab/lab_report.h"
 #include "notebooks_ported/lab/seeding.h"
-#include "src/compare.h"
-#include "src/io.h"
+#include "src/base/compare.h"
+#include "src/base/io.h"
 #include "src/launch/runner.h"
 #include "src/report/report.h"
 

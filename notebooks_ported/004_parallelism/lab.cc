@@ -12,10 +12,10 @@
 #include "notebooks_ported/lab/seeding.h"
 #include "src/comm/local_group.h"
 #include "src/ddp/bucket_sync.h"
-#include "src/io.h"
+#include "src/base/io.h"
 #include "src/launch/runner.h"
-#include "src/loss.h"
-#include "src/optim.h"
+#include "src/train/loss.h"
+#include "src/train/optim.h"
 
 namespace ddplab::lab004 {
 // Sections end with a newline; print_line adds its own.

@@ -8,11 +8,11 @@
 
 #include "notebooks_ported/lab/lab_report.h"
 #include "src/ddp/zero.h"
-#include "src/kernels.h"
-#include "src/loss.h"
-#include "src/nn.h"
-#include "src/optim.h"
-#include "src/torch_rng.h"
+#include "src/tensor/kernels.h"
+#include "src/train/loss.h"
+#include "src/model/linear.h"
+#include "src/train/optim.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::lab004 {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "src/comm/communicator.h"
-#include "src/compare.h"
-#include "src/tensor.h"
+#include "src/base/compare.h"
+#include "src/tensor/tensor.h"
 
 namespace ddplab::lab004 {
 

@@ -9,7 +9,7 @@
 
 #include "notebooks_ported/lab/lab.h"
 #include "notebooks_ported/lab/traced_run.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 
 namespace {
 

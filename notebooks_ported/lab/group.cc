@@ -7,7 +7,7 @@
 
 #include "notebooks_ported/lab/lab.h"
 #include "src/ddp/rank_sync.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 #include "src/launch/runner.h"
 #include "src/model/norm.h"
 

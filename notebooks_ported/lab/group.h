@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "src/comm/communicator.h"
-#include "src/compare.h"
+#include "src/base/compare.h"
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/gpt/train.h"
 #include "src/launch/run_flags.h"
-#include "src/text_data.h"
+#include "src/data/text_data.h"
 
 namespace ddplab::lab {
 

@@ -10,9 +10,9 @@
 
 #include "notebooks_ported/lab/lab_report.h"
 #include "src/comm/local_group.h"
-#include "src/io.h"
+#include "src/base/io.h"
 #include "src/launch/runner.h"
-#include "src/parallel.h"
+#include "src/base/parallel.h"
 
 namespace ddplab::lab {
 

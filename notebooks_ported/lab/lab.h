@@ -11,7 +11,7 @@
 #include "src/comm/communicator.h"
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/launch/run_flags.h"
 
 namespace ddplab::lab {

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "src/io.h"
+#include "src/base/io.h"
 #include "src/report/per_rank.h"
 
 namespace ddplab::lab {

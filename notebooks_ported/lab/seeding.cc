@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "src/errors.h"
-#include "src/torch_rng.h"
+#include "src/base/errors.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::lab {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "src/comm/communicator.h"
-#include "src/compare.h"
+#include "src/base/compare.h"
 
 namespace ddplab::lab {
 

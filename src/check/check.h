@@ -10,7 +10,7 @@
 
 #include "src/check/data.h"
 #include "src/check/trace.h"
-#include "src/compare.h"
+#include "src/base/compare.h"
 
 namespace ddplab::check {
 

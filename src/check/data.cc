@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "src/check/findings.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 
 namespace ddplab::check {
 namespace {

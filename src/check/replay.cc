@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "src/ddp/comm_hook.h"
-#include "src/optim.h"
+#include "src/train/optim.h"
 
 namespace ddplab::check {
 namespace {

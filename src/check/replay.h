@@ -13,7 +13,7 @@
 #include "src/ddp/hooked_sync.h"
 #include "src/ddp/reducer.h"
 #include "src/ddp/trainer.h"
-#include "src/tensor.h"
+#include "src/tensor/tensor.h"
 
 namespace ddplab::check {
 

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
-#include "src/flags.h"
+#include "src/base/flags.h"
 
 namespace ddplab::check {
 namespace {

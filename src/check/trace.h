@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/errors.h"
-#include "src/safetensors.h"
+#include "src/base/errors.h"
+#include "src/base/safetensors.h"
 
 namespace ddplab::check {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "src/parallel.h"
+#include "src/base/parallel.h"
 
 namespace ddplab::collective {
 

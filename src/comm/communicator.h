@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "src/collective/half.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ddplab::comm {
 

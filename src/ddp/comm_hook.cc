@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "src/compare.h"
+#include "src/base/compare.h"
 #include "src/ddp/hooks/default_hooks.h"
 #include "src/ddp/hooks/powersgd.h"
 

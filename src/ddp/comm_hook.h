@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "src/comm/communicator.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 
 namespace ddplab::ddp {
 

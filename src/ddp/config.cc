@@ -8,11 +8,11 @@
 
 #include <fmt/format.h>
 
-#include "src/data.h"
+#include "src/data/data.h"
 #include "src/ddp/join.h"
-#include "src/limits.h"
+#include "src/base/limits.h"
 #include "src/model/spec.h"
-#include "src/nn.h"
+#include "src/model/linear.h"
 
 namespace ddplab::ddp {
 

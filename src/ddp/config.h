@@ -10,10 +10,10 @@
 #include "src/collective/allreduce.h"
 #include "src/ddp/comm_hook.h"
 #include "src/ddp/reducer.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/gpt/config.h"
-#include "src/kernels.h"
-#include "src/limits.h"
+#include "src/tensor/kernels.h"
+#include "src/base/limits.h"
 
 namespace ddplab::ddp {
 
@@ -98,7 +98,7 @@ struct Config {
   int64_t eval_iters = 2;
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
   // Not a DDP flag (not in the flag table, to_args or the ranks' agreement): the simulator's threads,
-  // --threads (threads_from_flags in src/parallel.h). No result depends on it. 0: every available core.
+  // --threads (threads_from_flags in src/base/parallel.h). No result depends on it. 0: every available core.
   int threads = 0;
   // Not a flag either: with a comm hook, also run the built-in averaging on the same gradients and report
   // how each bucket's result differs (--explain, --report: one extra all-reduce per bucket).
@@ -128,7 +128,7 @@ constexpr int64_t kMaxWorldSize = 64;
 std::set<std::string> config_flag_names();
 // Reads and validates every flag; throws UsageError naming the flag and its limit.
 Config config_from_flags(const Flags& flags);
-// Cross-field checks (also run by config_from_flags), and the size limits of src/limits.h.
+// Cross-field checks (also run by config_from_flags), and the size limits of src/base/limits.h.
 void validate(const Config& cfg);
 // What a simulation of `cfg` allocates, for the limits.
 Footprint footprint(const Config& cfg);

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "src/collective/allreduce.h"
-#include "src/kernels.h"
-#include "src/text_data.h"
+#include "src/tensor/kernels.h"
+#include "src/data/text_data.h"
 
 namespace ddplab::ddp {
 

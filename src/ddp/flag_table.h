@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "src/ddp/config.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 
 namespace ddplab::ddp {
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ddplab::ddp {
 

@@ -4,11 +4,11 @@
 
 #include <fmt/format.h>
 
-#include "src/clip_grad.h"
+#include "src/train/clip_grad.h"
 #include "src/ddp/join.h"
 #include "src/ddp/replica.h"
-#include "src/errors.h"
-#include "src/progress.h"
+#include "src/base/errors.h"
+#include "src/base/progress.h"
 
 namespace ddplab::ddp {
 

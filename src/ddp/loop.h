@@ -15,7 +15,7 @@
 #include "src/ddp/comm_hook.h"
 #include "src/ddp/config.h"
 #include "src/ddp/rank.h"
-#include "src/parallel.h"
+#include "src/base/parallel.h"
 
 namespace ddplab::ddp {
 
@@ -51,7 +51,7 @@ struct LoopSync {
   // Where the local ranks compute side by side between collectives (null: one after the other). Each
   // writes only its own model, generator and log, so the bits do not depend on it.
   ThreadPool* pool = nullptr;
-  bool progress = false;  // show micro-batches done on a terminal (src/progress.h)
+  bool progress = false;  // show micro-batches done on a terminal (src/base/progress.h)
 };
 
 // Which micro-batches all-reduce: every no_sync-th one and the last of the epoch.

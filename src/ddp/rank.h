@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "src/ddp/reducer.h"
-#include "src/optim.h"
-#include "src/tensor.h"
-#include "src/torch_rng.h"
+#include "src/train/optim.h"
+#include "src/tensor/tensor.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::ddp {
 

@@ -8,7 +8,7 @@
 
 #include "src/ddp/bucket_sync.h"
 #include "src/ddp/zero.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ddplab::ddp {
 

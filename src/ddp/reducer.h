@@ -10,7 +10,7 @@
 
 #include "src/collective/allreduce.h"
 #include "src/ddp/comm_hook.h"
-#include "src/tensor.h"
+#include "src/tensor/tensor.h"
 
 namespace ddplab::ddp {
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "src/ddp/zero.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 #include "src/model/spec.h"
 
 namespace ddplab::ddp {

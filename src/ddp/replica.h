@@ -6,12 +6,12 @@
 #include <memory>
 #include <vector>
 
-#include "src/data.h"
+#include "src/data/data.h"
 #include "src/ddp/config.h"
 #include "src/ddp/rank.h"
-#include "src/loss.h"
-#include "src/nn.h"
-#include "src/optim.h"
+#include "src/train/loss.h"
+#include "src/model/linear.h"
+#include "src/train/optim.h"
 
 namespace ddplab::ddp {
 

@@ -13,7 +13,7 @@
 #include "src/ddp/config.h"
 #include "src/ddp/hooked_sync.h"
 #include "src/ddp/loop.h"
-#include "src/parallel.h"
+#include "src/base/parallel.h"
 
 namespace ddplab::ddp {
 

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "src/ddp/rank_sync.h"
-#include "src/parallel.h"
+#include "src/base/parallel.h"
 
 namespace ddplab::ddp {
 

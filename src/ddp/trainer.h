@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "src/comm/communicator.h"
-#include "src/data.h"
+#include "src/data/data.h"
 #include "src/ddp/config.h"
 #include "src/ddp/loop.h"
 #include "src/ddp/reducer.h"
 #include "src/ddp/replica.h"
 #include "src/ddp/sim_sync.h"
-#include "src/kernels.h"
+#include "src/tensor/kernels.h"
 
 namespace ddplab::ddp {
 

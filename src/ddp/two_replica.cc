@@ -2,13 +2,13 @@
 
 #include <fmt/format.h>
 
-#include "src/data.h"
-#include "src/flags.h"
-#include "src/io.h"
-#include "src/limits.h"
-#include "src/loss.h"
-#include "src/optim.h"
-#include "src/parallel.h"
+#include "src/data/data.h"
+#include "src/base/flags.h"
+#include "src/base/io.h"
+#include "src/base/limits.h"
+#include "src/train/loss.h"
+#include "src/train/optim.h"
+#include "src/base/parallel.h"
 
 namespace ddplab {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "src/nn.h"
+#include "src/model/linear.h"
 
 namespace ddplab {
 

@@ -1,11 +1,11 @@
 // The checks a Config must pass before anything runs (each refusal one line naming the flag and its limit),
-// and what a run of it allocates, for src/limits.h's ceilings.
+// and what a run of it allocates, for src/base/limits.h's ceilings.
 #include <fmt/format.h>
 
 #include "src/ddp/config.h"
 #include "src/ddp/flag_table.h"
 #include "src/ddp/join.h"
-#include "src/limits.h"
+#include "src/base/limits.h"
 #include "src/model/spec.h"
 
 namespace ddplab::ddp {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "src/optim.h"
-#include "src/tensor.h"
+#include "src/train/optim.h"
+#include "src/tensor/tensor.h"
 
 namespace ddplab::ddp {
 

@@ -1,5 +1,5 @@
 // The graph trainer's operations in host memory (src/device/ops.h): the host model's LinearKernels
-// (cpu_kernels(k), src/kernels.h) and, for the rest, loops that are the exact twins of the CUDA kernels in
+// (cpu_kernels(k), src/tensor/kernels.h) and, for the rest, loops that are the exact twins of the CUDA kernels in
 // src/nccl/gpu_trainer.cu (each iteration what one CUDA thread computes, in its order; no fused multiply-add
 // but std::fma where the kernel calls fmaf). Nothing is deferred: every call finishes before it returns.
 #pragma once

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 #include "src/model/shape_layers.h"
-#include "src/nn.h"
+#include "src/model/linear.h"
 
 namespace ddplab::device {
 
@@ -34,7 +34,7 @@ class Node {
 
 namespace {
 
-// Linear::forward / Linear::backward (src/nn.cc): grad_weight, grad_bias, then grad_input; autograd's
+// Linear::forward / Linear::backward (src/model/linear.cc): grad_weight, grad_bias, then grad_input; autograd's
 // AccumulateGrad runs the bias's before the weight's.
 class LinearNode : public Node {
  public:

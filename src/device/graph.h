@@ -1,7 +1,7 @@
 // The host model's module graph as the device trainer runs it: each child of the nn.Sequential (src/model/
 // module.h) becomes a node whose forward and backward are calls on an Ops (src/device/ops.h), on the host
 // (CpuOps) or on a CUDA stream. The nodes do what the host layers do, product for product: Linear
-// (src/nn.cc) and ReLU (src/model/shape_layers.h); a model with any other child is refused. Parameters and
+// (src/model/linear.cc) and ReLU (src/model/shape_layers.h); a model with any other child is refused. Parameters and
 // gradients are two flat arrays in model.parameters() order; activations and gradient buffers are
 // allocated once, for the largest batch.
 #pragma once
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "src/device/ops.h"
-#include "src/kernels.h"
+#include "src/tensor/kernels.h"
 #include "src/model/module.h"
 
 namespace ddplab::device {

@@ -1,7 +1,7 @@
 // The tensor operations the graph trainer (src/device/replica.h) runs, behind one interface with two
 // implementations: CpuOps (host memory, src/device/cpu_ops.h) and CudaStreamOps (device memory and one CUDA
 // stream, src/nccl/cuda_ops.h, built only where CUDA is). The semantics of each operation are those the CUDA
-// kernels document (src/cuda_kernels.h for Linear, src/nccl/gpu_trainer_ops.h for the rest): CpuOps runs
+// kernels document (src/tensor/cuda_kernels.h for Linear, src/nccl/gpu_trainer_ops.h for the rest): CpuOps runs
 // the host model's LinearKernels and host loops that are their exact twins, so the graph trainer can be
 // checked on a CPU against the host trainer, bit for bit.
 //
@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "src/comm/communicator.h"
-#include "src/kernels.h"
+#include "src/tensor/kernels.h"
 
 namespace ddplab::device {
 
@@ -49,7 +49,7 @@ class Ops {
   virtual void all_reduce(comm::Communicator& comm, float* a, size_t n, comm::ReduceOp op) = 0;
   virtual void broadcast(comm::Communicator& comm, float* a, size_t n, int root) = 0;
 
-  // nn.Linear's four products (src/kernels.h), x [batch, in], W [out, in].
+  // nn.Linear's four products (src/tensor/kernels.h), x [batch, in], W [out, in].
   virtual void linear_forward(Kernels k, const float* x, const float* w, const float* bias, float* y, int64_t batch,
                               int64_t in, int64_t out) = 0;
   virtual void linear_grad_input(Kernels k, const float* gy, const float* w, float* gx, int64_t batch, int64_t in,
@@ -69,7 +69,7 @@ class Ops {
   virtual void divide(float* a, size_t n, float d) = 0;
   virtual void copy(float* dst, const float* src, size_t n) = 0;
 
-  // The optimizers' element-wise updates (src/optim.cc's, fused exactly where it calls std::fma).
+  // The optimizers' element-wise updates (src/train/optim.cc's, fused exactly where it calls std::fma).
   virtual void sgd(float* p, const float* g, size_t n, float neg_lr) = 0;
   virtual void sgd_momentum(float* p, const float* g, float* buf, size_t n, bool first, float momentum,
                             float one_minus_dampening, float neg_lr) = 0;

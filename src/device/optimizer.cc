@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "src/optim.h"
+#include "src/train/optim.h"
 
 namespace ddplab::device {
 

@@ -9,7 +9,7 @@
 #include "src/ddp/bucket_sync.h"
 #include "src/device/graph.h"
 #include "src/device/optimizer.h"
-#include "src/errors.h"
+#include "src/base/errors.h"
 #include "src/model/spec.h"
 
 namespace ddplab::device {
@@ -156,7 +156,7 @@ void GraphReplica::forward_backward(const Dataset& data, const std::vector<int64
   }
   m.upload_batch(data, idx);
   const float* y = m.graph->forward(m.x, B);
-  // mse_loss: the gradient is (out - y) * float(2.0 / n), as src/loss.cc computes it.
+  // mse_loss: the gradient is (out - y) * float(2.0 / n), as src/train/loss.cc computes it.
   const auto n = static_cast<size_t>(B * m.out);
   m.ops.mse(y, m.target, m.graph->grad_buffer(), m.losses + m.batches, n,
             static_cast<float>(2.0 / static_cast<double>(n)));

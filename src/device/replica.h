@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "src/comm/communicator.h"
-#include "src/data.h"
+#include "src/data/data.h"
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
 #include "src/device/ops.h"
-#include "src/kernels.h"
+#include "src/tensor/kernels.h"
 
 namespace ddplab::device {
 

@@ -23,7 +23,7 @@
 
 #include <fmt/format.h>
 
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/store/deadline.h"
 
 namespace ddplab::dist {

@@ -3,13 +3,13 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "src/loss.h"
+#include "src/train/loss.h"
 #include "src/model/attention.h"
 #include "src/model/embedding.h"
 #include "src/model/norm.h"
 #include "src/model/residual.h"
-#include "src/nn.h"
-#include "src/torch_sum.h"
+#include "src/model/linear.h"
+#include "src/tensor/torch_sum.h"
 
 namespace ddplab::gpt {
 

@@ -1,7 +1,7 @@
 // A tiny GPT, karpathy/nanoGPT's model.py as it runs under torch 1.13 (no scaled_dot_product_attention:
 // the explicit attention path), built from src/model's Modules: Embedding, LayerNorm, CausalSelfAttention,
 // Linear, Activation (GELU), Dropout, Residual and Sequential. Every kernel is torch's own CPU arithmetic
-// at one thread (src/nn/, src/gemm.h, src/loss.h), so losses and gradients are PyTorch's bits; the order
+// at one thread (src/nn/, src/tensor/gemm.h, src/train/loss.h), so losses and gradients are PyTorch's bits; the order
 // gradients become ready (DDP's buckets) follows from the tree (src/model/autograd.h). What is nanoGPT's
 // own stays here: GPT.forward's composition and loss, _init_weights and the c_proj re-init.
 //
@@ -20,8 +20,8 @@
 #include "src/gpt/config.h"
 #include "src/model/module.h"
 #include "src/nn/activations.h"
-#include "src/tensor.h"
-#include "src/torch_rng.h"
+#include "src/tensor/tensor.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::gpt {
 

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "src/compare.h"
-#include "src/io.h"
+#include "src/base/compare.h"
+#include "src/base/io.h"
 
 namespace ddplab::gpt {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "src/gpt/model.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::gpt {
 

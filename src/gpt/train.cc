@@ -4,7 +4,7 @@
 
 #include "src/ddp/sim_sync.h"
 #include "src/ddp/zero.h"
-#include "src/torch_sum.h"
+#include "src/tensor/torch_sum.h"
 
 namespace ddplab::gpt {
 

@@ -13,7 +13,7 @@
 #include "src/ddp/config.h"
 #include "src/ddp/loop.h"
 #include "src/gpt/model.h"
-#include "src/text_data.h"
+#include "src/data/text_data.h"
 
 namespace ddplab::gpt {
 

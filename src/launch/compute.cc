@@ -1,6 +1,6 @@
 #include "src/launch/compute.h"
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 #include "src/nccl/gpu_trainer.h"
 
 namespace ddplab::dist {

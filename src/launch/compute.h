@@ -6,7 +6,7 @@
 #include <string>
 
 #include "src/ddp/config.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/launch/run_flags.h"
 
 namespace ddplab::dist {

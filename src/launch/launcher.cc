@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 
 #include "src/ddp/config.h"
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/launch/rank_stderr.h"
 #include "src/store/store.h"
 

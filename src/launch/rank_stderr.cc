@@ -20,7 +20,7 @@ void say(const std::string& s) {
   }
 }
 
-constexpr const char* kErase = "\r\033[K";  // src/progress.cc redraws its line with this
+constexpr const char* kErase = "\r\033[K";  // src/base/progress.cc redraws its line with this
 
 }  // namespace
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "src/flags.h"
+#include "src/base/flags.h"
 
 namespace ddplab::dist {
 

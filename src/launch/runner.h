@@ -12,8 +12,8 @@
 
 #include "src/comm/communicator.h"
 #include "src/ddp/config.h"
-#include "src/flags.h"
-#include "src/kernels.h"
+#include "src/base/flags.h"
+#include "src/tensor/kernels.h"
 #include "src/launch/launcher.h"
 #include "src/launch/run_flags.h"
 

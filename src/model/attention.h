@@ -11,9 +11,9 @@
 
 #include "src/model/module.h"
 #include "src/model/norm.h"
-#include "src/nn.h"
+#include "src/model/linear.h"
 #include "src/nn/attention.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab {
 

@@ -18,7 +18,7 @@
 
 #include <vector>
 
-#include "src/tensor.h"
+#include "src/tensor/tensor.h"
 
 namespace ddplab {
 

@@ -7,7 +7,7 @@
 #include "src/model/module.h"
 #include "src/nn/conv2d.h"
 #include "src/nn/maxpool2d.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "src/kernels.h"
+#include "src/tensor/kernels.h"
 #include "src/model/autograd.h"
-#include "src/tensor.h"
-#include "src/torch_rng.h"
+#include "src/tensor/tensor.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab {
 

@@ -6,11 +6,11 @@
 
 #include <fmt/format.h>
 
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/model/conv.h"
 #include "src/model/norm.h"
 #include "src/model/shape_layers.h"
-#include "src/nn.h"
+#include "src/model/linear.h"
 
 namespace ddplab {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "src/model/module.h"
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab {
 

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "src/cuda_kernels.h"
+#include "src/tensor/cuda_kernels.h"
 #include "src/nccl/gpu_trainer_ops.h"
 
 namespace ddplab::dist {

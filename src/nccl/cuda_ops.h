@@ -1,5 +1,5 @@
 // The graph trainer's operations on one CUDA stream (src/device/ops.h): thin wrappers over the device
-// entry points of src/cuda_kernels.h (Linear) and src/nccl/gpu_trainer_ops.h (the rest), device memory
+// entry points of src/tensor/cuda_kernels.h (Linear) and src/nccl/gpu_trainer_ops.h (the rest), device memory
 // from cudaMalloc, host memory pinned, collectives through the communicator's _device calls. Everything
 // is enqueued on the stream; only sync, wait and nothing else waits. Built only where CUDA is.
 #pragma once
@@ -41,7 +41,7 @@ class CudaStreamOps : public device::Ops {
                          int64_t out) override;
   void linear_grad_weight(Kernels k, const float* gy, const float* x, float* gw, int64_t batch, int64_t in,
                           int64_t out) override;
-  // Both modes sum in the reference order on the GPU (src/cuda_kernels.h).
+  // Both modes sum in the reference order on the GPU (src/tensor/cuda_kernels.h).
   void linear_grad_bias(Kernels k, const float* gy, float* gb, int64_t batch, int64_t out) override;
 
   void relu_forward(const float* pre, float* out, size_t n) override;

@@ -1,6 +1,6 @@
 // The device-resident trainer's element-wise kernels (see gpu_trainer_ops.h). Each thread computes what
 // one iteration of the host loop computes, in the same order of operations; cuda_library compiles this
-// with --fmad=false, so the only fused multiply-adds are the fmaf calls, placed where src/optim.cc calls
+// with --fmad=false, so the only fused multiply-adds are the fmaf calls, placed where src/train/optim.cc calls
 // std::fma. Division and sqrtf are nvcc's IEEE defaults (no fast math).
 #include "src/nccl/gpu_trainer_ops.h"
 

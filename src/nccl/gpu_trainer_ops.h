@@ -1,6 +1,6 @@
 // The element-wise steps of the device-resident trainer (src/nccl/gpu_trainer.cu), each the CUDA twin of
-// a host loop: ReLU (src/nn.cc), MSE (src/loss.cc), autograd's accumulation (src/tensor.h), the Reducer's
-// bucket copies (src/ddp/reducer.cc), SGD and Adam (src/optim.cc). Compiled with --fmad=false and IEEE
+// a host loop: ReLU (src/model/linear.cc), MSE (src/train/loss.cc), autograd's accumulation (src/tensor/tensor.h), the Reducer's
+// bucket copies (src/ddp/reducer.cc), SGD and Adam (src/train/optim.cc). Compiled with --fmad=false and IEEE
 // division and square root, so a multiply-add is fused exactly where the host writes std::fma.
 // Pointers are device memory; `stream` is a cudaStream_t; nothing waits. Errors throw std::runtime_error.
 #pragma once

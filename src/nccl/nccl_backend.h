@@ -9,7 +9,7 @@
 #include <string>
 
 #include "src/comm/communicator.h"
-#include "src/kernels.h"
+#include "src/tensor/kernels.h"
 #include "src/store/store.h"
 
 namespace ddplab::dist {
@@ -23,7 +23,7 @@ int cuda_device_count();
 // The NCCL library in use, "2.28.9" (ncclGetVersion), or "none" where built without CUDA.
 std::string nccl_version();
 
-// Linear's products on this process's GPU (src/cuda_kernels.h), for --kernels fast|reference.
+// Linear's products on this process's GPU (src/tensor/cuda_kernels.h), for --kernels fast|reference.
 const LinearKernels& nccl_kernels(Kernels k);
 
 // A communicator on GPU `device`. Host-pointer collectives are staged through pinned memory; the device

@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "src/cuda_kernels.h"
+#include "src/tensor/cuda_kernels.h"
 #include "src/nccl/nccl_backend.h"
 
 namespace ddplab::dist {

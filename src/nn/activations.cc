@@ -6,7 +6,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "src/aten_vec.h"
+#include "src/tensor/aten_vec.h"
 
 namespace ddplab::nn {
 namespace {

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::nn {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "src/aten_vec.h"
+#include "src/tensor/aten_vec.h"
 
 namespace ddplab::nn {
 namespace {

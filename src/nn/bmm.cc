@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "src/gemm.h"
+#include "src/tensor/gemm.h"
 
 namespace ddplab::nn {
 namespace {

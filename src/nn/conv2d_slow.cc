@@ -13,9 +13,9 @@
 #include <mutex>
 #include <vector>
 
-#include "src/gemm.h"
+#include "src/tensor/gemm.h"
 #include "src/nn/conv2d_impl.h"
-#include "src/torch_sum.h"
+#include "src/tensor/torch_sum.h"
 
 extern "C" {
 void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
@@ -31,7 +31,7 @@ namespace {
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
           float beta, float* c, int64_t ldc) {
   static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });  // one thread per call, as in src/gemm.cc
+  std::call_once(once, [] { openblas_set_num_threads(1); });  // one thread per call, as in src/tensor/gemm.cc
   gemm::normalize_last_dims(ta, tb, m, n, k, &lda, &ldb, &ldc);
   const char tra = ta ? 't' : 'n', trb = tb ? 't' : 'n';
   const int m_ = static_cast<int>(m), n_ = static_cast<int>(n), k_ = static_cast<int>(k);

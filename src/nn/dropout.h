@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::nn {
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "src/aten_vec.h"
+#include "src/tensor/aten_vec.h"
 
 // Fused multiply-adds: torch's build (GCC 12, -O2, contraction on) fuses some products into the add that
 // follows and ddplab builds with -ffp-contract=off, so each fused spot is written as fma / fmadd. Which ones

@@ -1,6 +1,6 @@
 #include "src/nn/softmax.h"
 
-#include "src/aten_vec.h"
+#include "src/tensor/aten_vec.h"
 
 namespace ddplab::nn {
 namespace {

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "src/collective/allreduce.h"
-#include "src/compare.h"
+#include "src/base/compare.h"
 
 #include <string>
 #include <vector>

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "src/flags.h"
+#include "src/base/flags.h"
 #include "src/report/per_rank.h"
 
 namespace ddplab::report {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "src/compare.h"
+#include "src/base/compare.h"
 #include "src/report/explain.h"
 #include "src/report/svg.h"
 

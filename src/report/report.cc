@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "src/io.h"
+#include "src/base/io.h"
 #include "src/report/explain.h"
 
 namespace ddplab {

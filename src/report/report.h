@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "src/compare.h"
+#include "src/base/compare.h"
 #include "src/ddp/config.h"
 #include "src/ddp/trainer.h"
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "src/errors.h"
+#include "src/base/errors.h"
 
 namespace ddplab::dist {
 

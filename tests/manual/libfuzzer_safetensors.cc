@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "src/safetensors.h"
+#include "src/base/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The reader takes a path: an in-memory file (a regular file to stat) rewritten for every input.

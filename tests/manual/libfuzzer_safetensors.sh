@@ -8,7 +8,7 @@ command -v clang++ >/dev/null || { echo "needs clang (Debian: apt-get install cl
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. \
-  -isystem /usr/include/eigen3 tests/manual/libfuzzer_safetensors.cc src/safetensors.cc src/io.cc -lfmt \
+  -isystem /usr/include/eigen3 tests/manual/libfuzzer_safetensors.cc src/base/safetensors.cc src/base/io.cc -lfmt \
   -o "$out/fuzz"
 mkdir -p "$out/corpus"
 bazel build //notebooks_ported/002_checkpoint >/dev/null 2>&1

@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "src/ddp/hooks/powersgd_math.h"
-#include "src/errors.h"
-#include "src/torch_rng.h"
+#include "src/base/errors.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::ddp {
 namespace {

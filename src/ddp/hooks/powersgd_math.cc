@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "src/clip_grad.h"
-#include "src/gemm.h"
-#include "src/torch_sum.h"
+#include "src/train/clip_grad.h"
+#include "src/tensor/gemm.h"
+#include "src/tensor/torch_sum.h"
 
 namespace ddplab::ddp::powersgd {
 

@@ -1,11 +1,11 @@
 // The torch 1.13 CPU arithmetic powerSGD_hook runs, one function per torch call it makes, for float32 with
-// one thread (ATen's AVX2 kernels, OpenBLAS through src/gemm.h): numpy's legacy randint (where the initial
+// one thread (ATen's AVX2 kernels, OpenBLAS through src/tensor/gemm.h): numpy's legacy randint (where the initial
 // Q's seed comes from), torch.bmm of one batch item, and _orthogonalize_gram_schmidt (epsilon 0).
 #pragma once
 
 #include <cstdint>
 
-#include "src/torch_rng.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::ddp::powersgd {
 

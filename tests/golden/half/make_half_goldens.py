@@ -124,7 +124,7 @@ def conversions():
 
 
 def fnv1a(t):
-    """64-bit FNV-1a over the little-endian bytes of a 16-bit tensor (as src/io.h's fnv1a_bits does for floats)."""
+    """64-bit FNV-1a over the little-endian bytes of a 16-bit tensor (as src/base/io.h's fnv1a_bits does for floats)."""
     h, mask = 0xcbf29ce484222325, 0xFFFFFFFFFFFFFFFF
     for byte in t.contiguous().view(torch.int16).numpy().astype('<i2').tobytes():
         h = ((h ^ byte) * 0x100000001b3) & mask
