@@ -8,7 +8,7 @@
 #include "src/ddp/join.h"
 #include "src/ddp/zero.h"
 #include "src/base/flags.h"
-#include "src/gpt/output.h"
+#include "src/report/gpt_output.h"
 #include "src/gpt/train.h"
 #include "src/base/io.h"
 
@@ -30,18 +30,18 @@ int run_gpt_sim(const Flags& flags, ddp::Config cfg) {
   fmt::print("data: {} (vocabulary of {} bytes; train {} tokens, val {})\n", cfg.data, data.vocab_size(),
              data.tokens(Split::kTrain).size(), data.tokens(Split::kVal).size());
   const gpt::GptSimResult res = gpt::simulate_gpt(cfg, data);
-  fmt::print("buckets at iteration 0 (model order): {}\n", gpt::short_names(res.buckets_first));
+  fmt::print("buckets at iteration 0 (model order): {}\n", report::short_names(res.buckets_first));
   if (!res.buckets_rebuilt.empty()) {
     fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order; the tied wte is ready last): {}\n",
-               gpt::short_names(res.buckets_rebuilt));
+               report::short_names(res.buckets_rebuilt));
   } else if (cfg.find_unused_parameters) {
     fmt::print("buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True\n");
   }
   if (const std::string j = ddp::join_summary(cfg); !j.empty()) fmt::print("{}\n", j);
-  std::vector<gpt::RankRecord> ranks;
-  for (const auto& r : res.ranks) ranks.push_back(gpt::record_of(*r));
+  std::vector<report::RankRecord> ranks;
+  for (const auto& r : res.ranks) ranks.push_back(report::record_of(*r));
   if (!flags.get_bool("quiet", false)) {  // as ddp_verify --model gpt: no per-step lines nor cmp tables
-    fmt::print("{}", gpt::gpt_summary(cfg, ranks));
+    fmt::print("{}", report::gpt_summary(cfg, ranks));
     for (const std::string& n : res.notes) fmt::print("{}\n", n);
   }
   if (cfg.zero) {  // where the optimizer state lives, rank by rank
@@ -53,7 +53,7 @@ int run_gpt_sim(const Flags& flags, ddp::Config cfg) {
   if (!res.hook_reports.empty()) fmt::print("\n{}", ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports));
   const std::string error = res.error ? gpt::unfinished_reduction_message(*res.error) : "";
   if (!dump.empty()) {
-    if (std::string why = write_file_atomic(dump, gpt::gpt_dump_json(cfg, ranks, "", error)); !why.empty()) {
+    if (std::string why = write_file_atomic(dump, report::gpt_dump_json(cfg, ranks, "", error)); !why.empty()) {
       std::fprintf(stderr, "ddp_sim: --dump-params: %s\n", why.c_str());
       return 1;
     }

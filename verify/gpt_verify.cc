@@ -11,7 +11,7 @@
 #include "src/base/compare.h"
 #include "src/ddp/rank_sync.h"
 #include "src/base/flags.h"
-#include "src/gpt/output.h"
+#include "src/report/gpt_output.h"
 #include "src/gpt/train.h"
 #include "src/base/io.h"
 #include "src/launch/run_flags.h"
@@ -53,7 +53,7 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
   const double train_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   // Rank 0 gathers every rank's parameters and logs (every rank ran as many steps).
-  gpt::RankRecord mine = gpt::record_of(me);
+  report::RankRecord mine = report::record_of(me);
   std::vector<float> flat;
   for (const auto& p : mine.params) flat.insert(flat.end(), p.begin(), p.end());
   const auto params = gather(comm, flat);
@@ -64,7 +64,7 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
   const auto evals = gather(comm, ev);
   float verdict = 0.0f;
   if (me_rank == 0) {
-    std::vector<gpt::RankRecord> real(static_cast<size_t>(ws));
+    std::vector<report::RankRecord> real(static_cast<size_t>(ws));
     for (size_t r = 0; r < real.size(); ++r) {
       real[r].names = mine.names;
       size_t off = 0;
@@ -80,7 +80,7 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
       }
     }
     if (!flags.get_bool("quiet", false)) {
-      fmt::print("{}", gpt::gpt_summary(cfg, real));
+      fmt::print("{}", report::gpt_summary(cfg, real));
       for (const std::string& n : res.notes) fmt::print("{}\n", n);
     }
     if (!res.hook_reports.empty()) fmt::print("{}\n", ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports));
@@ -91,7 +91,7 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
                sim_ms);
     bool ok = true;
     for (size_t r = 0; r < real.size(); ++r) {
-      const gpt::RankRecord s = gpt::record_of(*sim.ranks[r]);
+      const report::RankRecord s = report::record_of(*sim.ranks[r]);
       const bool show = r == 0 || r + 1 == real.size();
       if (show) fmt::print("\n# sim vs real, rank {} (simulator all-reduce: ring, the order of Gloo's ring)\n", r);
       for (size_t i = 0; i < s.names.size(); ++i) {
@@ -127,7 +127,7 @@ int body(const Flags& flags, const gpt::RunConfig& cfg, const TextData& data, di
     verdict = ok ? 0.0f : 1.0f;
     const std::string dump = flags.get_string("dump-params", "");
     if (!dump.empty()) {
-      if (std::string why = write_file_atomic(dump, gpt::gpt_dump_json(cfg, real, rank.backend, error)); !why.empty()) {
+      if (std::string why = write_file_atomic(dump, report::gpt_dump_json(cfg, real, rank.backend, error)); !why.empty()) {
         std::fprintf(stderr, "ddp_verify: --dump-params: %s\n", why.c_str());
         verdict = 1.0f;
       }

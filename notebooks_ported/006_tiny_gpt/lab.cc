@@ -14,7 +14,7 @@
 #include "src/base/compare.h"
 #include "src/ddp/trainer.h"
 #include "src/base/flags.h"
-#include "src/gpt/output.h"
+#include "src/report/gpt_output.h"
 #include "src/gpt/sample.h"
 #include "src/gpt/train.h"
 #include "src/launch/runner.h"
@@ -115,7 +115,7 @@ int body(const lab::Group& g, const RunConfig& cfg, const TextData& data, lab::L
                   r0.params.size(), wte, lm_head));
   g.say("  one Parameter: the embedding looks rows up in it, the head multiplies by it; the state_dict still has\n"
       "  both keys. Its .grad sums both uses before DDP's hook fires, and the embedding's backward runs last.\n");
-  g.say("buckets at iteration 0 (parameter order): " + short_names(base->simulated ? base->sim.buckets_first
+  g.say("buckets at iteration 0 (parameter order): " + report::short_names(base->simulated ? base->sim.buckets_first
                                                                                      : base->log.buckets_first));
   g.say("check: rebuilt buckets (gradient-ready order): " + bucket_names(*r0.reducer, r0.params));
   g.say("  wte.weight is last: its gradient is ready only after the embedding's backward, the last op of the\n"
@@ -209,7 +209,7 @@ int body(const lab::Group& g, const RunConfig& cfg, const TextData& data, lab::L
                     differ, va.size()));
     const std::vector<CmpResult> rows = lab::cmp_states(a->ranks[0], b->ranks[0]);
     std::string table;
-    for (const CmpResult& r : rows) table += short_names(format_cmp(r)) + "\n";
+    for (const CmpResult& r : rows) table += report::short_names(format_cmp(r)) + "\n";
     if (w == 3) g.say(table);
     lab::record_table(fmt::format("ws {}: gradient_as_bucket_view True vs False, zero_grad zeros", w), rows);
   }
@@ -275,7 +275,7 @@ int body(const lab::Group& g, const RunConfig& cfg, const TextData& data, lab::L
       for (const auto& b : buckets) {
         report::Bucket out;
         for (size_t i : b) {
-          out.params.push_back(short_names(r0.params[i]->name));
+          out.params.push_back(report::short_names(r0.params[i]->name));
           out.numels.push_back(r0.params[i]->numel());
           out.numel += r0.params[i]->numel();
         }

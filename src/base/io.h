@@ -23,6 +23,8 @@ std::string check_writable(const std::string& path);
 
 // A float32 with 9 significant digits (round-trips exactly), as JSON.
 std::string json_float(float v);
+// A JSON string literal: quotes, backslashes and control characters escaped.
+std::string json_string(const std::string& s);
 // A parameter as nested JSON lists: [[...], ...] for a weight [out][in], [...] for a bias.
 std::string json_tensor(const Parameter& p);
 // {"0.running_mean": [...], "0.num_batches_tracked": 3, ...}

@@ -81,7 +81,9 @@ FlagSpec choice_flag(const char* name, E Config::*m, const std::vector<std::stri
           n};
 }
 
-// The flags, in the order of the usage text, of parsing and of to_args.
+// The flags, in the order of the usage text, of parsing and of to_args. Each row carries the models it applies
+// to: only(Applies::sequential, ...) for the nn.Sequential models' own flags (--model gpt refuses them: its data
+// are get_batch steps, its init nanoGPT's), only(Applies::gpt, ...) for nanoGPT's, every model otherwise.
 
 FlagSpec only(Applies a, FlagSpec f) {
   f.applies = a;
@@ -116,7 +118,7 @@ const std::vector<FlagSpec>& flag_table() {
          }
        },
        [](const Config& c) { return c.model; }, true},
-      {"layers", "  --layers 6,4,2            MLP sizes, >= 2 entries [{def}]\n",
+      only(Applies::sequential, {"layers", "  --layers 6,4,2            MLP sizes, >= 2 entries [{def}]\n",
        [](const Flags& f, Config& c) {
          c.layers = f.get_int_list("layers", c.layers, 1, 1 << 16);
          if (c.layers.size() < 2) {
@@ -124,22 +126,22 @@ const std::vector<FlagSpec>& flag_table() {
                fmt::format("--layers needs at least two sizes, input and output (got {})", c.layers.size()));
          }
        },
-       [](const Config& c) { return fmt::format("{}", fmt::join(c.layers, ",")); }},
-      {"activation", "  --activation {choices}    between layers [{def}]\n",
+       [](const Config& c) { return fmt::format("{}", fmt::join(c.layers, ",")); }}),
+      only(Applies::sequential, {"activation", "  --activation {choices}    between layers [{def}]\n",
        [](const Flags& f, Config& c) {
          const auto& names = choice_names().activation;  // none, relu: relu is the bool
          c.relu = index_of(names, f.get_choice("activation", names[c.relu], names), "activation") == 1;
        },
-       [](const Config& c) { return choice_names().activation[c.relu]; }, false, &choice_names().activation},
-      choice_flag("loss", &Config::loss, choice_names().loss,
+       [](const Config& c) { return choice_names().activation[c.relu]; }, false, &choice_names().activation}),
+      only(Applies::sequential, choice_flag("loss", &Config::loss, choice_names().loss,
                   "  --loss {choices}    MSELoss, CrossEntropyLoss (labels = argmax of y), or cross_entropy "
                   "with y as\n"
                   "                            class probabilities (notebook 003's F.cross_entropy on float targets) "
-                  "[{def}]\n"),
+                  "[{def}]\n")),
       choice_flag("optimizer", &Config::optimizer, choice_names().optimizer,
                   "  --optimizer {choices}      [{def}]    "),
       double_flag("lr", &Config::lr, 0.0, 1e6, "--lr LR [{def}]    "),
-      double_flag("momentum", &Config::momentum, 0.0, 1.0, "--momentum M (sgd) [{def}]\n"),
+      only(Applies::sequential, double_flag("momentum", &Config::momentum, 0.0, 1.0, "--momentum M (sgd) [{def}]\n")),
       choice_flag("dataset", &Config::dataset, choice_names().dataset,
                   "  --dataset {choices} random: notebook 000's RandomTensorDataset (randn); toy: "
                   "notebook 001's 5 points;\n"
@@ -149,23 +151,26 @@ const std::vector<FlagSpec>& flag_table() {
       {"data", "  --data FILE               --dataset digits: a copy of scikit-learn's digits.csv.gz [its own]\n",
        [](const Flags& f, Config& c) { c.data = f.get_string("data", c.data); }, [](const Config& c) { return c.data; },
        true},
-      int_flag("samples", &Config::samples, 1, 1 << 22,
-               "  --samples N               random dataset size [{def}]       "),
+      only(Applies::sequential, int_flag("samples", &Config::samples, 1, 1 << 22,
+               "  --samples N               random dataset size [{def}]       ")),
       int_flag("seed", &Config::seed, 0, INT64_MAX, "--seed S   manual_seed for data and model [{def}]\n"),
-      bool_flag("shuffle", &Config::shuffle, "  --shuffle true|false      DistributedSampler shuffle [{def}]   "),
-      int_flag("sampler-seed", &Config::sampler_seed, 0, INT64_MAX, "--sampler-seed S [{def}]\n"),
-      bool_flag("drop-last", &Config::drop_last, "  --drop-last true|false    DistributedSampler drop_last [{def}]\n"),
-      bool_flag("loader-drop-last", &Config::loader_drop_last,
-                "  --loader-drop-last true|false  DataLoader drop_last [{def}]\n"),
-      bool_flag("set-epoch", &Config::set_epoch,
-                "  --set-epoch true|false    call sampler.set_epoch(epoch) each epoch [{def}]\n"),
+      only(Applies::sequential,
+           bool_flag("shuffle", &Config::shuffle, "  --shuffle true|false      DistributedSampler shuffle [{def}]   ")),
+      only(Applies::sequential,
+           int_flag("sampler-seed", &Config::sampler_seed, 0, INT64_MAX, "--sampler-seed S [{def}]\n")),
+      only(Applies::sequential, bool_flag("drop-last", &Config::drop_last,
+                                          "  --drop-last true|false    DistributedSampler drop_last [{def}]\n")),
+      only(Applies::sequential, bool_flag("loader-drop-last", &Config::loader_drop_last,
+                "  --loader-drop-last true|false  DataLoader drop_last [{def}]\n")),
+      only(Applies::sequential, bool_flag("set-epoch", &Config::set_epoch,
+                "  --set-epoch true|false    call sampler.set_epoch(epoch) each epoch [{def}]\n")),
       int_flag("batch-size", &Config::batch_size, 1, 1 << 22, "  --batch-size B            per rank [{def}]        "),
-      int_flag("epochs", &Config::epochs, 1, 100000, "--epochs E [{def}]\n"),
-      choice_flag("init", &Config::init, choice_names().init,
+      only(Applies::sequential, int_flag("epochs", &Config::epochs, 1, 100000, "--epochs E [{def}]\n")),
+      only(Applies::sequential, choice_flag("init", &Config::init, choice_names().init,
                   "DDP:\n"
                   "  --init {choices}  seed the model with --seed, with seed + rank, or not at all: "
                   "continue\n"
-                  "                            the data's random stream, as notebook 003 does [{def}]\n"),
+                  "                            the data's random stream, as notebook 003 does [{def}]\n")),
       bool_flag("broadcast", &Config::broadcast,
                 "  --broadcast true|false    broadcast rank 0's parameters at construction, as DDP does [{def}]\n"),
       {"broadcast-buffers",
@@ -201,10 +206,10 @@ const std::vector<FlagSpec>& flag_table() {
        [](const Config& c) { return std::to_string(c.comm_hook.powersgd_rank); }, true},
       {"powersgd-start-iter", "", [](const Flags&, Config&) {},
        [](const Config& c) { return std::to_string(c.comm_hook.powersgd_start_iter); }, true},
-      choice_flag("kernels", &Config::kernels, kernels_names(),
+      only(Applies::sequential, choice_flag("kernels", &Config::kernels, kernels_names(),
                   "  --kernels {choices}  Linear on OpenBLAS with PyTorch's calls, or on fixed-order loops that "
                   "a GPU\n"
-                  "                            (ddp_verify --backend nccl) reproduces bit for bit [{def}]\n"),
+                  "                            (ddp_verify --backend nccl) reproduces bit for bit [{def}]\n")),
       {"zero",
        "  --zero true|false         the optimizer as torch's ZeroRedundancyOptimizer: each rank keeps state for and\n"
        "                            steps its shard of the parameters, then broadcasts it (same bits as plain) "
@@ -328,14 +333,6 @@ const std::vector<FlagSpec>& flag_table() {
             },
             [](const Config& c) { return fmt::format("{},{}", c.beta1, c.beta2); }}),
   };
-  // The sequential models' own flags (--model gpt refuses them: its data are get_batch steps, its init
-  // nanoGPT's).
-  for (FlagSpec& f : t) {
-    for (const char* n : {"layers", "activation", "loss", "momentum", "samples", "shuffle", "sampler-seed", "drop-last",
-                          "loader-drop-last", "set-epoch", "epochs", "init", "kernels"}) {
-      if (std::string(f.name) == n) f.applies = Applies::sequential;
-    }
-  }
   return t;
   }();
   return table;

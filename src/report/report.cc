@@ -144,7 +144,7 @@ std::string dump_json(const DumpPieces& d) {
   std::string out = fmt::format("{{\"world_size\": {},\n", d.world_size);
   if (!d.backend.empty()) out += fmt::format(" \"backend\": \"{}\",\n", d.backend);
   std::vector<std::string> quoted;
-  for (const std::string& a : d.args) quoted.push_back("\"" + a + "\"");
+  for (const std::string& a : d.args) quoted.push_back(json_string(a));
   out += fmt::format(" \"args\": [{}],\n \"replicas\": [\n  {}\n ],\n", fmt::join(quoted, ", "),
                      fmt::join(d.replicas, ",\n  "));
   out += fmt::format(" \"sampler_indices\": [{}],\n \"losses\": [{}]", fmt::join(d.epoch_indices, ", "),

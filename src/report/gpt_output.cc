@@ -1,4 +1,4 @@
-#include "src/gpt/output.h"
+#include "src/report/gpt_output.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 #include "src/base/compare.h"
 #include "src/base/io.h"
 
-namespace ddplab::gpt {
+namespace ddplab::report {
 
 namespace {
 
@@ -15,21 +15,6 @@ std::string json_list(const std::vector<float>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + json_float(v[i]);
   return s + "]";
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(ch)));
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
 }
 
 std::string json_state_dict(const RankRecord& r) {
@@ -47,7 +32,7 @@ std::string short_names(std::string text) {
   return text;
 }
 
-RankRecord record_of(const GptRank& rank) {
+RankRecord record_of(const gpt::GptRank& rank) {
   RankRecord r;
   for (const Parameter* p : rank.params) {
     r.names.push_back(p->name);
@@ -58,7 +43,7 @@ RankRecord record_of(const GptRank& rank) {
   return r;
 }
 
-std::string gpt_summary(const RunConfig& cfg, const std::vector<RankRecord>& ranks) {
+std::string gpt_summary(const gpt::RunConfig& cfg, const std::vector<RankRecord>& ranks) {
   std::string out;
   const size_t micro = static_cast<size_t>(cfg.no_sync);
   size_t n = 0;  // under --uneven the ranks ran different numbers of steps
@@ -106,7 +91,7 @@ std::string gpt_summary(const RunConfig& cfg, const std::vector<RankRecord>& ran
   return out;
 }
 
-std::string gpt_dump_json(const RunConfig& cfg, const std::vector<RankRecord>& ranks, const std::string& backend,
+std::string gpt_dump_json(const gpt::RunConfig& cfg, const std::vector<RankRecord>& ranks, const std::string& backend,
                           const std::string& error) {
   std::string s = fmt::format("{{\"world_size\": {}", cfg.world_size);
   if (!backend.empty()) s += fmt::format(", \"backend\": {}", json_string(backend));
@@ -118,7 +103,7 @@ std::string gpt_dump_json(const RunConfig& cfg, const std::vector<RankRecord>& r
     reps.push_back(json_state_dict(r));
     losses.push_back(json_list(r.log.losses));
     std::vector<std::string> ev;
-    for (const EvalLog& e : r.log.evals) {
+    for (const gpt::EvalLog& e : r.log.evals) {
       ev.push_back(fmt::format("[{}, {}, {}]", e.step, json_float(e.train), json_float(e.val)));
     }
     evals.push_back("[" + fmt::format("{}", fmt::join(ev, ", ")) + "]");
@@ -132,4 +117,4 @@ std::string gpt_dump_json(const RunConfig& cfg, const std::vector<RankRecord>& r
   return s + "}\n";
 }
 
-}  // namespace ddplab::gpt
+}  // namespace ddplab::report
