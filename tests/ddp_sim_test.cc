@@ -48,6 +48,17 @@ void compare_with_torch(const std::string& label, const json& sim, const json& t
   EXPECT_TRUE(testing::match(label + " losses", got, want, 1e-4, 1e-6).allclose);
 }
 
+// Real torch DDP (sim/ddp_reference.py, Gloo, one process per rank) on the same flags: its dump.
+json torch_dump(const std::vector<std::string>& args) {
+  const std::string out = testing::temp_dir() + "/torch.json";
+  std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  cmd.insert(cmd.end(), {"--dump-params", out});
+  const CommandResult r = testing::run_command(cmd);
+  EXPECT_EQ(r.status, 0) << r.err;
+  return testing::load_json(out);
+}
+
 TEST(DdpSim, MatchesTorchDdpGoldens) {
   const json configs = testing::load_json("tests/golden/ddp/configs.json");
   ASSERT_GE(configs.size(), 18u);
@@ -87,14 +98,7 @@ TEST(DdpSim, LiveAgainstTorchDdp) {
                                          "--layers",     "5,7,3", "--activation",   "relu", "--loss",       "ce",
                                          "--epochs",     "2",     "--no-sync",      "2",    "--momentum",   "0.9",
                                          "--lr",         "0.1",   "--sampler-seed", "5"};
-  const std::string out = testing::temp_dir() + "/torch.json";
-  std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  cmd.push_back("--dump-params");
-  cmd.push_back(out);
-  const CommandResult r = testing::run_command(cmd);
-  ASSERT_EQ(r.status, 0) << r.err;
-  const json torch = testing::load_json(out), sim = sim_dump(args);
+  const json torch = torch_dump(args), sim = sim_dump(args);
   compare_with_torch("live", sim, torch);
   // Same machine, same OpenBLAS, and cross-entropy on ATen's arithmetic: every float is torch's.
   for (size_t k = 0; k < 3; ++k) {
@@ -112,13 +116,7 @@ TEST(DdpSim, LiveMseRunIsBitwiseTorchDdp) {
   const std::vector<std::string> args = {"--world-size", "3",         "--samples",    "45",   "--batch-size", "4",
                                          "--layers",     "7,24,12,3", "--activation", "relu", "--epochs",     "2",
                                          "--momentum",   "0.9",       "--lr",         "0.05", "--no-sync",    "2"};
-  const std::string out = testing::temp_dir() + "/torch.json";
-  std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  cmd.insert(cmd.end(), {"--dump-params", out});
-  const CommandResult r = testing::run_command(cmd);
-  ASSERT_EQ(r.status, 0) << r.err;
-  const json torch = testing::load_json(out), sim = sim_dump(args);
+  const json torch = torch_dump(args), sim = sim_dump(args);
   compare_with_torch("live mse", sim, torch);
   for (size_t k = 0; k < 3; ++k) {
     for (const auto& [name, want] : torch["replicas"][k].items()) {
@@ -138,13 +136,7 @@ TEST(DdpSim, LiveNoSyncLossBothWaysAreTorchs) {
                                              "--layers",     "5,8,4", "--activation",   "relu", "--loss",      loss,
                                              "--momentum",   "0.9",   "--lr",           "0.05", "--no-sync",   "3",
                                              "--no-sync-loss", how};
-      const std::string out = testing::temp_dir() + "/torch.json";
-      std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
-      cmd.insert(cmd.end(), args.begin(), args.end());
-      cmd.insert(cmd.end(), {"--dump-params", out});
-      const CommandResult r = testing::run_command(cmd);
-      ASSERT_EQ(r.status, 0) << r.err;
-      const json torch = testing::load_json(out), sim = sim_dump(args);
+      const json torch = torch_dump(args), sim = sim_dump(args);
       bool same = testing::floats(sim["losses"]) == testing::floats(torch["losses"]);
       for (size_t k = 0; k < 3; ++k) {
         for (const auto& [name, want] : torch["replicas"][k].items()) {

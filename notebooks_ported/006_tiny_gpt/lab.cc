@@ -297,30 +297,16 @@ int body(const lab::Group& g, const RunConfig& cfg, const TextData& data, lab::L
 }
 
 int run(int argc, char** argv) {
-  auto known = lab::group_flag_names();
-  for (const char* f : {"steps", "seed"}) known.insert(f);
-  const Flags flags(argc, argv, known, dist::with_runner_bare_flags());
-  if (flags.help()) {
-    std::printf("%s%s", kUsage, lab::group_usage().c_str());
-    return 0;
-  }
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  const dist::RunFlags run = lab::lab_run_flags(flags);
-  RunConfig cfg = base_config(flags);
+  const auto flags = lab::read_group_flags(argc, argv, {"steps", "seed"}, kUsage);
+  if (!flags) return 0;
+  const dist::RunFlags run = lab::lab_run_flags(*flags);
+  RunConfig cfg = base_config(*flags);
   const TextData data = TextData::load(cfg.data);
   cfg.gpt.vocab_size = data.vocab_size();
-  cfg = lab::group_config(flags, run, cfg);
-  lab::LabReport page(flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
-  const int status = lab::run_group(
-      flags, run, argc, argv,
-      [&](int world_size) {
-        check_range("world size", world_size, 2, 8);
-        return ddp::to_args(dist::ddp_config_for(cfg, world_size));
-      },
-      [&](lab::Group& g) {
-        return body(g, g.real() ? dist::ddp_config_for(cfg, g.comm()->world_size()) : cfg, data, page);
-      });
-  return std::max(status, page.write());
+  cfg = lab::group_config(*flags, run, cfg);
+  lab::LabReport page(*flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
+  return lab::run_group(*flags, run, argc, argv, cfg, page,
+                        [&](lab::Group& g, const RunConfig& mine) { return body(g, mine, data, page); });
 }
 
 }  // namespace

@@ -251,27 +251,13 @@ int body(const lab::Group& g, const ddp::Config& cfg, lab::LabReport& page) {
 }
 
 int run(int argc, char** argv) {
-  auto known = lab::group_flag_names();
-  known.insert("epochs");
-  const Flags flags(argc, argv, known, dist::with_runner_bare_flags());
-  if (flags.help()) {
-    std::printf("%s%s", kUsage, lab::group_usage().c_str());
-    return 0;
-  }
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  const dist::RunFlags run = lab::lab_run_flags(flags);
-  const ddp::Config cfg = lab::group_config(flags, run, base_config(flags));
-  lab::LabReport page(flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
-  const int status = lab::run_group(
-      flags, run, argc, argv,
-      [&](int world_size) {
-        check_range("world size", world_size, 2, 8);
-        return ddp::to_args(dist::ddp_config_for(cfg, world_size));
-      },
-      [&](lab::Group& g) {
-        return body(g, g.real() ? dist::ddp_config_for(cfg, g.comm()->world_size()) : cfg, page);
-      });
-  return std::max(status, page.write());
+  const auto flags = lab::read_group_flags(argc, argv, {"epochs"}, kUsage);
+  if (!flags) return 0;
+  const dist::RunFlags run = lab::lab_run_flags(*flags);
+  const ddp::Config cfg = lab::group_config(*flags, run, base_config(*flags));
+  lab::LabReport page(*flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
+  return lab::run_group(*flags, run, argc, argv, cfg, page,
+                        [&](lab::Group& g, const ddp::Config& mine) { return body(g, mine, page); });
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 #include "notebooks_ported/lab/group.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "notebooks_ported/lab/lab.h"
+#include "notebooks_ported/lab/lab_report.h"
 #include "src/ddp/rank_sync.h"
 #include "src/base/errors.h"
 #include "src/launch/runner.h"
@@ -294,17 +297,37 @@ std::unique_ptr<TrainedGpt> train_gpt(const Group& g, const gpt::RunConfig& cfg,
   return t;
 }
 
-int run_group(const Flags& flags, const dist::RunFlags& run, int argc, char** argv,
-              const std::function<std::vector<std::string>(int world_size)>& prepare,
-              const std::function<int(Group&)>& body) {
+std::optional<Flags> read_group_flags(int argc, char** argv, const std::vector<const char*>& own, const char* usage) {
+  auto known = group_flag_names();
+  for (const char* f : own) known.insert(f);
+  Flags flags(argc, argv, known, dist::with_runner_bare_flags());
+  if (flags.help()) {
+    std::printf("%s%s", usage, group_usage().c_str());
+    return std::nullopt;
+  }
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  return flags;
+}
+
+int run_group(const Flags& flags, const dist::RunFlags& run, int argc, char** argv, const ddp::Config& cfg,
+              LabReport& page, const std::function<int(Group&, const ddp::Config&)>& body) {
+  int status = 0;
   if (!run.real()) {
     Group g;
-    return body(g);
+    status = body(g, cfg);
+  } else {
+    status = dist::run_ranks(
+        flags, run, argc, argv,
+        [&](int world_size) {
+          check_range("world size", world_size, 2, 8);
+          return ddp::to_args(dist::ddp_config_for(cfg, world_size));
+        },
+        [&](dist::Rank& r) {
+          Group g(*r.comm);
+          return body(g, dist::ddp_config_for(cfg, r.comm->world_size()));
+        });
   }
-  return dist::run_ranks(flags, run, argc, argv, prepare, [&](dist::Rank& r) {
-    Group g(*r.comm);
-    return body(g);
-  });
+  return std::max(status, page.write());
 }
 
 }  // namespace ddplab::lab

@@ -114,11 +114,15 @@ struct TrainedGpt {
 };
 std::unique_ptr<TrainedGpt> train_gpt(const Group& g, const gpt::RunConfig& cfg, const TextData& data);
 
-// Runs `body` once: on a simulator Group (--backend sim), or in every real rank (src/launch/runner) with that
-// rank's Group. `prepare(world_size)` checks the lab's configuration for that many ranks (UsageError) and
-// returns the flags every rank must have been started with. Returns the exit status.
-int run_group(const Flags& flags, const dist::RunFlags& run, int argc, char** argv,
-              const std::function<std::vector<std::string>(int world_size)>& prepare,
-              const std::function<int(Group&)>& body);
+// The lab's flags (group_flag_names() and `own`); nullopt after printing `usage` and group_usage() for --help.
+// A positional argument is refused.
+std::optional<Flags> read_group_flags(int argc, char** argv, const std::vector<const char*>& own, const char* usage);
+
+class LabReport;
+// Runs `body(g, cfg)` once: on a simulator Group (--backend sim), or in every real rank (src/launch/runner) with
+// that rank's Group and `cfg` at the group's world size (2..8; the ranks must agree on all of its flags). Returns
+// the exit status, the --report page's included (`page`: refused on real ranks when asked for).
+int run_group(const Flags& flags, const dist::RunFlags& run, int argc, char** argv, const ddp::Config& cfg,
+              LabReport& page, const std::function<int(Group&, const ddp::Config&)>& body);
 
 }  // namespace ddplab::lab
