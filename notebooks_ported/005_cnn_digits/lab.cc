@@ -24,6 +24,7 @@ using namespace ddplab;
 constexpr const char* kUsage = R"(usage: 005_cnn_digits [flags]
 A CNN (--model cnn: conv, BatchNorm2d, ReLU, max-pool twice, Dropout(0.25), two Linears) on the digits under
 DDP: simulated ranks, or real ones (--backend gloo|nccl --nproc N). Defaults in brackets.
+  ranks: --world-size N (sim) or --nproc N, 2..8 [2]
   --epochs E   [1]       --lr LR   SGD, momentum 0.9 [0.05]
   --batch-size B   per rank [32]         --seed S     manual_seed of every rank [12345]
   --report FILE.html   (sim) what it printed, the loss per rank, rank 1 vs rank 0, buffers and Dropout masks per rank
@@ -150,13 +151,7 @@ int body(const lab::Group& g, const ddp::Config& cfg, lab::LabReport& page) {
 }
 
 int run(int argc, char** argv) {
-  const auto flags = lab::read_group_flags(argc, argv, {"epochs", "lr", "batch-size", "seed"}, kUsage);
-  if (!flags) return 0;
-  const dist::RunFlags run = lab::lab_run_flags(*flags);
-  const ddp::Config cfg = lab::group_config(*flags, run, base_config(*flags));
-  lab::LabReport page(*flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
-  return lab::run_group(*flags, run, argc, argv, cfg, page,
-                        [&](lab::Group& g, const ddp::Config& mine) { return body(g, mine, page); });
+  return lab::run_group_lab(argc, argv, {"epochs", "lr", "batch-size", "seed"}, kUsage, base_config, body);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // torch DDP.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,7 @@ constexpr const char* kUsage = R"(usage: 006_tiny_gpt [flags]
 nanoGPT's GPT (2 layers, 2 heads, n_embd 16, block 8, batch 4 per rank) on GPL-3's bytes under DDP: on
 simulated ranks, or real ones (--backend gloo|nccl --nproc N; a part at another world size than N is simulated,
 and says so). Defaults in brackets.
+  ranks: --world-size N (sim) or --nproc N, 2..8 [2]
   --steps N        optimizer steps per run, 2..20 [4]     --seed S   torch.manual_seed [1337]
   --report FILE.html   (sim) what it printed, the loss per rank, the clip norms, the buckets
 )";
@@ -297,16 +299,16 @@ int body(const lab::Group& g, const RunConfig& cfg, const TextData& data, lab::L
 }
 
 int run(int argc, char** argv) {
-  const auto flags = lab::read_group_flags(argc, argv, {"steps", "seed"}, kUsage);
-  if (!flags) return 0;
-  const dist::RunFlags run = lab::lab_run_flags(*flags);
-  RunConfig cfg = base_config(*flags);
-  const TextData data = TextData::load(cfg.data);
-  cfg.gpt.vocab_size = data.vocab_size();
-  cfg = lab::group_config(*flags, run, cfg);
-  lab::LabReport page(*flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
-  return lab::run_group(*flags, run, argc, argv, cfg, page,
-                        [&](lab::Group& g, const RunConfig& mine) { return body(g, mine, data, page); });
+  std::optional<TextData> data;  // read once, with the configuration: its vocabulary sizes the model
+  return lab::run_group_lab(
+      argc, argv, {"steps", "seed"}, kUsage,
+      [&](const Flags& flags) {
+        RunConfig cfg = base_config(flags);
+        data = TextData::load(cfg.data);
+        cfg.gpt.vocab_size = data->vocab_size();
+        return cfg;
+      },
+      [&](lab::Group& g, const RunConfig& cfg, lab::LabReport& page) { return body(g, cfg, *data, page); });
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ An MLP 32-64-64-10 (ReLU, MSE, 96 random samples, batch 8 per rank, SGD lr 0.05 
 once per communication hook (none, allreduce, fp16-compress, powersgd rank 1, noop), then with
 ZeroRedundancyOptimizer (SGD momentum and Adam) at world size 3: on simulated ranks, or real ones (--backend
 gloo|nccl --nproc N; a part at another world size than N is simulated, and says so). Defaults in brackets.
+  ranks: --world-size N (sim) or --nproc N, 2..8 [2]
   --epochs E   [2]
   --report FILE.html   (sim) the transcript, the loss per hook, the compression error per bucket, state per rank
 )";
@@ -250,15 +251,7 @@ int body(const lab::Group& g, const ddp::Config& cfg, lab::LabReport& page) {
   return 0;
 }
 
-int run(int argc, char** argv) {
-  const auto flags = lab::read_group_flags(argc, argv, {"epochs"}, kUsage);
-  if (!flags) return 0;
-  const dist::RunFlags run = lab::lab_run_flags(*flags);
-  const ddp::Config cfg = lab::group_config(*flags, run, base_config(*flags));
-  lab::LabReport page(*flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
-  return lab::run_group(*flags, run, argc, argv, cfg, page,
-                        [&](lab::Group& g, const ddp::Config& mine) { return body(g, mine, page); });
-}
+int run(int argc, char** argv) { return lab::run_group_lab(argc, argv, {"epochs"}, kUsage, base_config, body); }
 
 }  // namespace
 

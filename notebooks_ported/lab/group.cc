@@ -169,22 +169,6 @@ std::vector<float> parameter_values(const RankState& s) {
   return v;
 }
 
-std::set<std::string> group_flag_names() {
-  auto names = dist::runner_flag_names();
-  names.insert("world-size");
-  names.insert("report");
-  return names;
-}
-
-std::string group_usage() {
-  return fmt::format("where it runs:\n  {:<26}the simulator in one process [{}], or one process per rank\n",
-                     "--backend " + dist::backend_choices(dist::Backends::with_sim),
-                     dist::backend_name(dist::Backend::sim)) +
-         std::string(R"(  --world-size N            simulated ranks, 2..8 [2]     --nproc N  real ranks, 2..8 (gloo, nccl)
-  --report FILE.html        (sim) one self-contained HTML page: what the lab printed, its tables, the losses
-)") + dist::runner_usage(false);
-}
-
 ddp::Config group_config(const Flags& flags, const dist::RunFlags& run, ddp::Config cfg) {
   if (run.nccl_exact) cfg.allreduce = collective::Algorithm::nccl_ring;
   int64_t ws = run.nproc;
@@ -297,24 +281,24 @@ std::unique_ptr<TrainedGpt> train_gpt(const Group& g, const gpt::RunConfig& cfg,
   return t;
 }
 
-std::optional<Flags> read_group_flags(int argc, char** argv, const std::vector<const char*>& own, const char* usage) {
-  auto known = group_flag_names();
+int run_group_lab(int argc, char** argv, const std::vector<const char*>& own, const char* usage,
+                  const std::function<ddp::Config(const Flags&)>& config,
+                  const std::function<int(Group&, const ddp::Config&, LabReport&)>& body) {
+  auto known = lab_flag_names(false);
   for (const char* f : own) known.insert(f);
-  Flags flags(argc, argv, known, dist::with_runner_bare_flags());
+  const Flags flags(argc, argv, known, dist::with_runner_bare_flags());
   if (flags.help()) {
-    std::printf("%s%s", usage, group_usage().c_str());
-    return std::nullopt;
+    std::printf("%s%s", usage, lab_usage(false).c_str());
+    return 0;
   }
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  return flags;
-}
-
-int run_group(const Flags& flags, const dist::RunFlags& run, int argc, char** argv, const ddp::Config& cfg,
-              LabReport& page, const std::function<int(Group&, const ddp::Config&)>& body) {
+  const dist::RunFlags run = lab_run_flags(flags);
+  const ddp::Config cfg = group_config(flags, run, config(flags));
+  LabReport page(flags, run, argc, argv);  // --report: refused on real ranks; its path checked now
   int status = 0;
   if (!run.real()) {
     Group g;
-    status = body(g, cfg);
+    status = body(g, cfg, page);
   } else {
     status = dist::run_ranks(
         flags, run, argc, argv,
@@ -324,7 +308,7 @@ int run_group(const Flags& flags, const dist::RunFlags& run, int argc, char** ar
         },
         [&](dist::Rank& r) {
           Group g(*r.comm);
-          return body(g, dist::ddp_config_for(cfg, r.comm->world_size()));
+          return body(g, dist::ddp_config_for(cfg, r.comm->world_size()), page);
         });
   }
   return std::max(status, page.write());

@@ -43,10 +43,6 @@ std::vector<CmpResult> cmp_states(const RankState& a, const RankState& b);
 // The parameters only, concatenated.
 std::vector<float> parameter_values(const RankState& s);
 
-// The flags of a lab written against Group: the runner's (--backend, --nproc, ...), --world-size, --report;
-// and their usage text.
-std::set<std::string> group_flag_names();
-std::string group_usage();
 // The lab's configuration `cfg` for where it runs: the world size (--world-size on the simulator [2], --nproc
 // on real ranks, both in [2, 8]; left as it is under torchrun/mpirun, whose WORLD_SIZE the runner checks), and
 // under --nccl-exact the simulator's all-reduce in NCCL's pinned ring order (the parts it simulates).
@@ -114,15 +110,14 @@ struct TrainedGpt {
 };
 std::unique_ptr<TrainedGpt> train_gpt(const Group& g, const gpt::RunConfig& cfg, const TextData& data);
 
-// The lab's flags (group_flag_names() and `own`); nullopt after printing `usage` and group_usage() for --help.
-// A positional argument is refused.
-std::optional<Flags> read_group_flags(int argc, char** argv, const std::vector<const char*>& own, const char* usage);
-
 class LabReport;
-// Runs `body(g, cfg)` once: on a simulator Group (--backend sim), or in every real rank (src/launch/runner) with
-// that rank's Group and `cfg` at the group's world size (2..8; the ranks must agree on all of its flags). Returns
-// the exit status, the --report page's included (`page`: refused on real ranks when asked for).
-int run_group(const Flags& flags, const dist::RunFlags& run, int argc, char** argv, const ddp::Config& cfg,
-              LabReport& page, const std::function<int(Group&, const ddp::Config&)>& body);
+// A lab written against Group, whole: its flags (lab_flag_names(false) and `own`; --help prints `usage` and
+// lab_usage(false); a positional argument is refused), its configuration (`config(flags)`, then group_config),
+// the --report page (refused on real ranks), and `body`: once on the simulator, or in every real rank (src/launch/
+// runner) with that rank's Group and the configuration at the group's world size (2..8; the ranks must agree on
+// all of its flags). Returns the exit status, the page's included.
+int run_group_lab(int argc, char** argv, const std::vector<const char*>& own, const char* usage,
+                  const std::function<ddp::Config(const Flags&)>& config,
+                  const std::function<int(Group&, const ddp::Config&, LabReport&)>& body);
 
 }  // namespace ddplab::lab

@@ -16,22 +16,22 @@
 
 namespace ddplab::lab {
 
-std::set<std::string> lab_flag_names() {
+std::set<std::string> lab_flag_names(bool threads) {
   auto names = dist::runner_flag_names();
   names.insert("world-size");
-  names.insert("threads");
+  if (threads) names.insert("threads");
   names.insert("report");
   return names;
 }
 
-std::string lab_usage() {
+std::string lab_usage(bool threads) {
   return fmt::format("where it runs:\n  {:<26}the simulator in one process [{}], or one process per rank\n",
                      "--backend " + dist::backend_choices(dist::Backends::with_sim),
                      dist::backend_name(dist::Backend::sim)) +
          std::string(R"(  --world-size N            simulated ranks (sim)       --nproc N  real ranks (gloo, nccl)
   --report FILE.html        (sim) one self-contained HTML page: what the lab printed, its cmp tables coloured,
                             the loss per rank and the buckets when it trains DDP, the command line
-)") + threads_usage() +
+)") + (threads ? threads_usage() : "") +
          dist::runner_usage(false);
 }
 

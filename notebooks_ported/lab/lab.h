@@ -24,8 +24,10 @@ struct RankView {
   comm::Communicator* comm = nullptr;                          // real ranks only
 };
 
-std::set<std::string> lab_flag_names();  // backend, nproc, world-size and the runner's
-std::string lab_usage();
+// The labs' shared flags (backend, nproc, world-size, report and the runner's) and their usage text; with
+// `threads`, --threads too (labs that run simulated ranks side by side; the Group labs do not).
+std::set<std::string> lab_flag_names(bool threads = true);
+std::string lab_usage(bool threads = true);
 // The labs' run flags: --backend sim|gloo|nccl (default sim), and the rest of dist::read_run_flags.
 dist::RunFlags lab_run_flags(const Flags& flags);
 
