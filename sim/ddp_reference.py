@@ -99,6 +99,8 @@ def parser():
     ap.add_argument('--no-sync', type=int, default=1)
     # How the micro-batch losses reach .grad: loss.backward() on each (sum), or (loss / K).backward() (divide)
     ap.add_argument('--no-sync-loss', choices=['sum', 'divide'], default='sum')
+    # loss = loss_fn(out, y) / D before the backward (D = world size: dividing where DDP already averages)
+    ap.add_argument('--loss-divisor', type=int, default=1)
     ap.add_argument('--init', choices=['same', 'per-rank'], default='same')
     # torch.distributed.optim.ZeroRedundancyOptimizer over ddp.parameters() (its defaults), the same optimizer class
     # and arguments; the dump then has "zero": each rank's partition (names) and optimizer state (floats).
@@ -281,13 +283,16 @@ def run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses):
     for b, (x, t) in enumerate(batches):
         sync = (b + 1) % a.no_sync == 0 or b == len(batches) - 1
         scale = a.no_sync if a.no_sync_loss == 'divide' else None
+        def backward(loss):
+            scaled = loss / a.loss_divisor if a.loss_divisor > 1 else loss
+            (scaled / scale if scale else scaled).backward()
         if sync:
             loss = loss_fn(ddp(x), t)
-            (loss / scale if scale else loss).backward()
+            backward(loss)
         else:
             with ddp.no_sync():
                 loss = loss_fn(ddp(x), t)
-                (loss / scale if scale else loss).backward()
+                backward(loss)
         if sync:
             opt.step()
             opt.zero_grad(set_to_none=True)

@@ -97,8 +97,9 @@ bool wants_gpt(int argc, char** argv) {
   return false;
 }
 
-Config config_from_flags(const Flags& flags) {
+Config config_from_flags(const Flags& flags, void (*defaults)(Config&)) {
   Config c;
+  if (defaults != nullptr) defaults(c);
   c.model = flags.get_string("model", c.model);
   if (c.is_gpt()) apply_gpt_defaults(c);
   if (c.model == "cnn") c.dataset = DatasetKind::digits;  // the data it is made for (--dataset still chooses)

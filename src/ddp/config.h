@@ -73,6 +73,9 @@ struct Config {
   double bucket_cap_mb = 25.0;
   int64_t no_sync = 1;  // all-reduce every K micro-batches
   NoSyncLoss no_sync_loss = NoSyncLoss::sum;  // --model gpt: divide (nanoGPT's)
+  // --loss-divisor D: loss = loss_fn(out, y) / D before the backward (D = world_size: the common mistake of
+  // dividing by the number of ranks when DDP already averages). 1: no division.
+  int64_t loss_divisor = 1;
   collective::Algorithm allreduce = collective::Algorithm::ring;
   CommHookOptions comm_hook;  // --comm-hook and --powersgd-*: DDP.register_comm_hook
   // Uneven inputs (src/ddp/join.h): rank r trains on the first B - uneven*r of its B batches per epoch; with
@@ -114,9 +117,12 @@ struct Config {
   int64_t batches_per_epoch() const;          // the DataLoader's batches per rank and epoch (before --uneven);
                                               // gpt: its one "epoch" of steps x no_sync micro-batches
   int64_t epoch_count() const { return is_gpt() ? 1 : epochs; }
-  // d loss for each micro-batch's backward: 1, or 1/K under --no-sync K with --no-sync-loss divide.
+  // d loss for each micro-batch's backward: 1, or 1/K under --no-sync K with --no-sync-loss divide; then, with
+  // --loss-divisor D, divided by D: autograd's chain for ((loss / D) / K).backward(), in float32 as torch's.
   float micro_batch_grad() const {
-    return no_sync_loss == NoSyncLoss::divide ? 1.0f / static_cast<float>(no_sync) : 1.0f;
+    float g = no_sync_loss == NoSyncLoss::divide ? 1.0f / static_cast<float>(no_sync) : 1.0f;
+    if (loss_divisor > 1) g = g / static_cast<float>(loss_divisor);
+    return g;
   }
 };
 
@@ -126,8 +132,9 @@ constexpr int64_t kMaxWorldSize = 64;
 // the default is Config's): the names, the usage text, the parsing, to_args and the ranks' agreement.
 // The flags Config reads, for Flags' list of known names.
 std::set<std::string> config_flag_names();
-// Reads and validates every flag; throws UsageError naming the flag and its limit.
-Config config_from_flags(const Flags& flags);
+// Reads and validates every flag; throws UsageError naming the flag and its limit. `defaults`, when given,
+// changes Config's defaults first (a program's own: ddp_questions' topics); the flags given still win.
+Config config_from_flags(const Flags& flags, void (*defaults)(Config&) = nullptr);
 // Cross-field checks (also run by config_from_flags), and the size limits of src/base/limits.h.
 void validate(const Config& cfg);
 // What a simulation of `cfg` allocates, for the limits.

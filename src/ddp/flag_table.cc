@@ -195,6 +195,11 @@ const std::vector<FlagSpec>& flag_table() {
                         "  --no-sync-loss {choices}  under --no-sync K: loss.backward() on each micro-batch (the K\n"
                         "                            gradients add up) or (loss / K).backward() (their mean; --model "
                         "gpt's) [{def}]\n")),
+      later(only(Applies::sequential,
+                 int_flag("loss-divisor", &Config::loss_divisor, 1, 1 << 20,
+                          "  --loss-divisor D          loss / D before backward() (D = world size: the gradients "
+                          "come out\n"
+                          "                            1/D of DDP's, which already averages) [{def}]\n"))),
       choice_flag("allreduce", &Config::allreduce, collective::algorithm_names(),
                   "  --allreduce {choices}   the simulator's algorithm; ring "
                   "matches Gloo,\n"

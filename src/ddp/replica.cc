@@ -119,15 +119,11 @@ Replica::Replica(const Config& c, int64_t r, const Replica& like)
   copy_buffers(like.model, model);
 }
 
-namespace {
-
 Tensor input_batch(const Config& cfg, const Dataset& data, const std::vector<int64_t>& idx) {
   std::vector<int64_t> shape = {static_cast<int64_t>(idx.size())};
   for (int64_t d : cfg.sample_shape()) shape.push_back(d);
   return Tensor(shape, data.gather_x(idx));
 }
-
-}  // namespace
 
 void copy_parameters(const Module& from, Module& to) {
   const auto src = from.parameters();

@@ -30,6 +30,8 @@ Sequential make_model(const Config& cfg, int64_t rank, Generator& gen);
 // ZeroRedundancyOptimizer (src/ddp/zero.h) over the same parameters, the same optimizer on its shard.
 std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Module& model, int64_t rank = -1);
 LossResult compute_loss(const Config& cfg, const Matrix& out, const Dataset& data, const std::vector<int64_t>& idx);
+// The rows `idx` of data.x as one input batch of cfg's sample shape, as default_collate stacks them.
+Tensor input_batch(const Config& cfg, const Dataset& data, const std::vector<int64_t>& idx);
 
 // Whether every rank's model initialisation draws the same values (--init same or continue: every rank
 // seeds alike), so that the simulator draws it once and copies it.

@@ -42,6 +42,10 @@ inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
     return "--compute device backpropagates loss.backward() on each micro-batch only (got --no-sync-loss divide); "
            "--compute host (the default) runs (loss / K).backward() on NCCL";
   }
+  if (cfg.loss_divisor > 1) {  // the same: d loss = 1
+    return "--compute device backpropagates loss.backward() only (got --loss-divisor " +
+           std::to_string(cfg.loss_divisor) + "); --compute host (the default) runs (loss / D).backward() on NCCL";
+  }
   if (cfg.zero) {  // src/ddp/zero.h steps host parameters; the device graph has no sharded optimizer
     return "--compute device has no ZeroRedundancyOptimizer (--zero true): --compute host (the default) runs it on "
            "NCCL";

@@ -76,7 +76,8 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
     for (size_t i = 0; i < num_params; ++i) parameters_equal = parameters_equal && rows[i].exact;
     // Every rank's table would repeat itself: show the last rank's, and any rank that differs.
     if (k + 1 == res.replicas.size() || !all_exact(rows)) {
-      out += fmt::format("# replica {} vs replica 0 after {} optimizer steps\n{}", k, res.optimizer_steps, table(rows));
+      out += fmt::format("# replica {} vs replica 0 after {} optimizer step{}\n{}", k, res.optimizer_steps,
+                         res.optimizer_steps == 1 ? "" : "s", table(rows));
     }
   }
   if (cfg.world_size == 1) {
@@ -106,7 +107,10 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
   if (res.single_device) {
     const auto rows = cmp_models(rank0, res.single_device->model);
     out += fmt::format("\n# DDP replica 0 vs one device trained on the union of the shards\n{}", table(rows));
-    if (all_exact(rows)) {
+    if (all_exact(rows) && cfg.world_size == 1) {
+      out += "bitwise equal: at world_size 1 DDP adds nothing in another order (one rank's gradient times 1/1, no "
+             "other rank to sum).\n";
+    } else if (all_exact(rows)) {
       out += "bitwise equal: the different addition order happened to round the same way here.\n";
     } else {
       out += fmt::format(
@@ -118,7 +122,8 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
           collective::algorithm_name(cfg.allreduce));
       if (cfg.no_sync > 1) {  // the one device accumulates a step's micro-batches as the ranks do
         out += fmt::format("Under no_sync {0} both take those means for each of a step's {0} micro-batches and add "
-                           "the {0} gradients\nin .grad the same way ({1}).\n",
+                           "the {0} gradients\nin .grad the same way ({1}). Against one device at a {0} times larger "
+                           "batch: ddp_questions accumulation.\n",
                            cfg.no_sync,
                            cfg.no_sync_loss == ddp::NoSyncLoss::sum ? "loss.backward() on each"
                                                                     : fmt::format("(loss / {}).backward()", cfg.no_sync));

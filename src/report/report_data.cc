@@ -151,7 +151,8 @@ void add_simulation(ReportData& d, const ddp::Config& cfg, const ddp::SimResult&
     const bool exact = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.cmp.exact; });
     if (k + 1 == res.replicas.size() || !exact) {
       d.tables.push_back(
-          {fmt::format("replica {} vs replica 0 after {} optimizer steps", k, res.optimizer_steps), std::move(rows)});
+          {fmt::format("replica {} vs replica 0 after {} optimizer step{}", k, res.optimizer_steps,
+                       res.optimizer_steps == 1 ? "" : "s"), std::move(rows)});
     }
   }
   if (res.single_device) {

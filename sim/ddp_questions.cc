@@ -1,0 +1,56 @@
+// ddp_questions TOPIC [flags]: answers one question learners ask about DDP by running the simulator on the
+// runs that answer it, side by side (src/questions/). docs/questions.md lists every question and command.
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "src/base/errors.h"
+#include "src/base/flags.h"
+#include "src/base/parallel.h"
+#include "src/ddp/config.h"
+#include "src/questions/questions.h"
+
+namespace {
+
+using namespace ddplab;
+
+std::string topic_list() {
+  std::string out;
+  for (const questions::Topic& t : questions::topics()) out += fmt::format("  {:<13} {}\n", t.name, t.question);
+  return out;
+}
+
+int run(int argc, char** argv) {
+  auto known = ddp::config_flag_names();
+  known.insert("threads");
+  const Flags flags(argc, argv, known, {"seed-per-rank"});
+  if (flags.help() || flags.positional().empty()) {
+    std::printf("usage: ddp_questions TOPIC [flags]\nAnswers a question about DDP by simulating the runs that "
+                "answer it, side by side, ending in `answer:` lines.\nTopics:\n%s\nEvery topic takes ddp_sim's "
+                "flags (each topic picks defaults that show its case; the flags you give win):\n%s%s",
+                topic_list().c_str(), ddp::config_usage(), threads_usage());
+    return flags.help() ? 0 : 2;
+  }
+  if (flags.positional().size() > 1) throw UsageError("one topic at a time (got '" + flags.positional()[1] + "' too)");
+  const questions::Topic* topic = questions::find_topic(flags.positional()[0]);
+  if (topic == nullptr) {
+    throw UsageError("unknown topic '" + flags.positional()[0] + "' (topics: " + [] {
+      std::string names;
+      for (const questions::Topic& t : questions::topics()) names += (names.empty() ? "" : ", ") + std::string(t.name);
+      return names;
+    }() + ")");
+  }
+  ddp::Config cfg = ddp::config_from_flags(flags, topic->defaults);
+  if (cfg.is_gpt()) throw UsageError("ddp_questions runs the sequential models (--model mlp, cnn or a spec), not gpt");
+  cfg.threads = threads_from_flags(flags);
+  fmt::print("question: {}\nddp_questions {}: {}\n{}\n", topic->question, topic->name, ddp::describe(cfg),
+             ddp::describe_notes(cfg));
+  std::fflush(stdout);
+  topic->run(cfg);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ddplab::guarded_main("ddp_questions", argc, argv, run); }

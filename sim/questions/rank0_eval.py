@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""Rank-0-only work inside a DDP training loop: which collectives does each rank issue, and does it hang?
+
+Real torch DDP (CPU, gloo, 2 ranks forked by torch.multiprocessing.start_processes, fresh file:// rendezvous
+per case, 5 s gloo timeout per collective). Each rank trains 3 SGD steps on its own batch. DDP is handed a
+Python ProcessGroup that logs every collective (the C++ reducer's too) and forwards it to gloo. A rank that
+finishes waits for its peer on a file, so a peer's unmatched collective blocks until gloo's timeout.
+Cases (eval = `ddp.eval(); with torch.no_grad(): ddp(x); ddp.train()` unless said otherwise):
+  A  Linear+BatchNorm1d, broadcast_buffers=True; rank 0 evals after step 1   Ad  A, TORCH_DISTRIBUTED_DEBUG=DETAIL
+  A2 as A, rank 0 evals after step 2 only      A3  as A, rank 0 evals after steps 2 and 3 (i.e. after the last)
+  B  MLP, no buffers; rank 0 evals after every step    C  MLP; rank 0 alone calls dist.barrier() after step 2
+  D  fix: A's model, rank 0 evals through ddp.module   E  fix: A's model, every rank evals through ddp
+Trace: T<n>[..] training step n, E[..] eval, BAR[..] barrier; buf = buffer broadcast (2 gloo broadcasts),
+rb = DDP's one-time bucket-rebuild broadcast at step 2 (2 gloo broadcasts), ar = gradient all-reduce.
+
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/rank0_eval.py
+"""
+import datetime
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+TIMEOUT_S = 5
+CASES = [  # name, BatchNorm model, who evaluates, how ('ddp' / 'module' / 'barrier'), after which steps
+    ('A', True, 'r0', 'ddp', (1,)), ('Ad', True, 'r0', 'ddp', (1,)), ('A2', True, 'r0', 'ddp', (2,)),
+    ('A3', True, 'r0', 'ddp', (2, 3)), ('B', False, 'r0', 'ddp', (1, 2, 3)),
+    ('C', False, 'r0', 'barrier', (2,)), ('D', True, 'r0', 'module', (1, 2, 3)), ('E', True, 'all', 'ddp', (1, 2, 3))]
+
+
+class TracedPG(dist.ProcessGroup):
+    """Logs every collective issued on it, then forwards it to the real (gloo) group."""
+    def __init__(self, pg, path):
+        super().__init__(pg.rank(), pg.size())
+        self.pg, self.path, self.names = pg, path, {}
+
+    def note(self, tok, tensors=()):
+        with open(self.path, 'a') as f:  # on disk at once: a rank may die by SIGABRT mid-run
+            f.write(self.names.get((tok, sum(t.numel() for t in tensors)), tok) + '\n')
+
+    def broadcast(self, tensors, opts):
+        self.note('bc', tensors)
+        return self.pg.broadcast(tensors, opts)
+
+    def allreduce(self, tensors, opts):
+        self.note('ar', tensors)
+        return self.pg.allreduce(tensors, opts)
+
+    def allgather(self, outs, ins, opts):
+        return self.pg.allgather(outs, ins, opts)  # DDP's constructor only
+
+    def getBackendName(self):
+        return 'traced-gloo'
+
+
+def first_line(msg):
+    line = (msg.strip().splitlines() or ['?'])[0]
+    line = re.sub(r'\[[\d.:a-f]+\]:\d+', '<peer>', line)  # the peer's address and port vary
+    line = re.sub(r', TensorDeviceTypes=TensorOptions\(.*?\(nullopt\)\)\)', ')', line)  # DETAIL's long tail
+    return re.sub(r'^\[[^\]]*\] ', '', line)  # drop gloo's "[/path/file.cc:NN] " prefix
+
+
+def outcome(msg):  # stable wording to grep; gloo's own text in parentheses
+    return (f'timed out after {TIMEOUT_S}s ({msg})' if 'Timed out' in msg else 'error: lost the connection to the '
+            'peer that died' if 'Connection' in msg or 'Broken pipe' in msg else f'error: {msg}')
+
+
+def worker(rank, work, case):
+    name, bn, who, how, after = case
+    torch.set_num_threads(1)
+    os.dup2(os.open(f'{work}/stderr{rank}', os.O_WRONLY | os.O_CREAT), 2)  # gloo's C++ abort message
+    os.environ['TORCH_DISTRIBUTED_DEBUG'] = 'DETAIL' if name == 'Ad' else 'OFF'
+    dist.set_debug_level_from_env()
+    dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    log, out = f'{work}/log{rank}', {'steps': 0}
+    pg = TracedPG(dist.group.WORLD, log)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(4, 8)] + ([nn.BatchNorm1d(8)] if bn else []) + [nn.ReLU(), nn.Linear(8, 1)])
+    ddp = DDP(model, process_group=pg, broadcast_buffers=True)
+    pg.names = {('bc', sum(b.numel() for b in model.buffers() if b.is_floating_point())): 'buf',
+                ('bc', len(list(model.parameters())) + 1): 'rb', ('ar', sum(p.numel() for p in model.parameters())): 'ar'}
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(100 + rank)
+    x_eval = torch.randn(6, 4, generator=g)
+    open(log, 'w').close()  # forget DDP's constructor collectives
+    try:
+        for step in (1, 2, 3):
+            pg.note(f'T{step}')
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+            opt.zero_grad()
+            nn.functional.mse_loss(ddp(x), y).backward()
+            opt.step()
+            out['steps'], out['params'] = step, [p.tolist() for p in model.parameters()]
+            if step in after and (who == 'all' or rank == 0):
+                pg.note('BAR' if how == 'barrier' else 'E')
+                if how == 'barrier':
+                    pg.note('bar')
+                    dist.barrier()  # on the gloo group under DDP's: the same collective sequence
+                    continue
+                ddp.eval()
+                with torch.no_grad():
+                    (ddp if how == 'ddp' else ddp.module)(x_eval)
+                ddp.train()
+        out['outcome'] = 'completed'
+    except Exception as e:  # noqa: BLE001 -- the point is to report it
+        out['outcome'] = outcome(first_line(str(e)))
+    with open(f'{work}/out{rank}.json', 'w') as f:
+        json.dump(out, f)
+    deadline = time.monotonic() + 3 * TIMEOUT_S  # keep the group alive until the peer is done too
+    while not os.path.exists(f'{work}/out{1 - rank}.json') and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os._exit(0)  # no destroy_process_group: it could block on a peer stuck in a collective
+
+
+def trace(path):
+    groups = []
+    for t in open(path).read().split():
+        if t[0] in 'TEB':
+            groups.append([t])
+        elif groups and not (t == 'bc' and groups[-1][-1] in ('buf', 'rb')):  # 2nd broadcast of a pair
+            groups[-1].append(t)
+    return ' '.join(f'{g[0]}[{" ".join(g[1:])}]' for g in groups)
+
+
+def run(case):
+    work = tempfile.mkdtemp(prefix='rank0_eval.')
+    try:  # fork, not spawn: the parent runs no torch op, and a forked rank need not re-import torch
+        ctx = mp.start_processes(worker, args=(work, case), nprocs=2, join=False, start_method='fork')
+        deadline = time.monotonic() + 25
+        while any(p.exitcode is None for p in ctx.processes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        res = []
+        for r, p in enumerate(ctx.processes):
+            if p.exitcode is None:
+                p.kill()
+            p.join()
+            if os.path.exists(f'{work}/out{r}.json'):
+                out = json.load(open(f'{work}/out{r}.json'))
+            else:
+                what = [ln.split('what():')[1] for ln in open(f'{work}/stderr{r}') if 'what():' in ln]
+                out = {'outcome': f'process died (exit code {p.exitcode}, gloo abort: '
+                                  f'{first_line(what[0]) if what else "no message"})'}
+            out['trace'] = trace(f'{work}/log{r}')
+            res.append(out)
+        return res
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    for case in CASES:
+        res = run(case)
+        for r in (0, 1):
+            print(f"answer: {case[0]} rank{r} issued {res[r]['trace']} -> {res[r]['outcome']}", flush=True)
+        done = [x.get('steps', '?') for x in res]
+        eq = res[0]['params'] == res[1]['params'] if all('params' in x for x in res) else 'n/a'
+        print(f"answer: {case[0]} steps_done={done[0]}/{done[1]} params_equal={eq}", flush=True)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,19 @@
+// Each topic's defaults and run (one file per group of questions), for the table in topics.cc.
+#pragma once
+
+#include "src/questions/questions.h"
+
+namespace ddplab::questions {
+
+void batch_size_defaults(ddp::Config& cfg);  // batch.cc
+void batch_size_run(const ddp::Config& cfg);
+void lr_scaling_defaults(ddp::Config& cfg);
+void lr_scaling_run(const ddp::Config& cfg);
+void loss_scale_defaults(ddp::Config& cfg);  // loss_scale.cc
+void loss_scale_run(const ddp::Config& cfg);
+void accumulation_defaults(ddp::Config& cfg);  // accumulation.cc
+void accumulation_run(const ddp::Config& cfg);
+void evaluation_defaults(ddp::Config& cfg);  // evaluation.cc
+void evaluation_run(const ddp::Config& cfg);
+
+}  // namespace ddplab::questions
