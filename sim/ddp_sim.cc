@@ -109,6 +109,11 @@ int run(int argc, char** argv) {
       }
     }
   }
+  if (!quiet && cfg.world_size > 1) {
+    fmt::print("each rank's loss is the mean over its own batch: DistributedSampler hands every rank other samples (the "
+               "lines above),\nso the losses differ; DDP averages the gradients, not the losses, and every rank then "
+               "steps alike (the tables below)\n");
+  }
   if (!quiet && !cfg.set_epoch && cfg.shuffle && cfg.epochs > 1) {
     fmt::print(
         "set_epoch was never called: DistributedSampler shuffles with seed + epoch and its epoch stays 0, so every "

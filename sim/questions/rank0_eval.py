@@ -69,9 +69,10 @@ def first_line(msg):
     return re.sub(r'^\[[^\]]*\] ', '', line)  # drop gloo's "[/path/file.cc:NN] " prefix
 
 
-def outcome(msg):  # stable wording to grep; gloo's own text in parentheses
-    return (f'timed out after {TIMEOUT_S}s ({msg})' if 'Timed out' in msg else 'error: lost the connection to the '
-            'peer that died' if 'Connection' in msg or 'Broken pipe' in msg else f'error: {msg}')
+def outcome(msg):  # stable wording to grep up to '('; gloo's own text (which varies) in parentheses
+    return (f'timed out after {TIMEOUT_S}s (gloo: {msg})' if 'timeout' in msg.lower() or 'timed out' in msg.lower()
+            else 'error: lost the connection to the peer that died' if 'Connection' in msg or 'Broken pipe' in msg
+            else f'error: {msg}')
 
 
 def worker(rank, work, case):
