@@ -58,6 +58,7 @@ const std::map<std::string, Args>& examples() {
       {"bucket-cap-mb", {"--bucket-cap-mb", "1"}},
       {"no-sync", {"--no-sync", "2"}},
       {"no-sync-loss", {"--no-sync", "2", "--no-sync-loss", "divide"}},
+      {"loss-divisor", {"--loss-divisor", "3"}},
       {"allreduce", {"--allreduce", "tree"}},
       {"kernels", {"--kernels", "reference"}},
       {"comm-hook", {"--comm-hook", "fp16-compress"}},
@@ -158,6 +159,7 @@ TEST(NcclRouting, TheDeviceTrainerRefusesInOneLineWhatItDoesNotModel) {
            {{"--zero", "true"}, "no ZeroRedundancyOptimizer"},
            {{"--uneven", "1", "--join", "true"}, "has no Join"},
            {{"--no-sync", "2", "--no-sync-loss", "divide"}, "(got --no-sync-loss divide)"},
+           {{"--loss-divisor", "3"}, "(got --loss-divisor 3)"},
        }) {
     const auto r = verify({"--backend", "nccl", "--compute", "device"}, {}, c.args);
     EXPECT_EQ(r.status, 2) << join(c.args, " ") << ": " << r.err;
