@@ -21,25 +21,30 @@ std::string topic_list() {
   return out;
 }
 
+std::string topic_names() {
+  std::string names;
+  for (const questions::Topic& t : questions::topics()) names += (names.empty() ? "" : ", ") + std::string(t.name);
+  return names;
+}
+
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
   known.insert("threads");
   const Flags flags(argc, argv, known, {"seed-per-rank"});
-  if (flags.help() || flags.positional().empty()) {
+  if (!flags.help() && flags.positional().empty()) {
+    throw UsageError("name a topic: ddp_questions TOPIC [flags] (topics: " + topic_names() + "; --help says more)");
+  }
+  if (flags.help()) {
     std::printf("usage: ddp_questions TOPIC [flags]\nAnswers a question about DDP by simulating the runs that "
                 "answer it, side by side, ending in `answer:` lines.\nTopics:\n%s\nEvery topic takes ddp_sim's "
                 "flags (each topic picks defaults that show its case; the flags you give win):\n%s%s",
                 topic_list().c_str(), ddp::config_usage(), threads_usage());
-    return flags.help() ? 0 : 2;
+    return 0;
   }
   if (flags.positional().size() > 1) throw UsageError("one topic at a time (got '" + flags.positional()[1] + "' too)");
   const questions::Topic* topic = questions::find_topic(flags.positional()[0]);
   if (topic == nullptr) {
-    throw UsageError("unknown topic '" + flags.positional()[0] + "' (topics: " + [] {
-      std::string names;
-      for (const questions::Topic& t : questions::topics()) names += (names.empty() ? "" : ", ") + std::string(t.name);
-      return names;
-    }() + ")");
+    throw UsageError("unknown topic '" + flags.positional()[0] + "' (topics: " + topic_names() + ")");
   }
   ddp::Config cfg = ddp::config_from_flags(flags, topic->defaults);
   if (cfg.is_gpt()) throw UsageError("ddp_questions runs the sequential models (--model mlp, cnn or a spec), not gpt");
