@@ -49,6 +49,7 @@ int run(int argc, char** argv) {
   ddp::Config cfg = ddp::config_from_flags(flags, topic->defaults);
   if (cfg.is_gpt()) throw UsageError("ddp_questions runs the sequential models (--model mlp, cnn or a spec), not gpt");
   cfg.threads = threads_from_flags(flags);
+  if (topic->check != nullptr) topic->check(cfg);
   fmt::print("question: {}\nddp_questions {}: {}\n{}\n", topic->question, topic->name, ddp::describe(cfg),
              ddp::describe_notes(cfg));
   std::fflush(stdout);

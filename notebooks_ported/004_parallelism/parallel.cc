@@ -79,7 +79,10 @@ Section data_parallel(int devices) {
   s.note = fmt::format(
       "output shape torch.Size([1000, 10]) on cpu:0 (the notebook: cuda:0). Every output row is computed by one\n"
       "replica from its chunk of {} rows; the gradient is one matmul per chunk, summed into device 0: the same\n"
-      "sum as one device's, grouped by chunk, so it can differ in the last bits.\n",
+      "sum as one device's, grouped by chunk, so it can differ in the last bits. DDP reaches the same gradient\n"
+      "the other way round: each rank's loss is the mean over its own batch and the all-reduce averages the\n"
+      "ranks' gradients (x 1/world_size, then summed); DataParallel has one loss over the gathered output, so it\n"
+      "sums its replicas' gradients with no division, in one process that scatters the batch every step.\n",
       chunk);
   return s;
 }

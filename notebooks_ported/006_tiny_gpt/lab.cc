@@ -103,6 +103,9 @@ std::string escaped(const std::string& s) {
 int body(const lab::Group& g, const RunConfig& cfg, const TextData& data, lab::LabReport& page) {
   const int64_t ws = cfg.world_size;
   g.say(fmt::format("Lab 006: nanoGPT's tiny GPT under DDP, {}\n{}\n", g.describe(ws), describe(cfg)));
+  g.say(fmt::format("Sections 1-5 seed every rank alike (torch.manual_seed({}) everywhere, so every rank draws the same "
+                    "batches);\nsection 6 sets that beside nanoGPT's seed + rank, where each rank draws its own.\n",
+                    cfg.seed));
 
   // ---- 1. the tied weight
   g.say("\n# 1. One model, two uses: transformer.wte.weight IS lm_head.weight\n");

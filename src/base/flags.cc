@@ -81,6 +81,9 @@ std::string hide_passwords(const std::string& text) {
 }
 
 int guarded_main(const char* program, int argc, char** argv, int (*run)(int, char**)) {
+  // Line-buffered even into a pipe: under `2>&1` a line on stderr then lands after the stdout lines printed
+  // before it, not ahead of the whole block-buffered output.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {

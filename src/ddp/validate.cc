@@ -82,6 +82,11 @@ void validate(const Config& c) {
                                      "per sample)",
                                      why));
       }
+      if (c.dataset != DatasetKind::digits && why.find("features per sample") != std::string::npos) {
+        throw UsageError(fmt::format("{}: the data's widths come from --layers (now {} in, {} out); give --layers "
+                                     "IN,OUT to match the model",
+                                     why, c.layers.front(), c.layers.back()));
+      }
       throw;
     }
   }();
@@ -94,8 +99,9 @@ void validate(const Config& c) {
   if (c.batch_size > shard) {
     throw UsageError(
         fmt::format("--batch-size {} is larger than a rank's shard of {} samples "
-                    "(dataset {} / world size {})",
-                    c.batch_size, shard, c.dataset_size(), c.world_size));
+                    "(dataset {} / world size {}); PyTorch's DataLoader would give each rank one short batch of {} per "
+                    "epoch: --batch-size {} runs that",
+                    c.batch_size, shard, c.dataset_size(), c.world_size, shard, shard));
   }
   check_footprint(footprint(c), "--layers, --world-size, --samples, --batch-size");
   validate_uneven(c);

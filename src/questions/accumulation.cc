@@ -1,6 +1,10 @@
 // accumulation: no_sync() on K - 1 micro-batches and a synchronised K-th, with loss.backward() or
 // (loss / K).backward(), against one device at a K times larger batch.
+#include <string>
+
 #include <fmt/format.h>
+
+#include "src/base/errors.h"
 
 #include "src/questions/topics.h"
 
@@ -15,12 +19,15 @@ void accumulation_defaults(ddp::Config& cfg) {
   cfg.lr = 0.05;
 }
 
+void accumulation_check(const ddp::Config& cfg) {
+  if (cfg.no_sync < 2) {
+    throw UsageError("accumulation compares K >= 2 micro-batches (got --no-sync " + std::to_string(cfg.no_sync) +
+                     ": nothing accumulates)");
+  }
+}
+
 void accumulation_run(const ddp::Config& cfg) {
   const int64_t w = cfg.world_size, b = cfg.batch_size, k = cfg.no_sync, big = w * k * b;
-  if (k < 2) {
-    fmt::print("--no-sync {}: nothing accumulates; give --no-sync K (K >= 2) to compare\n", k);
-    return;
-  }
   fmt::print("DDP: {} ranks, each accumulating {} micro-batches of {} under no_sync() before a synchronised one: {} "
              "samples per optimizer step, the samples one device takes in a batch of {}\n\n",
              w, k, b, big, big);

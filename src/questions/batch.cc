@@ -83,12 +83,12 @@ void lr_scaling_run(const ddp::Config& cfg) {
     runs.push_back(simulate(fmt::format("DDP {} x {}, {} = {}", w, b, name, py(lr)), c));
   }
   fmt::print("{}\n", loss_table({one.get(), runs[0].get(), runs[1].get(), runs[2].get()}));
-  const double target = train_set_loss(*one);
+  const double target = one->final_loss;
   size_t best = 0;
   for (size_t i = 1; i < runs.size(); ++i) {
-    if (std::abs(train_set_loss(*runs[i]) - target) < std::abs(train_set_loss(*runs[best]) - target)) best = i;
+    if (std::abs(runs[i]->final_loss - target) < std::abs(runs[best]->final_loss - target)) best = i;
   }
-  const double at_lr = train_set_loss(*runs[0]);
+  const double at_lr = runs[0]->final_loss;
   fmt::print("answer: at the same lr DDP takes {} times fewer steps per epoch ({} against {}), each on a {} times "
              "larger batch whose mean gradient is no larger, so per epoch it moves less: {}\n",
              w, steps_per_epoch(cfg), steps_per_epoch(*one->cfg), w,
@@ -101,7 +101,7 @@ void lr_scaling_run(const ddp::Config& cfg) {
   fmt::print("answer: scaling the lr with the number of ranks makes up for the fewer steps (the linear scaling rule, "
              "{} x lr; sqrt({}) x lr is the cautious one): here {} ends nearest one device's loss ({}); a rule of "
              "thumb, not a law: too large an lr diverges, and a warmup helps at large world sizes\n",
-             w, w, runs[best]->label, py(static_cast<float>(train_set_loss(*runs[best]))));
+             w, w, runs[best]->label, py(static_cast<float>(runs[best]->final_loss)));
   if (const std::string layers = per_rank_layers(cfg); !layers.empty()) {
     fmt::print("answer: this model also has {}: DDP's ranks do not compute one device's forward even at batch "
                "{} (ddp_questions batch-size shows by how much)\n",

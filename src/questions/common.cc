@@ -13,12 +13,31 @@
 
 namespace ddplab::questions {
 
+namespace {
+
+// Rank 0's model's loss on the whole training set, in one forward of model.eval().
+double train_set_loss(const Run& run) {
+  const ddp::Config& cfg = *run.cfg;
+  Generator gen;
+  const Dataset data = ddp::make_dataset(cfg, gen);
+  std::vector<int64_t> all(static_cast<size_t>(data.size()));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  Sequential& model = run.res.replicas[0]->model;
+  model.eval();
+  const Tensor out = model.forward(ddp::input_batch(cfg, data, all));
+  model.train();
+  return ddp::compute_loss(cfg, out.value, data, all).loss;
+}
+
+}  // namespace
+
 std::unique_ptr<Run> simulate(const std::string& label, const ddp::Config& cfg) {
   auto run = std::make_unique<Run>();
   run->label = label;
   run->cfg = std::make_unique<ddp::Config>(cfg);
   ddp::validate(*run->cfg);
   run->res = ddp::simulate(*run->cfg, false);
+  run->final_loss = train_set_loss(*run);
   return run;
 }
 
@@ -38,19 +57,6 @@ std::vector<double> epoch_losses(const Run& run) {
   }
   for (size_t e = 0; e < sum.size(); ++e) sum[e] /= static_cast<double>(std::max<int64_t>(count[e], 1));
   return sum;
-}
-
-double train_set_loss(const Run& run) {
-  const ddp::Config& cfg = *run.cfg;
-  Generator gen;
-  const Dataset data = ddp::make_dataset(cfg, gen);
-  std::vector<int64_t> all(static_cast<size_t>(data.size()));
-  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  Sequential& model = run.res.replicas[0]->model;
-  model.eval();
-  const Tensor out = model.forward(ddp::input_batch(cfg, data, all));
-  model.train();
-  return ddp::compute_loss(cfg, out.value, data, all).loss;
 }
 
 int64_t steps_per_epoch(const ddp::Config& cfg) {
@@ -88,7 +94,7 @@ std::string loss_table(const std::vector<const Run*>& runs) {
     out += fmt::format("{:<{}} | {:>11}", r->label, width, steps_per_epoch(*r->cfg));
     const std::vector<double> l = epoch_losses(*r);
     for (size_t e = 0; e < epochs; ++e) out += fmt::format(" | {:>12.6f}", e < l.size() ? l[e] : NAN);
-    out += fmt::format(" | {:.6f}\n", train_set_loss(*r));
+    out += fmt::format(" | {:.6f}\n", r->final_loss);
   }
   return out;
 }

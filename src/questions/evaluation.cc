@@ -2,6 +2,7 @@
 // combine them, and one device's accuracy on the whole set.
 #include <fmt/format.h>
 
+#include "src/base/errors.h"
 #include "src/data/data.h"
 #include "src/data/torch_rng.h"
 #include "src/ddp/replica.h"
@@ -48,10 +49,14 @@ std::string pct(int64_t c, int64_t t) { return fmt::format("{:.2f}%", 100.0 * st
 
 }  // namespace
 
-void evaluation_run(const ddp::Config& cfg) {
+void evaluation_check(const ddp::Config& cfg) {
   if (cfg.dataset != ddp::DatasetKind::digits) {
-    throw UsageError("ddp_questions evaluation needs a validation set: --dataset digits (its 297 held-out digits)");
+    throw UsageError("evaluation needs a validation set: --dataset digits (its 297 held-out digits; got --dataset " +
+                     ddp::dataset_name(cfg.dataset) + ")");
   }
+}
+
+void evaluation_run(const ddp::Config& cfg) {
   const auto run = simulate("DDP", cfg);
   Generator gen;
   Dataset val;

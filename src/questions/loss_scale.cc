@@ -73,8 +73,8 @@ void loss_scale_run(const ddp::Config& cfg) {
              w, py(lo), py(hi),
              cfg.optimizer == ddp::OptimizerKind::sgd
                  ? fmt::format(", which for SGD is lr / {}: after {} epoch(s) the loss is {} against DDP's {}", w,
-                               cfg.epochs, py(static_cast<float>(train_set_loss(*div_run))),
-                               py(static_cast<float>(train_set_loss(*ddp_run))))
+                               cfg.epochs, py(static_cast<float>(div_run->final_loss)),
+                               py(static_cast<float>(ddp_run->final_loss)))
                  : fmt::format("; Adam divides by the gradients' own running size, so the scale mostly cancels "
                                "(parameters after training: {})",
                                format_model_cmp(cmp_params(*div_run, *ddp_run))));

@@ -22,6 +22,9 @@ struct Topic {
   // Changes the shared flags' defaults before they are read (so that the topic's own defaults show a case
   // that answers it; every flag the learner gives still wins).
   void (*defaults)(ddp::Config& cfg);
+  // Refuses, with a UsageError, a configuration the topic cannot answer (null: every one), before anything is
+  // printed.
+  void (*check)(const ddp::Config& cfg);
   // Prints the runs and the answer. The config is the learner's, validated.
   void (*run)(const ddp::Config& cfg);
 };
@@ -35,6 +38,7 @@ struct Run {
   std::string label;
   std::unique_ptr<ddp::Config> cfg;
   ddp::SimResult res;
+  double final_loss = 0;  // rank 0's model's loss on the whole training set after training (model.eval())
 };
 std::unique_ptr<Run> simulate(const std::string& label, const ddp::Config& cfg);
 
@@ -45,8 +49,6 @@ ddp::Config one_device(const ddp::Config& cfg, int64_t batch);
 
 // The mean of the logged batch losses of each epoch, over every rank (what a learner's logs average to).
 std::vector<double> epoch_losses(const Run& run);
-// Rank 0's model's loss on the whole training set after training (model.eval(), one forward).
-double train_set_loss(const Run& run);
 // Optimizer steps per epoch: the DataLoader's batches per rank, one step per --no-sync K of them.
 int64_t steps_per_epoch(const ddp::Config& cfg);
 

@@ -6,17 +6,17 @@ namespace ddplab::questions {
 const std::vector<Topic>& topics() {
   static const std::vector<Topic> t = {
       {"loss-scale", "Are gradients summed or averaged across ranks: should I divide my loss by the world size?",
-       loss_scale_defaults, loss_scale_run},
+       loss_scale_defaults, nullptr, loss_scale_run},
       {"batch-size", "Is batch_size per process or global, and how many steps does an epoch take?",
-       batch_size_defaults, batch_size_run},
+       batch_size_defaults, nullptr, batch_size_run},
       {"lr-scaling",
        "Should I scale the learning rate with the number of GPUs? Why does my DDP run train worse than one GPU?",
-       lr_scaling_defaults, lr_scaling_run},
+       lr_scaling_defaults, nullptr, lr_scaling_run},
       {"evaluation",
        "Evaluate on every rank or on rank 0? What does DistributedSampler's padding do to validation accuracy?",
-       evaluation_defaults, evaluation_run},
+       evaluation_defaults, evaluation_check, evaluation_run},
       {"accumulation", "Is no_sync() accumulation of K micro-batches the same as one K times larger batch?",
-       accumulation_defaults, accumulation_run},
+       accumulation_defaults, accumulation_check, accumulation_run},
   };
   return t;
 }

@@ -12,8 +12,10 @@ void lr_scaling_run(const ddp::Config& cfg);
 void loss_scale_defaults(ddp::Config& cfg);  // loss_scale.cc
 void loss_scale_run(const ddp::Config& cfg);
 void accumulation_defaults(ddp::Config& cfg);  // accumulation.cc
+void accumulation_check(const ddp::Config& cfg);
 void accumulation_run(const ddp::Config& cfg);
 void evaluation_defaults(ddp::Config& cfg);  // evaluation.cc
+void evaluation_check(const ddp::Config& cfg);
 void evaluation_run(const ddp::Config& cfg);
 
 }  // namespace ddplab::questions
