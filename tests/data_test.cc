@@ -73,3 +73,18 @@ TEST(DataLoader, FollowsItsDistributedSamplerEpoch) {
 
 }  // namespace
 }  // namespace ddplab
+
+// A machine whose sklearn is not Debian's (the GPU bundle's) names the digits in DDPLAB_DIGITS.
+TEST(Digits, DefaultPathIsDdplabDigitsWhenSet) {
+  unsetenv("DDPLAB_DIGITS");
+  EXPECT_EQ(ddplab::digits_default_path(), ddplab::kDigitsDefaultPath);
+  setenv("DDPLAB_DIGITS", "/nonexistent/digits.csv.gz", 1);
+  EXPECT_EQ(ddplab::digits_default_path(), "/nonexistent/digits.csv.gz");
+  try {
+    ddplab::load_digits(ddplab::digits_default_path());
+    ADD_FAILURE() << "no error for a missing file";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/digits.csv.gz: cannot open"), std::string::npos) << e.what();
+  }
+  unsetenv("DDPLAB_DIGITS");
+}

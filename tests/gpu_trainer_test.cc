@@ -145,7 +145,7 @@ TEST(Gpu, NcclVerifierPrintsTheGpuTimingLine) {
   if (std::string why = gpu_missing(1); !why.empty()) GTEST_SKIP() << why;
   const auto r =
       testing::run_command({"verify/ddp_verify", "--backend", "nccl", "--nproc", "1", "--kernels", "reference",
-                            "--epochs", "2", "--no-sync", "2", "--optimizer", "adam", "--quiet"});
+                            "--epochs", "2", "--no-sync", "2", "--optimizer", "adam", "--compute", "device", "--quiet"});
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("timing: real training "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" ms (GPU, nccl), simulator "), std::string::npos) << r.out;

@@ -20,14 +20,24 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <zlib.h>
+
 #include "src/base/compare.h"
 
 namespace ddplab::testing {
 
 json load_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open golden file " + path);
-  return json::parse(in);
+  if (std::ifstream in(path); in) return json::parse(in);
+  // A large golden is stored as PATH.gz (tests/golden/models/make_model_goldens.py, compress_if_large).
+  gzFile gz = gzopen((path + ".gz").c_str(), "rb");
+  if (!gz) throw std::runtime_error("cannot open golden file " + path + " (nor " + path + ".gz)");
+  std::string text;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(gz, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  gzclose(gz);
+  if (n < 0) throw std::runtime_error("golden file " + path + ".gz: not a readable gzip file");
+  return json::parse(text);
 }
 
 static void flatten(const json& j, std::vector<float>& out) {

@@ -3,9 +3,13 @@
 # libraries (the machine gets a copy of this checkout, not the build tree). Run from the repository root:
 #   tools/gpu_bundle.sh //verify:ddp_verify //tests:gpu_trainer_test ...
 # (tools/gpu_checks.sh bundle calls it with every GPU target.)
-# Result: .gpu/ (git-ignored through .git/info/exclude) with bin/<package>/<name>, lib/, env.sh. Binaries keep
-# their package path under .gpu/bin, so a test that runs verify/ddp_verify finds it from .gpu/bin.
-# On the GPU machine, from the checkout:   source .gpu/env.sh && cd .gpu/bin && ./tests/gpu_trainer_test
+# Result: .gpu/bundle.tar.xz (git-ignored through .git/info/exclude), about 16 MB: a GPU machine is sent at
+# most 64 MiB of working tree, and the unpacked tree is ~100 MB (oneDNN and OpenBLAS). It holds bin/<package>/
+# <name>, lib/, data/digits.csv.gz and env.sh. Binaries keep their package path under bin/, so a test that
+# runs verify/ddp_verify finds it from .gpu/bin.
+# On the GPU machine, from the checkout:
+#   tar -C .gpu -xJf .gpu/bundle.tar.xz && source .gpu/env.sh && cd .gpu/bin && ./tests/gpu_trainer_test
+# (tools/gpu_checks.sh run unpacks it itself.)
 # env.sh puts the carried libraries first, then the machine's own libnccl.so.2, libcublas.so.13 and
 # libcudart.so.13, found under /usr or /opt (CUDA 13; edit _find's names for another CUDA major version).
 set -euo pipefail
@@ -28,10 +32,19 @@ for t in "$@"; do
     esac
   done
 done
+# The digits (--dataset digits, lab 005): that machine's sklearn is not at Debian's path.
+digits=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
+mkdir -p .gpu/data; [ ! -f "$digits" ] || cp "$digits" .gpu/data/
 cat > .gpu/env.sh <<'ENV'
 # source .gpu/env.sh on the GPU machine: the carried libraries, then that machine's CUDA, NCCL and cuBLAS.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 _find() { find /usr /opt -name "$1" 2>/dev/null | grep -v stubs | head -1; }
 export LD_LIBRARY_PATH="$here/lib:$(dirname "$(_find libnccl.so.2)"):$(dirname "$(_find libcublas.so.13)"):$(dirname "$(_find libcudart.so.13)")"
+[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] || export DDPLAB_DIGITS="$here/data/digits.csv.gz"
 ENV
-du -sh .gpu | awk '{print "bundle: " $1 " in .gpu/: copy it to the GPU machine with the checkout"}'
+du -sh .gpu | awk '{print "unpacked: " $1}'
+tar -C .gpu -cf - bin lib data env.sh | xz -T0 -6 > .gpu/bundle.tar.xz.tmp
+rm -rf .gpu/bin .gpu/lib .gpu/data .gpu/env.sh && mv .gpu/bundle.tar.xz.tmp .gpu/bundle.tar.xz
+size=$(stat -c %s .gpu/bundle.tar.xz)
+echo "bundle: .gpu/bundle.tar.xz, $((size >> 20)) MiB: carry .gpu to the GPU machine with the checkout"
+[ "$size" -lt $((60 << 20)) ] || { echo "bundle over 60 MiB: a GPU machine is sent at most 64 MiB" >&2; exit 1; }

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Every GPU claim of the NCCL path, in one run of at most 8 minutes on one GPU machine (tools/gpu_bundle.sh packs
-# the binaries into .gpu/ for a machine without Bazel; copy .gpu/ there with the checkout; the device tool's carry
-# [".gpu"] does). Here:  tools/gpu_checks.sh bundle        There (repo root):  tools/gpu_checks.sh run OUTDIR [steps...]
+# the binaries into .gpu/bundle.tar.xz, ~16 MB, for a machine without Bazel; copy .gpu/ there with the checkout;
+# the device tool's carry [".gpu"] does). Here:  tools/gpu_checks.sh bundle
+# There (repo root):  tools/gpu_checks.sh run OUTDIR [steps...]   (unpacks the bundle first; docs/gpu.md)
 # Steps, in this order (the most wanted first): tests (gpu_trainer_test, nccl_test); paths (ddp_verify --backend
 # nccl with the model on the host, --share-gpus --nccl-exact: the CNN, the GPT, a comm hook, ZeRO, Join, world sizes
 # 2-4: every sim-vs-real row exact); faults (timed fault runs, the device trainer at 2, 4, 8); labs (001-004 on
 # NCCL; 005-007 at 2 ranks print the simulator's every line, at 3 pinned they run); order
-# (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar holding nccl/wsN.json, the goldens of tests/golden/nccl/);
+# (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar.gz holding nccl/wsN.json, the goldens of tests/golden/nccl/);
 # check (the machine's torch 2.x DDP over NCCL, 3 ranks sharing the GPU, traced by verify/ddplab_trace.py with the
-# ring pinned and unpinned -> OUTDIR/check_traces.tar; back here: bazel run //verify:ddp_check -- DIR for each);
-# bench (//bench:gpu_step, both kernel tables). Default: all, within BUDGET_S (480) seconds: each command's limit
+# ring pinned and unpinned -> OUTDIR/check_{pinned,unpinned}.tar.xz; back here: bazel run //verify:ddp_check -- DIR for each);
+# bench (//bench:gpu_step, both kernel tables); questions (sim/questions/*_gpu.py: SyncBatchNorm against one
+# device, non-deterministic kernels; their JSON lines in questions.log). Default: all, within BUDGET_S (480) seconds: each command's limit
 # is cut to what is left, and what the budget does not reach is listed as not run. Each step's log goes to
 # OUTDIR/<step>.log; the run ends with one table (OUTDIR/claims.txt): each claim, pass or fail, and its figure.
+# A GPU machine returns at most 8 files of 16 MiB: OUTDIR ends as claims.txt, logs.tar.gz (every step's log),
+# nccl_order.tar.gz, check_pinned.tar.xz and check_unpinned.tar.xz.
 set -uo pipefail
 targets=(//verify:ddp_verify //verify:nccl_order //tests:gpu_trainer_test //tests:nccl_test //bench:gpu_step
          //notebooks_ported/001_toy_ddp:001_toy_ddp //notebooks_ported/002_checkpoint:002_checkpoint
@@ -27,12 +31,16 @@ case "${1:-}" in
   *)
     echo "usage: $0 bundle | run OUTDIR [tests|paths|faults|labs|order|check|bench ...]" >&2; exit 2 ;;
 esac
-steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(tests paths faults labs order check bench)
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(tests paths faults labs order check questions bench)
 budget=${BUDGET_S:-480}
 start=$(date +%s)
 root=$(pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+[ -f .gpu/bundle.tar.xz ] || [ -f .gpu/env.sh ] || { echo "no .gpu/bundle.tar.xz: run $0 bundle here first" >&2; exit 2; }
+# Unpack with tar, or with Python's tarfile where the machine has no xz.
+[ -f .gpu/env.sh ] || tar -C .gpu -xJf .gpu/bundle.tar.xz 2>/dev/null ||
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .gpu/bundle.tar.xz .gpu || exit 2
 # shellcheck disable=SC1091
 source .gpu/env.sh
 cd .gpu/bin || exit 2
@@ -90,7 +98,7 @@ for s in "${steps[@]}"; do
         step order 60 ./verify/nccl_order --backend nccl --share-gpus --nccl-exact --nproc "$ws" \
           --out "$out/nccl/ws$ws.json"
       done
-      tar -C "$out" -cf "$out/nccl_order.tar" nccl && rm -r "$out/nccl" ;;  # the device tool returns few files
+      tar -C "$out" -czf "$out/nccl_order.tar.gz" nccl && rm -r "$out/nccl" ;;  # the device tool returns few files
     faults)
       fault faults 60 ./verify/ddp_verify --backend nccl --share-gpus --nproc 3 --fault exit --fault-rank 1 \
         --fault-at 2 --timeout 5 --quiet
@@ -110,17 +118,23 @@ for s in "${steps[@]}"; do
       step labs 60 ./notebooks_ported/004_parallelism/004_parallelism --backend nccl --share-gpus --nproc 2
       for lab in 005_cnn_digits 006_tiny_gpt 007_comm_hooks; do
         # 2 ranks add a + b in any order: every line the simulator's (less the title and where-it-ran notes)
-        step labs 60 bash -c 'numbers() { tail -n +2 | grep -v "^  (simulated in this process" |
+        step labs 60 bash -c 'numbers() { grep -v -e "^Lab [0-9]*:" -e "^nccl: " -e "^  (simulated in this process" |
           sed "s/ (simulated by rank 0)//"; }
           diff <("$1" --world-size 2 | numbers) <("$1" --backend nccl --share-gpus --nproc 2 | numbers)' \
           _ "./notebooks_ported/$lab/$lab"
         step labs 60 "./notebooks_ported/$lab/$lab" --backend nccl --share-gpus --nccl-exact --nproc 3
       done ;;
     check)  # python3 there is its torch 2.x; the traces come back for ddp_check (no Bazel there)
-      step check 120 env NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=1 NCCL_MAX_NCHANNELS=1 \
+      step check 120 env -u LD_LIBRARY_PATH NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=1 NCCL_MAX_NCHANNELS=1 \
         python3 "$root/tests/ddp_check/nccl_mlp.py" --out "$out/check_pinned"
-      step check 120 python3 "$root/tests/ddp_check/nccl_mlp.py" --out "$out/check_unpinned"
-      tar -C "$out" -cf "$out/check_traces.tar" check_pinned check_unpinned && rm -r "$out/check_pinned" "$out/check_unpinned" ;;
+      step check 120 env -u LD_LIBRARY_PATH python3 "$root/tests/ddp_check/nccl_mlp.py" --out "$out/check_unpinned"
+      for t in check_pinned check_unpinned; do  # one archive each: a file comes back only under 16 MiB
+        tar -C "$out" -cf - "$t" | xz -T0 -6 > "$out/$t.tar.xz" && rm -r "${out:?}/$t"
+      done ;;
+    questions)  # python3 there is its torch 2.x on the GPU: facts for docs/questions.md
+      # without the bundle's LD_LIBRARY_PATH, whose CUDA folders may hold a cuDNN older than torch's own
+      step questions 120 env -u LD_LIBRARY_PATH python3 "$root/sim/questions/syncbn_gpu.py"
+      step questions 90 env -u LD_LIBRARY_PATH python3 "$root/sim/questions/nondeterminism_gpu.py" ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
@@ -130,3 +144,5 @@ done
   printf '%-8s | %s | %s\n' verdict claim figure
   for c in "${claims[@]}"; do IFS='|' read -r v what fig <<<"$c"; printf '%-8s | %s | %s\n' "$v" "$what" "$fig"; done
 } | tee "$out/claims.txt"
+# At most 8 files come back from a GPU machine: the table stays readable, the logs travel as one archive.
+( cd "$out" && ls ./*.log device.txt >/dev/null 2>&1 && tar -czf logs.tar.gz ./*.log device.txt && rm -f ./*.log device.txt )

@@ -47,9 +47,14 @@ Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out
 
 const char* const kDigitsDefaultPath = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
 
+std::string digits_default_path() {
+  const char* env = std::getenv("DDPLAB_DIGITS");
+  return env && *env ? env : kDigitsDefaultPath;
+}
+
 Dataset load_digits(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw UsageError("--data " + path + ": cannot open (install python3-sklearn, or give a copy of digits.csv.gz)");
+  if (!f) throw UsageError("--data " + path + ": cannot open (install python3-sklearn, or give a copy of digits.csv.gz with --data or DDPLAB_DIGITS)");
   std::string text;
   char buf[1 << 16];
   int n;

@@ -34,6 +34,9 @@ Dataset random_tensor_dataset(int64_t num_samples, int64_t in_shape, int64_t out
 // y the one-hot labels. Throws UsageError naming the file and what is wrong with it.
 constexpr int64_t kDigitsTotal = 1797, kDigitsTrain = 1500;
 extern const char* const kDigitsDefaultPath;
+// Where --dataset digits reads without --data: $DDPLAB_DIGITS when set (a machine whose sklearn lives
+// elsewhere, the GPU bundle), else Debian's kDigitsDefaultPath.
+std::string digits_default_path();
 Dataset load_digits(const std::string& path);
 // The rows `indices` of `d`, as d[indices] (x, y and labels).
 Dataset subset(const Dataset& d, const std::vector<int64_t>& indices);

@@ -148,7 +148,8 @@ const std::vector<FlagSpec>& flag_table() {
                   "                            rand: notebook 003's MyTrainDataset (rand(in), rand(out) per sample);\n"
                   "                            digits: scikit-learn's 1797 8x8 digits, 1500 to train, 297 to test "
                   "[{def}]\n"),
-      {"data", "  --data FILE               --dataset digits: a copy of scikit-learn's digits.csv.gz [its own]\n",
+      {"data", "  --data FILE               --dataset digits: a copy of scikit-learn's digits.csv.gz [$DDPLAB_DIGITS,\n"
+       "                            else Debian's python3-sklearn copy]\n",
        [](const Flags& f, Config& c) { c.data = f.get_string("data", c.data); }, [](const Config& c) { return c.data; },
        true},
       only(Applies::sequential, int_flag("samples", &Config::samples, 1, 1 << 22,

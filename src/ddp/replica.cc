@@ -12,7 +12,7 @@ Dataset make_dataset(const Config& cfg, Generator& gen, Dataset* test) {
   const int64_t in = cfg.layers.front(), out = cfg.layers.back();
   Dataset d;
   if (cfg.dataset == DatasetKind::digits) {
-    const Dataset all = load_digits(cfg.data.empty() ? kDigitsDefaultPath : cfg.data);
+    const Dataset all = load_digits(cfg.data.empty() ? digits_default_path() : cfg.data);
     gen.manual_seed(cfg.seed);
     const std::vector<int64_t> perm = gen.randperm(kDigitsTotal);
     if (test) *test = subset(all, {perm.begin() + kDigitsTrain, perm.end()});

@@ -4,7 +4,7 @@
 # CUDA and NCCL; these files were written on one NVIDIA H100 with NCCL 2.28.3, every rank sharing it
 # (--share-gpus), NCCL pinned by --nccl-exact.
 #   here:    tools/gpu_checks.sh bundle
-#   there:   tools/gpu_checks.sh run OUT order     (then: tar -xf OUT/nccl_order.tar; cp nccl/ws*.json here)
+#   there:   tools/gpu_checks.sh run OUT order     (then: tar -xzf OUT/nccl_order.tar.gz; cp nccl/ws*.json here)
 # or, on a machine with a GPU and Bazel, directly:
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
