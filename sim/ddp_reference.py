@@ -85,6 +85,7 @@ def parser():
     ap.add_argument('--data', default=DIGITS)
     ap.add_argument('--model', default='mlp')  # mlp | cnn | a spec of nn layers (see build_model)
     ap.add_argument('--broadcast-buffers', type=bool_flag, default=True)
+    ap.add_argument('--find-unused-parameters', type=bool_flag, default=False)
     ap.add_argument('--seed-per-rank', type=bool_flag, default=False)
     ap.add_argument('--samples', type=int, default=64)
     ap.add_argument('--seed', type=int, default=12345)
@@ -99,6 +100,7 @@ def parser():
     ap.add_argument('--no-sync', type=int, default=1)
     # How the micro-batch losses reach .grad: loss.backward() on each (sum), or (loss / K).backward() (divide)
     ap.add_argument('--no-sync-loss', choices=['sum', 'divide'], default='sum')
+    ap.add_argument('--sync-on', choices=['last', 'first', 'never'], default='last')
     # loss = loss_fn(out, y) / D before the backward (D = world size: dividing where DDP already averages)
     ap.add_argument('--loss-divisor', type=int, default=1)
     ap.add_argument('--init', choices=['same', 'per-rank'], default='same')
@@ -281,7 +283,9 @@ def write_json_atomic(path, doc):
 
 def run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses):
     for b, (x, t) in enumerate(batches):
-        sync = (b + 1) % a.no_sync == 0 or b == len(batches) - 1
+        step = (b + 1) % a.no_sync == 0 or b == len(batches) - 1
+        # --sync-on: which micro-batch of a step runs outside no_sync() (first / never: the misuses)
+        sync = {'last': step, 'first': b % a.no_sync == 0, 'never': False}[a.sync_on]
         scale = a.no_sync if a.no_sync_loss == 'divide' else None
         def backward(loss):
             scaled = loss / a.loss_divisor if a.loss_divisor > 1 else loss
@@ -293,7 +297,7 @@ def run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses):
             with ddp.no_sync():
                 loss = loss_fn(ddp(x), t)
                 backward(loss)
-        if sync:
+        if step:
             opt.step()
             opt.zero_grad(set_to_none=True)
         losses.append(f32(loss.item()))
@@ -312,7 +316,8 @@ def worker(rank, a, init_file, result_dir):
         ds = make_dataset(a)
         torch.manual_seed(a.seed + rank if a.init == 'per-rank' else a.seed)
         model = build_model(a)
-        ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers)
+        ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers,
+                  find_unused_parameters=a.find_unused_parameters)
         register_comm_hook(ddp, a)
         if a.seed_per_rank:  # the training script's own seed per rank, after DDP(model)
             torch.manual_seed(a.seed + rank)
@@ -347,6 +352,8 @@ def worker(rank, a, init_file, result_dir):
                     run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses)
 
         doc = {'indices': indices, 'losses': losses}
+        # the buckets DDP holds now, in bytes (its logging data: '22568, 1050624' ...), for the layout's tests
+        doc['bucket_sizes'] = [int(b) for b in ddp._get_ddp_logging_data().get('bucket_sizes', '').split(',') if b]
         if a.dataset == 'digits':  # DDP(model).eval() under no_grad, as a training script evaluates
             x_test, y_test = load_digits(a)[1]
             ddp.eval()
@@ -402,7 +409,7 @@ def main(argv=None):
                'args': cli_args(argv),
                'replicas': [d['params'] for d in ranks],
                'sampler_indices': [[d['indices'][e] for d in ranks] for e in range(a.epochs)],
-               'losses': [d['losses'] for d in ranks]}
+               'losses': [d['losses'] for d in ranks], 'bucket_sizes': ranks[0]['bucket_sizes']}
         if 'buffers' in ranks[0]:
             doc['buffers'] = [d['buffers'] for d in ranks]
         if a.zero:

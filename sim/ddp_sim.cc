@@ -59,16 +59,10 @@ int run(int argc, char** argv) {
   const bool single = flags.get_bool("compare-single-device", false);
   const bool explain = flags.get_bool("explain", false);
   const bool quiet = flags.get_bool("quiet", false);
-  CostModel cost;
-  cost.link_latency_us = flags.get_double("link-latency-us", cost.link_latency_us, 0.0, 1e9);
-  cost.link_gbps = flags.get_double("link-gbps", cost.link_gbps, 1e-6, 1e9);
-  cost.compute_gflops = flags.get_double("compute-gflops", cost.compute_gflops, 1e-6, 1e9);
+  const CostModel cost = cost_model_from_flags(flags);
   const std::string trace = flags.get_string("trace", "");
   const std::string dump = flags.get_string("dump-params", "");
   const std::string report_path = flags.get_string("report", "");
-  if (!trace.empty() && !cfg.is_mlp()) {  // its cost model counts Linear layers' flops
-    throw UsageError("--trace models the MLP's Linear layers only (got --model " + cfg.model + ")");
-  }
   for (const auto& [flag, path] :
        {std::pair{"--trace", trace}, std::pair{"--dump-params", dump}, std::pair{"--report", report_path}}) {
     if (!path.empty()) {
@@ -141,13 +135,10 @@ int run(int argc, char** argv) {
   fmt::print("\n{}", tables);
 
   if (!trace.empty()) {
-    const Timeline t = build_timeline(cfg, cost);
-    if (std::string why = write_file_atomic(trace, trace_json(t)); !why.empty()) {
+    if (std::string why = write_trace(trace, cfg, cost); !why.empty()) {
       std::fprintf(stderr, "ddp_sim: --trace: %s\n", why.c_str());
       return 1;
     }
-    fmt::print("\n{}trace written to {} (open in https://ui.perfetto.dev or chrome://tracing)\n",
-               timeline_summary(t, cfg.world_size), trace);
   }
   if (!dump.empty()) {
     if (std::string why = write_file_atomic(dump, dump_json(cfg, res)); !why.empty()) {
@@ -163,7 +154,7 @@ int run(int argc, char** argv) {
     report::add_simulation(page, cfg, res);
     page.notes.push_back(tables);
     if (!hook_table.empty()) page.notes.push_back(hook_table);
-    if (cfg.is_mlp()) page.timing = report::timing_of(build_timeline(cfg, cost), cfg.world_size);
+    page.timing = report::timing_of(build_timeline(cfg, cost), cfg.world_size);
     if (std::string why = write_file_atomic(report_path, report::render_html(page)); !why.empty()) {
       std::fprintf(stderr, "ddp_sim: --report: %s\n", why.c_str());
       return 1;

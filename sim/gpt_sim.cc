@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -9,19 +10,23 @@
 #include "src/ddp/zero.h"
 #include "src/base/flags.h"
 #include "src/report/gpt_output.h"
+#include "src/report/timeline.h"
 #include "src/gpt/train.h"
 #include "src/base/io.h"
 
 namespace ddplab {
 
 int run_gpt_sim(const Flags& flags, ddp::Config cfg) {
-  for (const char* f : {"compare-single-device", "trace", "link-latency-us", "link-gbps", "compute-gflops", "report"}) {
+  for (const char* f : {"compare-single-device", "report"}) {
     if (flags.has(f)) throw UsageError(fmt::format("--{} does not apply to --model gpt (the sequential models' output)", f));
   }
   cfg.compare_hook = flags.get_bool("explain", false);
   const std::string dump = flags.get_string("dump-params", "");
-  if (!dump.empty()) {
-    if (std::string why = check_writable(dump); !why.empty()) throw UsageError("--dump-params: " + why);
+  const std::string trace = flags.get_string("trace", "");
+  const CostModel cost = cost_model_from_flags(flags);
+  for (const auto& [flag, path] : {std::pair{"--dump-params", dump}, std::pair{"--trace", trace}}) {
+    if (path.empty()) continue;
+    if (std::string why = check_writable(path); !why.empty()) throw UsageError(std::string(flag) + ": " + why);
   }
   const TextData data = TextData::load(cfg.data);
   data.check_batch_shape(cfg.batch_size, cfg.gpt.block_size);
@@ -55,6 +60,12 @@ int run_gpt_sim(const Flags& flags, ddp::Config cfg) {
   if (!dump.empty()) {
     if (std::string why = write_file_atomic(dump, report::gpt_dump_json(cfg, ranks, "", error)); !why.empty()) {
       std::fprintf(stderr, "ddp_sim: --dump-params: %s\n", why.c_str());
+      return 1;
+    }
+  }
+  if (!trace.empty()) {
+    if (std::string why = write_trace(trace, cfg, cost); !why.empty()) {
+      std::fprintf(stderr, "ddp_sim: --trace: %s\n", why.c_str());
       return 1;
     }
   }

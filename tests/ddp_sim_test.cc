@@ -173,6 +173,60 @@ TEST(DdpSim, LiveLossDivisorIsTorchs) {
   }
 }
 
+// --sync-on first / never (docs/questions.md, question 9's misuse): torch 1.13 DDP with the same micro-batch
+// outside no_sync(), world size 3, a model with BatchNorm over two epochs (DDP broadcasts buffers only before a
+// forward that follows a synchronised one): every rank's parameters, buffers and losses bitwise, and in torch's
+// own run the replicas drift apart.
+TEST(DdpSim, LiveSyncOnMisuseIsTorchs) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  for (const char* on : {"first", "never"}) {
+    const std::vector<std::string> args = {
+        "--world-size", "3",    "--samples", "40",   "--batch-size", "2",   "--layers",  "5,4",
+        "--model",      "linear(5,8),batchnorm1d(8),relu,linear(8,4)", "--momentum",   "0.9", "--lr", "0.05",
+        "--no-sync",    "3",    "--epochs",  "2",    "--sync-on",    on};
+    const json torch = torch_dump(args), sim = sim_dump(args);
+    EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"])) << on;
+    EXPECT_EQ(sim["buffers"], torch["buffers"]) << on;
+    for (size_t k = 0; k < 3; ++k) {
+      for (const auto& [name, want] : torch["replicas"][k].items()) {
+        EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << on << " rank " << k << " " << name;
+      }
+    }
+    EXPECT_NE(testing::floats(torch["replicas"][1]["0.weight"]), testing::floats(torch["replicas"][0]["0.weight"]))
+        << on << ": torch's replicas stayed equal";
+  }
+  const auto r = ddp_sim({"--sync-on", "first"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--sync-on first needs --no-sync K of 2 or more"), std::string::npos) << r.err;
+}
+
+// DDP(find_unused_parameters=True) in torch 1.13 buckets by size from iteration 0 ([1 MiB, bucket_cap_mb] in
+// model order, reversed) and never rebuilds: at world size 3 the bucket boundaries decide the ring's addition
+// order, so a single iteration-0 bucket would not be torch's bits. An MLP of 2.2 MB, every rank bitwise.
+TEST(DdpSim, LiveFindUnusedParametersBucketsAreTorchs) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  const std::vector<std::string> args = {"--world-size", "3", "--samples", "48", "--batch-size", "4", "--layers",
+                                         "64,512,512,512,10", "--bucket-cap-mb", "1", "--find-unused-parameters",
+                                         "true", "--epochs", "1"};
+  const json torch = torch_dump(args), sim = sim_dump(args);
+  EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"]));
+  for (size_t k = 0; k < 3; ++k) {
+    for (const auto& [name, want] : torch["replicas"][k].items()) {
+      EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << "rank " << k << " " << name;
+    }
+  }
+  // torch's buckets in bytes (its DDP logging data) against the ones ddp_sim prints, in floats
+  EXPECT_EQ(torch["bucket_sizes"], json::parse("[22568, 1050624, 1181696]"));
+  std::vector<std::string> shown = args;
+  shown.push_back("--quiet");
+  const auto r = ddp_sim(shown);
+  EXPECT_NE(r.out.find("buckets at iteration 0: [layers.2.bias layers.3.weight layers.3.bias] 5642 floats; "
+                       "[layers.1.bias layers.2.weight] 262656 floats; [layers.0.weight layers.0.bias "
+                       "layers.1.weight] 295424 floats"),
+            std::string::npos)
+      << r.out;
+}
+
 // docs/questions.md's "one device": the same script at world size 1. Both sides of ddp_questions batch-size's
 // table are torch's bit for bit (world size 4 at batch 8, world size 1 at batch 32, the same 96 samples), and
 // torch's own two runs agree as the page says: allclose.
@@ -294,6 +348,38 @@ TEST(DdpSim, ExplainShowsEveryOrder) {
     ASSERT_NE(mark, std::string::npos) << order;
     EXPECT_EQ(r.out.rfind("\n  " + order + " ", mark), r.out.rfind("\n  ", mark)) << order << ": the mark is on its line";
     if (order != "ring") EXPECT_EQ(r.out.find("Gloo's ring all-reduce"), std::string::npos) << order;
+  }
+}
+
+// --trace for every model (docs/questions.md, question 20): the CNN, a spec of Linear layers, the GPT. The
+// backward runs the layers with parameters in reverse, a bucket is ready only after the backward of each of
+// its parameters' layers, and the text names each bucket's all-reduce.
+TEST(DdpSim, TraceWorksForAnyModel) {
+  const std::string path = testing::temp_dir() + "/any.json";
+  for (const std::vector<std::string>& model :
+       {std::vector<std::string>{"--dataset", "digits", "--model", "cnn", "--epochs", "1"},
+        std::vector<std::string>{"--layers", "64,10", "--model", "linear(64,2048),relu,linear(2048,512),relu,linear(512,10)"},
+        std::vector<std::string>{"--model", "gpt", "--n-embd", "16", "--block-size", "8", "--steps", "1"}}) {
+    std::vector<std::string> args = {"--world-size", "3", "--quiet", "--trace", path};
+    args.insert(args.end(), model.begin(), model.end());
+    const CommandResult r = ddp_sim(args);
+    ASSERT_EQ(r.status, 0) << model[1] << ": " << r.err;
+    EXPECT_NE(r.out.find("timeline iteration 1 ("), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("  bucket 0 ("), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" us into the backward, all-reduce "), std::string::npos) << r.out;
+    const json t = testing::load_json(path);
+    std::vector<std::string> forward, backward;
+    for (const auto& e : t["traceEvents"]) {
+      if (e["ph"] != "X" || e["pid"] != 0 || e["tid"] != 0) continue;
+      const std::string name = e["name"];
+      if (e["ts"].get<double>() >= 0 && name.rfind("forward ", 0) == 0) forward.push_back(name.substr(8));
+      if (name.rfind("backward ", 0) == 0) backward.push_back(name.substr(9));
+    }
+    ASSERT_FALSE(forward.empty()) << model[1];
+    ASSERT_EQ(backward.size(), forward.size()) << model[1];  // two iterations each
+    const size_t n = forward.size() / 2;
+    EXPECT_EQ(std::vector<std::string>(backward.begin(), backward.begin() + n),
+              std::vector<std::string>(forward.rbegin() + n, forward.rend())) << model[1];
   }
 }
 

@@ -59,6 +59,7 @@ const std::map<std::string, Args>& examples() {
       {"no-sync", {"--no-sync", "2"}},
       {"no-sync-loss", {"--no-sync", "2", "--no-sync-loss", "divide"}},
       {"loss-divisor", {"--loss-divisor", "3"}},
+      {"sync-on", {"--no-sync", "2", "--sync-on", "first"}},
       {"allreduce", {"--allreduce", "tree"}},
       {"kernels", {"--kernels", "reference"}},
       {"comm-hook", {"--comm-hook", "fp16-compress"}},
@@ -160,6 +161,7 @@ TEST(NcclRouting, TheDeviceTrainerRefusesInOneLineWhatItDoesNotModel) {
            {{"--uneven", "1", "--join", "true"}, "has no Join"},
            {{"--no-sync", "2", "--no-sync-loss", "divide"}, "(got --no-sync-loss divide)"},
            {{"--loss-divisor", "3"}, "(got --loss-divisor 3)"},
+           {{"--no-sync", "2", "--sync-on", "never"}, "(got --sync-on never)"},
        }) {
     const auto r = verify({"--backend", "nccl", "--compute", "device"}, {}, c.args);
     EXPECT_EQ(r.status, 2) << join(c.args, " ") << ": " << r.err;

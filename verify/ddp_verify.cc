@@ -282,11 +282,8 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
                       "--bucket-cap-mb {})",
                       cfg.bucket_cap_mb),
           *sim.replicas[0]->reducer, model0));
-      if (cfg.is_mlp()) {  // the cost model counts Linear layers' flops
-        page.timing = report::timing_of(build_timeline(cfg, CostModel{}), cfg.world_size);
-        page.timing->summary +=
-            "(ddp_sim's default cost model: --link-latency-us 5 --link-gbps 10 --compute-gflops 50)\n";
-      }
+      page.timing = report::timing_of(build_timeline(cfg, CostModel{}), cfg.world_size);
+      page.timing->summary += "(ddp_sim's default cost model: --link-latency-us 5 --link-gbps 10 --compute-gflops 50)\n";
       if (std::string why = write_file_atomic(report_path, report::render_html(page)); !why.empty()) {
         std::fprintf(stderr, "ddp_verify: --report: %s\n", why.c_str());
         verdict = 1.0f;

@@ -235,6 +235,15 @@ std::string describe_notes(const Config& c) {
                              "(--no-sync-loss sum: loss.backward() on each, {0} times as large)\n",
                              k, c.batch_size);
   }
+  if (c.sync_on == SyncOn::first) {
+    out += fmt::format("sync-on first: each step's first micro-batch runs outside no_sync(), so its all-reduce averages "
+                       "only that micro-batch's gradients; the other {} add each rank's own, and the ranks step on "
+                       "different .grad: the replicas drift apart\n",
+                       c.no_sync - 1);
+  } else if (c.sync_on == SyncOn::never) {
+    out += "sync-on never: every micro-batch runs inside no_sync(), so nothing is all-reduced and each rank steps on "
+           "its own gradients: the replicas drift apart\n";
+  }
   if (c.is_gpt() && !c.seed_per_rank && c.world_size > 1) {
     out += fmt::format("every rank seeds {0} and draws the same batches: DDP averages {1} equal gradients, as one "
                        "rank would (nanoGPT seeds {0} + rank: --seed-per-rank true, the default)\n",

@@ -39,6 +39,9 @@ enum class JoinScope { epoch, run };  // epoch | run
 // on each micro-batch mean (the gradients add up to K times one batch's); divide: (loss / K).backward()
 // (nanoGPT's: the mean over the K micro-batches, one big batch's gradient).
 enum class NoSyncLoss { sum, divide };  // sum | divide
+// Which of a step's K micro-batches runs outside no_sync() (--sync-on): the last (correct), the first (the
+// all-reduce averages only that micro-batch's .grad; the rest add each rank's own), or none (no all-reduce).
+enum class SyncOn { last, first, never };
 
 struct Config {
   int64_t world_size = 2;
@@ -73,6 +76,7 @@ struct Config {
   double bucket_cap_mb = 25.0;
   int64_t no_sync = 1;  // all-reduce every K micro-batches
   NoSyncLoss no_sync_loss = NoSyncLoss::sum;  // --model gpt: divide (nanoGPT's)
+  SyncOn sync_on = SyncOn::last;
   // --loss-divisor D: loss = loss_fn(out, y) / D before the backward (D = world_size: the common mistake of
   // dividing by the number of ranks when DDP already averages). 1: no division.
   int64_t loss_divisor = 1;

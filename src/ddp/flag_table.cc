@@ -31,7 +31,8 @@ const ChoiceNames& choice_names() {
                                 {"epoch", "run"},
                                 {"zeros", "none"},
                                 {"none", "tanh"},
-                                {"sum", "divide"}};
+                                {"sum", "divide"},
+                                {"last", "first", "never"}};
   return n;
 }
 
@@ -196,6 +197,12 @@ const std::vector<FlagSpec>& flag_table() {
                         "  --no-sync-loss {choices}  under --no-sync K: loss.backward() on each micro-batch (the K\n"
                         "                            gradients add up) or (loss / K).backward() (their mean; --model "
                         "gpt's) [{def}]\n")),
+      later(only(Applies::sequential, choice_flag("sync-on", &Config::sync_on, choice_names().sync_on,
+                        "  --sync-on {choices}     which of a step's K micro-batches runs outside no_sync(): the\n"
+                        "                            last (correct), the first (a misuse: the all-reduce averages only "
+                        "its\n"
+                        "                            .grad, the rest stay each rank's own) or none; replicas diverge "
+                        "[{def}]\n"))),
       later(only(Applies::sequential,
                  int_flag("loss-divisor", &Config::loss_divisor, 1, 1 << 20,
                           "  --loss-divisor D          loss / D before backward() (D = world size: the gradients "

@@ -32,6 +32,7 @@ void init_ddp(const Config& cfg, TrainingRank& rank, const std::function<void(Tr
   if (cfg.broadcast) broadcast(rank);
   rank.reducer = std::make_unique<Reducer>(rank.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
   rank.reducer->set_gradient_as_bucket_view(cfg.gradient_as_bucket_view);
+  if (cfg.find_unused_parameters && !cfg.static_graph) rank.reducer->use_size_limited_initial_buckets();
   if (auto hook = make_comm_hook(cfg.comm_hook)) {
     rank.reducer->register_comm_hook(cfg.compare_hook ? compared_to_builtin(std::move(hook)) : std::move(hook));
   }
@@ -55,7 +56,8 @@ struct Round {
   std::vector<Slot> slots;   // per local rank
   int64_t active_world = 0;  // ranks in the whole world with a batch this round
   int64_t buffer_src = 0;    // whose buffers DDP's broadcast takes
-  bool syncs = true;         // the micro-batch all-reduces (no_sync's last, or the epoch's)
+  bool syncs = true;         // the micro-batch all-reduces (outside no_sync())
+  bool steps = true;         // the optimizer steps after it (no_sync's last, or the epoch's)
   bool syncs_buffers = true; // DDP broadcasts buffers before this forward
 };
 
@@ -89,6 +91,7 @@ class Loop {
 
  private:
   void synchronise(const Round& round, const std::vector<size_t>& running);
+  void step(const std::vector<size_t>& running);
 
   const Config& cfg_;
   const std::vector<TrainingRank*>& local_;
@@ -146,6 +149,7 @@ bool Loop::run(const Round& round) {
   }
   if (single_) out_.single_losses.push_back(losses.back());
   if (round.syncs) synchronise(round, running);
+  if (round.steps) step(running);
   return true;
 }
 
@@ -219,6 +223,9 @@ void Loop::synchronise(const Round& round, const std::vector<size_t>& running) {
       reducers_[k]->finish_sync(order);
     }
   }
+}
+
+void Loop::step(const std::vector<size_t>& running) {
   const size_t n = running.size() + (single_ ? 1 : 0);
   parallel_for(sync_.pool, n, update_work_, [&](size_t i) {
     TrainingRank& r = i == running.size() ? static_cast<TrainingRank&>(*single_) : *local_[running[i]];
@@ -241,6 +248,7 @@ int64_t step_of(const Config& cfg, int64_t epoch, int64_t b, int64_t nb) {
 void run_by_epoch(const Config& cfg, const std::vector<TrainingRank*>& local, const LoopSync& sync, Loop& loop) {
   Progress shown("batch", sync.progress ? cfg.epoch_count() * cfg.batches_per_epoch() : 0);
   int64_t done = 0;
+  bool previous_synced = true;
   for (int64_t epoch = 0; epoch < cfg.epoch_count(); ++epoch) {
     int64_t nb = 0;
     loop.out().sampler_indices.emplace_back();
@@ -253,7 +261,11 @@ void run_by_epoch(const Config& cfg, const std::vector<TrainingRank*>& local, co
       round.active_world = active_ranks(cfg, b);
       round.buffer_src = buffer_source(cfg, b);
       round.syncs = is_sync_batch(cfg, static_cast<size_t>(b), static_cast<size_t>(nb));
-      round.syncs_buffers = syncs_buffers_before(cfg, static_cast<size_t>(b), static_cast<size_t>(nb));
+      round.steps = is_step_batch(cfg, static_cast<size_t>(b), static_cast<size_t>(nb));
+      // DDP's buffer broadcast (broadcast_buffers=True): before a training forward when the forward before it
+      // synchronised gradients, or it is the first (torch's require_forward_param_sync).
+      round.syncs_buffers = cfg.broadcast_buffers && previous_synced;
+      previous_synced = round.syncs;
       for (TrainingRank* r : local) {
         round.slots.push_back({b < rank_batches(cfg, r->rank), epoch, b, step_of(cfg, epoch, b, nb)});
       }

@@ -54,15 +54,19 @@ struct LoopSync {
   bool progress = false;  // show micro-batches done on a terminal (src/base/progress.h)
 };
 
-// Which micro-batches all-reduce: every no_sync-th one and the last of the epoch.
-inline bool is_sync_batch(const Config& cfg, size_t b, size_t num_batches) {
+// Which micro-batches end an optimizer step: every no_sync-th one and the last of the epoch.
+inline bool is_step_batch(const Config& cfg, size_t b, size_t num_batches) {
   return (b + 1) % static_cast<size_t>(cfg.no_sync) == 0 || b + 1 == num_batches;
 }
 
-// DDP's buffer broadcast (broadcast_buffers=True): before a training forward, when the forward before it
-// synchronised gradients (or it is the first), every rank takes rank 0's buffers.
-inline bool syncs_buffers_before(const Config& cfg, size_t b, size_t num_batches) {
-  return cfg.broadcast_buffers && (b == 0 || is_sync_batch(cfg, b - 1, num_batches));
+// Which micro-batches all-reduce (run outside no_sync()): the step's last (--sync-on last), its first, or none.
+inline bool is_sync_batch(const Config& cfg, size_t b, size_t num_batches) {
+  switch (cfg.sync_on) {
+    case SyncOn::first: return b % static_cast<size_t>(cfg.no_sync) == 0;
+    case SyncOn::never: return false;
+    case SyncOn::last: break;
+  }
+  return is_step_batch(cfg, b, num_batches);
 }
 
 struct BatchLog {

@@ -168,6 +168,17 @@ void Reducer::finish_sync(const std::vector<Parameter*>& ready) {
   set_buckets(assign_buckets(order, bytes, {first_bucket_bytes_, cap_bytes_}));
 }
 
+void Reducer::use_size_limited_initial_buckets() {
+  std::vector<size_t> order(params_.size()), bytes(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    order[i] = i;
+    bytes[i] = static_cast<size_t>(params_[i]->numel()) * sizeof(float);
+  }
+  std::vector<std::vector<size_t>> assignment = assign_buckets(order, bytes, {first_bucket_bytes_, cap_bytes_});
+  std::reverse(assignment.begin(), assignment.end());
+  set_buckets(assignment);
+}
+
 std::string Reducer::describe() const {
   std::string out;
   for (size_t b = 0; b < buckets_.size(); ++b) {

@@ -105,6 +105,10 @@ class Reducer {
   // model's backward recorded it; parameters it misses follow in reverse model order) with limits
   // [1 MiB, bucket_cap_mb]. Iteration 0 used one bucket holding every parameter in model order.
   void finish_sync(const std::vector<Parameter*>& ready = {});
+  // DDP(find_unused_parameters=True) without static_graph (torch 1.13 distributed.py:720): iteration 0's
+  // buckets are limited from the start, [1 MiB, bucket_cap_mb] filled in model order, the list reversed
+  // (the last parameters' bucket all-reduces first); they are never rebuilt.
+  void use_size_limited_initial_buckets();
   // The first rebuilt bucket's cap: dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB) in 1.13; torch 2.x caps it at
   // bucket_cap_mb when the script gave one (ddp_check reads which from the recorded run).
   void set_first_bucket_bytes(size_t bytes) { first_bucket_bytes_ = bytes; }

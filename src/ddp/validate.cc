@@ -40,6 +40,15 @@ void validate(const Config& c) {
     throw UsageError(fmt::format("--comm-hook {} replaces DDP's averaging: --average must stay predivide (got {})",
                                  c.comm_hook.name, choice_names().average[static_cast<size_t>(c.average)]));
   }
+  if (c.sync_on == SyncOn::first && c.no_sync < 2) {
+    throw UsageError("--sync-on first needs --no-sync K of 2 or more (with one micro-batch a step, the first is the "
+                     "last)");
+  }
+  if (c.sync_on != SyncOn::last && c.join) {
+    throw UsageError(fmt::format("--sync-on {} with --join true: Join shadows the all-reduces of ranks that run "
+                                 "every step's last micro-batch outside no_sync(); use --sync-on last",
+                                 choice_names().sync_on[static_cast<size_t>(c.sync_on)]));
+  }
   if (c.join_scope == JoinScope::run && c.no_sync > 1) {
     throw UsageError(fmt::format(
         "--join-scope run pairs each rank's all-reduces across epochs one batch at a time: it takes --no-sync 1 "

@@ -229,7 +229,7 @@ ddp::RankResult train_rank_on_ops(const ddp::Config& cfg, comm::Communicator& co
     for (size_t b = 0; b < batches.size(); ++b) {
       device.forward_backward(data, batches[b]);
       res.log.push_back({epoch, rep.rank, static_cast<int64_t>(batches[b].size()), 0.0f});
-      if (!ddp::is_sync_batch(cfg, b, batches.size())) continue;
+      if (!ddp::is_step_batch(cfg, b, batches.size())) continue;  // --sync-on last only (gpu_trainer.h)
       device.sync_and_step();
       ++res.optimizer_steps;
     }

@@ -20,6 +20,7 @@
 #include "src/comm/communicator.h"
 #include "src/data/data.h"
 #include "src/ddp/config.h"
+#include "src/ddp/flag_table.h"
 #include "src/ddp/trainer.h"
 #include "src/device/replica.h"
 #include "src/tensor/kernels.h"
@@ -41,6 +42,11 @@ inline std::string gpu_trainer_unsupported(const ddp::Config& cfg) {
   if (cfg.no_sync > 1 && cfg.no_sync_loss == ddp::NoSyncLoss::divide) {  // its MSE backward seeds d loss = 1
     return "--compute device backpropagates loss.backward() on each micro-batch only (got --no-sync-loss divide); "
            "--compute host (the default) runs (loss / K).backward() on NCCL";
+  }
+  if (cfg.sync_on != ddp::SyncOn::last) {  // its sync_and_step all-reduces and steps together
+    return "--compute device all-reduces on a step's last micro-batch only (got --sync-on " +
+           ddp::choice_names().sync_on[static_cast<size_t>(cfg.sync_on)] +
+           "); --compute host (the default) runs the misuse on NCCL";
   }
   if (cfg.loss_divisor > 1) {  // the same: d loss = 1
     return "--compute device backpropagates loss.backward() only (got --loss-divisor " +

@@ -1,6 +1,9 @@
 // accumulation: no_sync() on K - 1 micro-batches and a synchronised K-th, with loss.backward() or
 // (loss / K).backward(), against one device at a K times larger batch.
+#include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -26,12 +29,48 @@ void accumulation_check(const ddp::Config& cfg) {
   }
 }
 
+namespace {
+
+// The misuses (--sync-on first, never) against the correct run: how far each rank's replica ends from rank 0's.
+void misuse(const Run& correct) {
+  const int64_t k = correct.cfg->no_sync;
+  fmt::print("\n# the misuse: the synchronised micro-batch is not the last (--sync-on), (loss / {}).backward()\n", k);
+  std::vector<std::pair<std::string, ddp::SyncOn>> cases = {
+      {"last micro-batch outside no_sync() (correct)", ddp::SyncOn::last},
+      {"first micro-batch outside no_sync()", ddp::SyncOn::first},
+      {"every micro-batch inside no_sync()", ddp::SyncOn::never}};
+  float first_diff = 0, never_diff = 0;
+  for (const auto& [label, on] : cases) {
+    std::unique_ptr<Run> own;
+    const Run* run = &correct;
+    if (on != ddp::SyncOn::last) {
+      ddp::Config c = *correct.cfg;
+      c.sync_on = on;
+      own = simulate(label, c);
+      run = own.get();
+    }
+    float worst = 0;
+    for (size_t r = 1; r < run->res.replicas.size(); ++r) worst = std::max(worst, cmp_params(*run, *run, r, 0).maxdiff);
+    fmt::print("{:<46} | ranks' replicas after training: {} | max |rank r - rank 0|: {}\n", label,
+               worst == 0 ? "bitwise equal" : "differ", py(worst));
+    if (on == ddp::SyncOn::first) first_diff = worst;
+    if (on == ddp::SyncOn::never) never_diff = worst;
+  }
+  fmt::print("answer: synchronising the first micro-batch all-reduces only its gradient (the {} after it add each "
+             "rank's own), and never synchronising all-reduces nothing: the ranks step on different .grad and their "
+             "replicas drift apart ({} and {} here), and torch raises no error\n",
+             k - 1, py(first_diff), py(never_diff));
+}
+
+}  // namespace
+
 void accumulation_run(const ddp::Config& cfg) {
   const int64_t w = cfg.world_size, b = cfg.batch_size, k = cfg.no_sync, big = w * k * b;
   fmt::print("DDP: {} ranks, each accumulating {} micro-batches of {} under no_sync() before a synchronised one: {} "
              "samples per optimizer step, the samples one device takes in a batch of {}\n\n",
              w, k, b, big, big);
   ddp::Config divide = cfg, sum = cfg;
+  divide.sync_on = sum.sync_on = ddp::SyncOn::last;  // the misuses come after, against these
   divide.no_sync_loss = ddp::NoSyncLoss::divide;
   sum.no_sync_loss = ddp::NoSyncLoss::sum;
   const auto div_run = simulate(fmt::format("DDP, (loss / {}).backward()", k), divide);
@@ -76,6 +115,7 @@ void accumulation_run(const ddp::Config& cfg) {
   fmt::print("answer: only the last micro-batch may run outside no_sync(): its backward all-reduces the whole "
              "accumulated .grad; the {} before it stay on their rank, so every rank still takes the same step\n",
              k - 1);
+  misuse(*div_run);
 }
 
 }  // namespace ddplab::questions

@@ -63,10 +63,10 @@ int64_t steps_per_epoch(const ddp::Config& cfg) {
   return (cfg.batches_per_epoch() + cfg.no_sync - 1) / cfg.no_sync;
 }
 
-ModelCmp cmp_params(const Run& a, const Run& b) {
+ModelCmp cmp_params(const Run& a, const Run& b, size_t rank_a, size_t rank_b) {
   ModelCmp c;
-  const auto pa = std::as_const(a.res.replicas[0]->model).parameters();
-  const auto pb = std::as_const(b.res.replicas[0]->model).parameters();
+  const auto pa = std::as_const(a.res.replicas[rank_a]->model).parameters();
+  const auto pb = std::as_const(b.res.replicas[rank_b]->model).parameters();
   for (size_t i = 0; i < pa.size() && i < pb.size(); ++i) {
     const CmpResult r = cmp(pa[i]->name, pa[i]->value.data(), pb[i]->value.data(), pa[i]->numel());
     ++c.tensors;

@@ -52,15 +52,15 @@ std::vector<double> epoch_losses(const Run& run);
 // Optimizer steps per epoch: the DataLoader's batches per rank, one step per --no-sync K of them.
 int64_t steps_per_epoch(const ddp::Config& cfg);
 
-// Every parameter of rank 0 of `a` against rank 0 of `b`, summed up: how many tensors are exact and
-// allclose, and the largest |a - b|.
+// Every parameter of rank `rank_a` of `a` against rank `rank_b` of `b` (rank 0 of each unless given), summed
+// up: how many tensors are exact and allclose, and the largest |a - b|.
 struct ModelCmp {
   int64_t tensors = 0, exact = 0, approximate = 0;
   float maxdiff = 0.0f;
   bool all_exact() const { return exact == tensors; }
   bool all_close() const { return approximate == tensors; }
 };
-ModelCmp cmp_params(const Run& a, const Run& b);
+ModelCmp cmp_params(const Run& a, const Run& b, size_t rank_a = 0, size_t rank_b = 0);
 // "exact: False | approximate: True  | maxdiff: 1.1920929e-07 (12 of 12 tensors allclose, 3 exact)"
 std::string format_model_cmp(const ModelCmp& c);
 

@@ -98,6 +98,15 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
                            ? "noop_hook sent nothing: every rank stepped with its own\ngradients, so the replicas "
                              "drift apart from the first step. Averaging the gradients is what\nkeeps DDP's "
                              "replicas equal."
+                       : cfg.sync_on == ddp::SyncOn::never
+                           ? "every micro-batch ran inside no_sync() (--sync-on never):\nnothing was all-reduced, "
+                             "so every rank stepped with its own gradients and the replicas\ndrift apart. Run a "
+                             "step's last micro-batch outside no_sync()."
+                       : cfg.sync_on == ddp::SyncOn::first
+                           ? "each step's all-reduce ran on its first micro-batch\n(--sync-on first): it averaged "
+                             "only that micro-batch's gradients, and the later micro-batches\nadded each rank's own, "
+                             "so the ranks stepped on different .grad. Run the last\nmicro-batch outside no_sync(), "
+                             "the others inside it."
                        : !cfg.broadcast && cfg.init == ddp::InitKind::per_rank
                            ? "they started from different weights (--init per-rank)\nand nothing made them "
                              "equal. DDP's broadcast of rank 0's parameters at construction\n(--broadcast true) "
