@@ -48,8 +48,16 @@ DIGITS = '/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz'
 CNN = ('conv2d(1,8,3,padding=1),batchnorm2d(8),relu,maxpool2d(2),'
        'conv2d(8,16,3,padding=1),batchnorm2d(16),relu,maxpool2d(2),'
        'flatten,dropout(0.25),linear(64,32),relu,linear(32,10)')
-LAYERS = {'linear': nn.Linear, 'relu': nn.ReLU, 'flatten': nn.Flatten, 'conv2d': nn.Conv2d,
-          'maxpool2d': nn.MaxPool2d, 'batchnorm1d': nn.BatchNorm1d, 'batchnorm2d': nn.BatchNorm2d,
+
+
+class UnusedLinear(nn.Linear):
+    """--model's unused_linear(in, out): registered (its parameters, their init draws), never called."""
+    def forward(self, x):
+        return x
+
+
+LAYERS = {'linear': nn.Linear, 'unused_linear': UnusedLinear, 'relu': nn.ReLU, 'flatten': nn.Flatten,
+          'conv2d': nn.Conv2d, 'maxpool2d': nn.MaxPool2d, 'batchnorm1d': nn.BatchNorm1d, 'batchnorm2d': nn.BatchNorm2d,
           'dropout': nn.Dropout, 'tanh': nn.Tanh, 'sigmoid': nn.Sigmoid, 'gelu': nn.GELU, 'layernorm': nn.LayerNorm}
 TOY_X = [[-1.2, 3.1], [-0.9, 2.9], [-0.5, 2.6], [2.3, -1.1], [2.7, -1.5]]
 TOY_LABELS = [0, 0, 0, 1, 1]

@@ -88,7 +88,8 @@ int run(int argc, char** argv) {
   if (const std::string j = ddp::join_summary(cfg); !j.empty()) fmt::print("{}\n", j);
   if (!quiet) {
     size_t next = 0;
-    for (int64_t e = 0; e < cfg.epochs; ++e) {
+    // the epochs that ran (training stops early on DDP's unused-parameter error)
+    for (int64_t e = 0; e < static_cast<int64_t>(res.sampler_indices.size()); ++e) {
       // What DistributedSampler handed each rank this epoch (first 8 indices): set_epoch reshuffles.
       std::string line = fmt::format("epoch {} DistributedSampler:", e + 1);
       for (size_t r = 0; r < res.sampler_indices[static_cast<size_t>(e)].size(); ++r) {
@@ -159,6 +160,10 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "ddp_sim: --report: %s\n", why.c_str());
       return 1;
     }
+  }
+  if (res.error) {  // torch raised here: the tables above are the state it stopped in
+    std::fprintf(stderr, "ddp_sim: RuntimeError at %s\n", ddp::unfinished_reduction_message(*res.error).c_str());
+    return 1;
   }
   return 0;
 }

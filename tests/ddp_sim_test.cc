@@ -227,6 +227,43 @@ TEST(DdpSim, LiveFindUnusedParametersBucketsAreTorchs) {
       << r.out;
 }
 
+// Question 10 on any model: unused_linear(in,out) is an nn.Linear registered and never called (torch's side:
+// sim/ddp_reference.py's UnusedLinear). With find_unused_parameters=True every rank's parameters and losses are
+// torch 1.13's bit for bit at world size 3; without it torch raises in the second forward and so does
+// ddp_sim, naming the same parameter indices. On a model with no unused parameter, torch warns what True costs.
+TEST(DdpSim, LiveUnusedBranchIsTorchs) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  const std::vector<std::string> args = {"--world-size", "3",   "--samples", "48",   "--batch-size", "4",
+                                         "--layers",     "5,4", "--model",   "linear(5,8),relu,unused_linear(8,8),linear(8,4)",
+                                         "--momentum",   "0.9", "--lr",      "0.05", "--epochs",     "2"};
+  std::vector<std::string> with = args;
+  with.insert(with.end(), {"--find-unused-parameters", "true"});
+  const json torch = torch_dump(with), sim = sim_dump(with);
+  EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"]));
+  for (size_t k = 0; k < 3; ++k) {
+    for (const auto& [name, want] : torch["replicas"][k].items()) {
+      EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << "rank " << k << " " << name;
+    }
+  }
+  std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  const CommandResult t = testing::run_command(cmd);
+  EXPECT_NE(t.status, 0);
+  EXPECT_NE(t.err.find("Expected to have finished reduction in the prior iteration"), std::string::npos) << t.err;
+  EXPECT_NE(t.err.find("Parameter indices which did not receive grad for rank 0: 2 3"), std::string::npos) << t.err;
+  const CommandResult r = ddp_sim(args);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("Expected to have finished reduction in the prior iteration"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Parameter indices which did not receive grad for rank 0: 2 3."), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("training stopped on DDP's error"), std::string::npos) << r.out;
+  const CommandResult w = testing::run_command({"/usr/bin/python3", "sim/ddp_reference.py", "--world-size", "2",
+                                                "--find-unused-parameters", "true", "--epochs", "1"});
+  EXPECT_EQ(w.status, 0) << w.err;
+  EXPECT_NE(w.err.find("This flag results in an extra traversal of the autograd graph every iteration"),
+            std::string::npos)
+      << w.err;
+}
+
 // docs/questions.md's "one device": the same script at world size 1. Both sides of ddp_questions batch-size's
 // table are torch's bit for bit (world size 4 at batch 8, world size 1 at batch 32, the same 96 samples), and
 // torch's own two runs agree as the page says: allclose.

@@ -88,6 +88,12 @@ int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std
   // On the host the model computes on the CPU whatever the backend: the collectives alone go through NCCL.
   const ddp::RankResult mine = on_gpu ? dist::train_rank_on_device(cfg, *comm, cfg.kernels)
                                       : ddp::train_rank(cfg, *comm, cpu_kernels(cfg.kernels));
+  if (mine.error) {  // every rank stops in the same forward, as torch's do (the unused parameters are the model's)
+    if (env.rank == 0) {
+      std::fprintf(stderr, "ddp_verify: RuntimeError at %s\n", ddp::unfinished_reduction_message(*mine.error).c_str());
+    }
+    return 1;
+  }
   if (!quiet) {
     std::string lines;
     for (const auto& l : mine.log) lines += ddp::progress_line(l, cfg.epochs) + "\n";

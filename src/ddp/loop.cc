@@ -179,8 +179,13 @@ void Loop::synchronise(const Round& round, const std::vector<size_t>& running) {
           "step {}: no rank used {}: find_unused_parameters marked it ready before the backward (its bucket "
           "slot is zeros) and left its .grad as it was: {}",
           step, names,
-          cfg_.zero_grad_set_to_none ? "None (zero_grad(set_to_none=True)), so AdamW skips it: no decay"
-                                     : "zeros (zero_grad(set_to_none=False)), so AdamW still decays it"));
+          cfg_.zero_grad_set_to_none
+              ? (cfg_.optimizer == OptimizerKind::adamw ? "None (zero_grad(set_to_none=True)), so AdamW skips it: no decay"
+                                                        : "None (zero_grad(set_to_none=True)), so the optimizer skips it")
+              : (cfg_.optimizer == OptimizerKind::adamw
+                     ? "zeros (zero_grad(set_to_none=False)), so AdamW still decays it"
+                     : "zeros (zero_grad(set_to_none=False)), so the optimizer still steps it (momentum, Adam's "
+                       "moments)")));
     }
   } else if (std::find(unused[0].begin(), unused[0].end(), true) != unused[0].end()) {
     // Buckets are all-reduced in order as they fill: those before the first one still waiting for a grad

@@ -32,6 +32,7 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
   res.hook_reports = std::move(trained.hook_reports);
+  res.error = trained.error;
   for (auto& e : trained.sampler_indices) res.sampler_indices.push_back(e[0]);
   if (test.size() > 0) {  // DDP(model).eval() forward: the buffers are rank 0's again first
     if (cfg.broadcast_buffers && !rep.model.buffers().empty()) {
@@ -92,6 +93,7 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   res.buckets_rebuilt = std::move(trained.buckets_rebuilt);
   res.hook_reports = std::move(trained.hook_reports);
   res.notes = std::move(trained.notes);
+  res.error = trained.error;
   if (test.size() > 0) {
     // DDP(model).eval() forward broadcasts first (under Join from the highest rank: all are active)
     if (cfg.broadcast_buffers) copy_buffers(local, *local[static_cast<size_t>(cfg.join ? cfg.world_size - 1 : 0)]);

@@ -35,6 +35,7 @@ struct SimResult {
   int64_t test_size = 0;
   std::vector<std::vector<HookReport>> hook_reports;  // --comm-hook: rank 0's, [synchronised step][bucket]
   std::vector<std::string> notes;                     // find_unused_parameters' notes
+  std::optional<UnfinishedReduction> error;           // training stopped on DDP's error (unused parameters)
 };
 
 struct SimHooks {
@@ -56,6 +57,7 @@ struct RankResult {
   int64_t test_size = 0;
   double train_seconds = 0;   // wall time of the training loop only (no data, model or connection setup)
   std::vector<std::vector<HookReport>> hook_reports;  // --comm-hook: [synchronised step][bucket]
+  std::optional<UnfinishedReduction> error;           // training stopped on DDP's error (unused parameters)
 };
 // `kernels` run Linear: the backend's (dist::Rank::kernels; the NCCL backend runs Linear on the GPU).
 RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels& kernels);

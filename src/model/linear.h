@@ -59,6 +59,19 @@ class Linear : public Module {
   Matrix grad_scratch_;               // the weight's gradient when it cannot go straight into .grad
 };
 
+// --model's unused_linear(in,out): an nn.Linear the model registers (its parameters, their init draws, its
+// state_dict keys) and its forward never calls, the unused branch behind DDP's "Expected to have finished
+// reduction in the prior iteration" (find_unused_parameters=False). x and its gradient pass through.
+class UnusedLinear : public Linear {
+ public:
+  using Linear::Linear;
+  using Linear::backward;
+  using Linear::forward;
+  Tensor forward(const Tensor& x) override { return x; }
+  Tensor backward(const Tensor& grad_out, bool, std::vector<Parameter*>&) override { return grad_out; }
+  std::string repr() const override { return "Unused" + Linear::repr(); }
+};
+
 // A stack of Linear layers, optionally with ReLU between them (not after the last).
 // Parameter names follow the caller's module names, e.g. {"hidden_layer", "output_layer"} (notebook 000)
 // or nn.Sequential's {"layers.0", "layers.2"}.

@@ -68,6 +68,13 @@ const std::vector<Kind>& kinds() {
        [](const Args& a, const std::string& name, Generator& gen, bool draw) {
          return std::make_unique<Linear>(I(a, "in_features"), I(a, "out_features"), name, gen, draw);
        }},
+      {"unused_linear",  // registered, never called: the unused branch (find_unused_parameters)
+       {{"in_features", NAN}, {"out_features", NAN}},
+       [](const Args&, const Shape& in) { return in; },
+       [](const Args& a) { return I(a, "in_features") * I(a, "out_features") + I(a, "out_features"); },
+       [](const Args& a, const std::string& name, Generator& gen, bool draw) {
+         return std::make_unique<UnusedLinear>(I(a, "in_features"), I(a, "out_features"), name, gen, draw);
+       }},
       {"relu",
        {},
        [](const Args&, const Shape& in) { return in; },

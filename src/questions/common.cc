@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "src/base/compare.h"
+#include "src/base/errors.h"
 #include "src/data/torch_rng.h"
 #include "src/ddp/replica.h"
 #include "src/questions/questions.h"
@@ -37,6 +38,9 @@ std::unique_ptr<Run> simulate(const std::string& label, const ddp::Config& cfg) 
   run->cfg = std::make_unique<ddp::Config>(cfg);
   ddp::validate(*run->cfg);
   run->res = ddp::simulate(*run->cfg, false);
+  if (run->res.error) {  // a stopped run answers nothing: say why, as ddp_sim does
+    throw RunError(label + ": RuntimeError at " + ddp::unfinished_reduction_message(*run->res.error));
+  }
   run->final_loss = train_set_loss(*run);
   return run;
 }

@@ -94,7 +94,11 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
                        cfg.world_size - 1, buffers_why(cfg, false));
   } else {
     out += fmt::format("{} of {} ranks differ from rank 0: {}\n", differing.size(), cfg.world_size - 1,
-                       cfg.comm_hook.name == "noop"
+                       res.error
+                           ? "training stopped on DDP's error (below): the step\nbefore it ran without its "
+                             "all-reduce (its bucket waited for gradients that never came),\nso every rank "
+                             "stepped with its own gradients."
+                       : cfg.comm_hook.name == "noop"
                            ? "noop_hook sent nothing: every rank stepped with its own\ngradients, so the replicas "
                              "drift apart from the first step. Averaging the gradients is what\nkeeps DDP's "
                              "replicas equal."
