@@ -221,6 +221,17 @@ std::string describe(const Config& c) {
       c.bucket_cap_mb, c.no_sync, collective::algorithm_name(c.allreduce), kernels_name(c.kernels), extra);
 }
 
+std::string ranks_differ_by_design(const Config& c) {
+  if (c.world_size < 2) return "";
+  if (c.sync_on != SyncOn::last) {
+    return "--sync-on " + choice_names().sync_on[static_cast<size_t>(c.sync_on)] +
+           ": the ranks step on gradients the all-reduce did not average";
+  }
+  if (c.comm_hook.name == "noop") return "--comm-hook noop: every rank steps with its own gradients";
+  if (!c.broadcast && c.init == InitKind::per_rank) return "--init per-rank without the broadcast: other weights";
+  return "";
+}
+
 std::string describe_notes(const Config& c) {
   std::string out;
   if (c.no_sync > 1) {

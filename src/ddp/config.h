@@ -153,6 +153,9 @@ std::string describe(const Config& cfg);
 // What describe() cannot say in a word, one line each ("" when nothing): how --no-sync K combines the
 // micro-batch losses, and that every rank trains on the same batches (--model gpt seeded alike).
 std::string describe_notes(const Config& cfg);
+// Why DDP's semantics leave the ranks' parameters different under `c` ("" when they stay bitwise equal):
+// --sync-on first|never, --comm-hook noop, or --init per-rank without the broadcast.
+std::string ranks_differ_by_design(const Config& c);
 // The usage text of the shared flags.
 const char* config_usage();
 // A default --model gpt Config: nanoGPT's defaults (batch size 4, seed 1337, lr 1e-3, AdamW, GPL-3's text).
