@@ -163,6 +163,8 @@ TEST(ModelDdp, BadModelSpecGetsOneLineAndExit2) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"conv2d(1,8,3),batchnorm2d(4)", "layer 2 ('batchnorm2d(4)')"},
       {"conv2d(1,8)", "conv2d needs kernel_size"},
+      {"unused_linear(0,4),flatten,linear(64,10)",
+       "layer 1 ('unused_linear(0,4)'): expected in_features and out_features of at least 1, got (0, 4)"},
       {"linear(64,10", "unbalanced '('"},
       {"conv2d(1,8,3,bias=maybe)", "a number for bias"},
       {"flatten,softmax", "layer 2 ('softmax'): expected a layer"},

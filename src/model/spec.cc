@@ -70,7 +70,13 @@ const std::vector<Kind>& kinds() {
        }},
       {"unused_linear",  // registered, never called: the unused branch (find_unused_parameters)
        {{"in_features", NAN}, {"out_features", NAN}},
-       [](const Args&, const Shape& in) { return in; },
+       [](const Args& a, const Shape& in) {
+         if (I(a, "in_features") < 1 || I(a, "out_features") < 1) {
+           throw fmt::format("in_features and out_features of at least 1, got ({}, {})", I(a, "in_features"),
+                             I(a, "out_features"));
+         }
+         return in;  // never called: its input passes through
+       },
        [](const Args& a) { return I(a, "in_features") * I(a, "out_features") + I(a, "out_features"); },
        [](const Args& a, const std::string& name, Generator& gen, bool draw) {
          return std::make_unique<UnusedLinear>(I(a, "in_features"), I(a, "out_features"), name, gen, draw);
