@@ -40,6 +40,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from comm_hooks import add_comm_hook_flags, register_comm_hook  # noqa: E402
+import cpu_sync_batchnorm  # noqa: E402
 
 # Wall-clock limit for the whole run (all ranks); a rank that fails or hangs makes the script exit 1.
 TIMEOUT_S = float(os.environ.get('DDP_REFERENCE_TIMEOUT', '600'))
@@ -95,6 +96,7 @@ def parser():
     ap.add_argument('--broadcast-buffers', type=bool_flag, default=True)
     ap.add_argument('--find-unused-parameters', type=bool_flag, default=False)
     ap.add_argument('--seed-per-rank', type=bool_flag, default=False)
+    ap.add_argument('--sync-batchnorm', type=bool_flag, default=False)  # cpu_sync_batchnorm.py's SyncBatchNorm
     ap.add_argument('--samples', type=int, default=64)
     ap.add_argument('--seed', type=int, default=12345)
     ap.add_argument('--shuffle', type=bool_flag, default=True)
@@ -324,6 +326,9 @@ def worker(rank, a, init_file, result_dir):
         ds = make_dataset(a)
         torch.manual_seed(a.seed + rank if a.init == 'per-rank' else a.seed)
         model = build_model(a)
+        if a.sync_batchnorm:  # convert_sync_batchnorm, on CPU (cpu_sync_batchnorm.py says how)
+            cpu_sync_batchnorm.install_cpu_ops()
+            cpu_sync_batchnorm.convert(model)
         ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers,
                   find_unused_parameters=a.find_unused_parameters)
         register_comm_hook(ddp, a)

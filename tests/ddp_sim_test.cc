@@ -200,6 +200,55 @@ TEST(DdpSim, LiveSyncOnMisuseIsTorchs) {
   EXPECT_NE(r.err.find("--sync-on first needs --no-sync K of 2 or more"), std::string::npos) << r.err;
 }
 
+// nn.SyncBatchNorm (--sync-batchnorm true) at world size 3, against torch's own SyncBatchNorm autograd function
+// and DDP over gloo, with the five GPU-only ops it calls given CPU bodies (sim/cpu_sync_batchnorm.py): every
+// rank's parameters, losses and running statistics bit for bit, on BatchNorm1d ([N, C]: the channels-last
+// sums) and BatchNorm2d ([N, C, H, W]). The simulator's ranks meet inside forward and backward; one thread
+// (--threads 1) runs them alike. Then what SyncBatchNorm changes: against one device on the union batch the
+// plain BatchNorm run is not even allclose, the SyncBatchNorm run is.
+TEST(DdpSim, LiveSyncBatchNormIsTorchs) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  const std::vector<std::vector<std::string>> cases = {
+      {"--world-size", "3", "--samples", "48", "--batch-size", "4", "--layers", "6,2", "--model",
+       "linear(6,16),batchnorm1d(16),relu,linear(16,2)", "--epochs", "2", "--sync-batchnorm", "true"},
+      {"--world-size", "3", "--dataset", "digits", "--loss", "ce", "--batch-size", "16", "--momentum", "0.9",
+       "--model", "conv2d(1,4,3,padding=1),batchnorm2d(4),relu,maxpool2d(2),flatten,linear(64,10)",
+       "--sync-batchnorm", "true"}};
+  for (const auto& args : cases) {
+    const json torch = torch_dump(args), sim = sim_dump(args);
+    EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"])) << args[9];
+    EXPECT_EQ(sim["buffers"], torch["buffers"]) << args[9];
+    for (size_t k = 0; k < 3; ++k) {
+      for (const auto& [name, want] : torch["replicas"][k].items()) {
+        EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << args[9] << " rank " << k << " " << name;
+      }
+    }
+    std::vector<std::string> one_thread = args;
+    one_thread.insert(one_thread.end(), {"--threads", "1"});
+    EXPECT_EQ(sim_dump(one_thread)["replicas"], sim["replicas"]) << args[9];
+  }
+  const auto compared = [](const char* sync) {
+    return ddp_sim({"--world-size", "3", "--samples", "48", "--batch-size", "4", "--layers", "6,2", "--model",
+                    "linear(6,16),batchnorm1d(16),relu,linear(16,2)", "--compare-single-device", "true", "--quiet",
+                    "--sync-batchnorm", sync});
+  };
+  const auto p = compared("false"), q = compared("true");
+  const auto versus = [](const std::string& out) { return out.substr(out.find("vs one device")); };
+  EXPECT_NE(versus(p.out).find("approximate: False"), std::string::npos) << p.out;
+  EXPECT_NE(versus(p.out).find("different mathematics: BatchNorm normalises each rank's 4 samples"), std::string::npos);
+  EXPECT_EQ(versus(q.out).find("approximate: False"), std::string::npos) << q.out;
+  EXPECT_NE(versus(q.out).find("SyncBatchNorm normalises with the mean and variance of all 12 samples"),
+            std::string::npos) << q.out;
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--sync-batchnorm", "true"},
+                                              std::vector<std::string>{"--model", "cnn", "--dataset", "digits",
+                                                                       "--loss", "ce", "--sync-batchnorm", "true",
+                                                                       "--uneven", "1"}}) {
+    const auto r = ddp_sim(bad);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("--sync-batchnorm true"), std::string::npos) << r.err;
+  }
+}
+
 // DDP(find_unused_parameters=True) in torch 1.13 buckets by size from iteration 0 ([1 MiB, bucket_cap_mb] in
 // model order, reversed) and never rebuilds: at world size 3 the bucket boundaries decide the ring's addition
 // order, so a single iteration-0 bucket would not be torch's bits. An MLP of 2.2 MB, every rank bitwise.
@@ -388,7 +437,9 @@ TEST(DdpSim, ExplainShowsEveryOrder) {
     const size_t mark = r.out.find("<- this run");
     ASSERT_NE(mark, std::string::npos) << order;
     EXPECT_EQ(r.out.rfind("\n  " + order + " ", mark), r.out.rfind("\n  ", mark)) << order << ": the mark is on its line";
-    if (order != "ring") EXPECT_EQ(r.out.find("Gloo's ring all-reduce"), std::string::npos) << order;
+    if (order != "ring") {
+      EXPECT_EQ(r.out.find("Gloo's ring all-reduce"), std::string::npos) << order;
+    }
   }
 }
 

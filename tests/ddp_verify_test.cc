@@ -82,6 +82,19 @@ TEST(Verify, RanksThatDifferByDesignEachEqualTheirSimulatedRank) {
   }
 }
 
+// nn.SyncBatchNorm's collectives on real Gloo ranks (all_gather in the forward, all_reduce in the backward):
+// every rank equals the simulator's bit for bit, and the buffers agree because every rank merged the same
+// statistics (the simulator against torch: DdpSim.LiveSyncBatchNormIsTorchs).
+TEST(Verify, SyncBatchNormOverGlooEqualsTheSimulator) {
+  const CommandResult r = verify({"--nproc", "3", "--samples", "48", "--batch-size", "4", "--layers", "6,2",
+                                  "--model", "linear(6,16),batchnorm1d(16),relu,linear(16,2)", "--sync-batchnorm",
+                                  "true", "--quiet"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("exact: False"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SyncBatchNorm updates every rank's running statistics"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verified: every rank bitwise identical"), std::string::npos) << r.out;
+}
+
 TEST(Verify, AgainstTorchDdpOnGloo) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
   const std::vector<std::string> args = {"--samples",    "30",   "--batch-size", "3",  "--layers", "5,9,3",

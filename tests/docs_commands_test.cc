@@ -394,6 +394,8 @@ const std::map<std::pair<std::string, std::string>, std::string>& refusal_exempt
       {{"docs/ARCHITECTURE.md", "any other layer is refused"},
        "design notes; docs/verifier.md shows the refusal as a command"},
       {{"docs/checking_a_real_run.md", "torch 1.13 refuses `bf16_compress_hook`"}, "PyTorch's refusal, not ddplab's"},
+      {{"docs/questions.md", "`DDP(model)` refuses it on"},
+       "PyTorch's refusal, not ddplab's; questions_reference_test runs syncbn_cpu.py, which shows it"},
       {{"docs/checking_a_real_run.md", "`tests/ddp_check_test` runs the learner-style scripts"},
        "what a test checks: the test runs it"},
       {{"docs/hooks_zero_join.md", "torch 1.13 refuses it without CUDA"}, "PyTorch's refusal, not ddplab's"},

@@ -130,7 +130,7 @@ int body(const lab::Group& g, const ddp::Config& cfg, lab::LabReport& page) {
                     accuracy(bb->single_device_test_correct, bb->test_size)));
   g.say(
       fmt::format("  the one device normalises each step with the statistics of all {} samples, DDP's BatchNorm with\n"
-                  "  each rank's {} (SyncBatchNorm would share them; torch runs it on GPUs only), and its Dropout\n"
+                  "  each rank's {} (SyncBatchNorm shares them: ddp_sim --sync-batchnorm true), and its Dropout\n"
                   "  draws other masks: close, not equal.\n",
                   cfg.batch_size * cfg.world_size, cfg.batch_size));
 

@@ -106,4 +106,22 @@ void parallel_for(ThreadPool* pool, size_t n, double work, const std::function<v
   pool->run(n, fn);
 }
 
+void run_concurrently(size_t n, const std::function<void(size_t)>& fn) {
+  std::vector<std::exception_ptr> errors(n);
+  auto one = [&](size_t i) {
+    try {
+      fn(i);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < n; ++i) threads.emplace_back(one, i);
+  if (n > 0) one(0);
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 }  // namespace ddplab

@@ -56,4 +56,9 @@ class ThreadPool {
 // wake-up (`work` is an estimate of the floats touched or flops per item).
 void parallel_for(ThreadPool* pool, size_t n, double work, const std::function<void(size_t)>& fn);
 
+// Runs fn(i) for i < n all at once, each on its own thread (the caller's is one): for work items that meet
+// each other inside (the simulator's ranks in SyncBatchNorm's collectives), which a pool smaller than n would
+// deadlock. The first exception thrown is rethrown once all have returned.
+void run_concurrently(size_t n, const std::function<void(size_t)>& fn);
+
 }  // namespace ddplab

@@ -208,6 +208,7 @@ std::string describe(const Config& c) {
   if (!c.is_mlp()) model = fmt::format("model {} ({} parameters)", c.model, footprint(c).parameters);
   std::string extra;
   if (c.seed_per_rank) extra += " | seed_per_rank";
+  if (c.sync_batchnorm) extra += " | SyncBatchNorm";
   if (!c.broadcast_buffers) extra += " | broadcast_buffers=false";
   if (c.comm_hook.name != "none") extra += " | " + describe(c.comm_hook);
   if (c.find_unused_parameters) extra += " | find_unused_parameters";

@@ -72,6 +72,7 @@ struct Config {
   bool broadcast = true;           // DDP's broadcast of rank 0's parameters at construction
   bool broadcast_buffers = true;   // DDP's broadcast of rank 0's buffers before every training forward
   bool seed_per_rank = false;      // after DDP(model), manual_seed(seed + rank): Dropout masks differ per rank
+  bool sync_batchnorm = false;     // nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP(model)
   Average average = Average::predivide;
   double bucket_cap_mb = 25.0;
   int64_t no_sync = 1;  // all-reduce every K micro-batches

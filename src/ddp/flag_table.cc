@@ -180,6 +180,10 @@ const std::vector<FlagSpec>& flag_table() {
        "                            training forward, as DDP's broadcast_buffers does [{def}]\n",
        [](const Flags& f, Config& c) { c.broadcast_buffers = f.get_bool("broadcast-buffers", c.broadcast_buffers); },
        [](const Config& c) { return std::string(c.broadcast_buffers ? "true" : "false"); }, true},
+      only(Applies::sequential,
+           bool_flag("sync-batchnorm", &Config::sync_batchnorm,
+                     "  --sync-batchnorm true|false  nn.SyncBatchNorm.convert_sync_batchnorm(model): every BatchNorm\n"
+                     "                            normalises with the statistics of all ranks' samples [{def}]\n")),
       {"seed-per-rank",
        "  --seed-per-rank true|false  after DDP(model) each rank calls manual_seed(seed + rank): its Dropout masks\n"
        "                            (and loader draws) differ from the other ranks'; --model gpt: nanoGPT's\n"

@@ -133,14 +133,19 @@ bool Loop::run(const Round& round) {
   }
   const size_t n = running.size() + (single_ ? 1 : 0);
   std::vector<float> losses(n);
-  parallel_for(sync_.pool, n, step_work_, [&](size_t i) {
+  auto forward_backward = [&](size_t i) {
     if (i == running.size()) {
       losses[i] = single_->forward_backward(*single_->data, union_idx);
     } else {
       const Slot& s = round.slots[running[i]];
       losses[i] = local_[running[i]]->forward_backward(s.b, s.step);
     }
-  });
+  };
+  if (sync_.lockstep && running.size() > 1) {
+    run_concurrently(n, forward_backward);
+  } else {
+    parallel_for(sync_.pool, n, step_work_, forward_backward);
+  }
   for (size_t i = 0; i < running.size(); ++i) {
     const Slot& s = round.slots[running[i]];
     const auto* rep = dynamic_cast<const Replica*>(local_[running[i]]);

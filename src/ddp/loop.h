@@ -51,6 +51,9 @@ struct LoopSync {
   // Where the local ranks compute side by side between collectives (null: one after the other). Each
   // writes only its own model, generator and log, so the bits do not depend on it.
   ThreadPool* pool = nullptr;
+  // The local ranks meet inside forward and backward (SyncBatchNorm's collectives): each runs on its own
+  // thread, whatever the pool.
+  bool lockstep = false;
   bool progress = false;  // show micro-batches done on a terminal (src/base/progress.h)
 };
 

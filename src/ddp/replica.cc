@@ -4,6 +4,7 @@
 
 #include "src/ddp/zero.h"
 #include "src/base/errors.h"
+#include "src/model/norm.h"
 #include "src/model/spec.h"
 
 namespace ddplab::ddp {
@@ -54,6 +55,7 @@ Sequential make_model(const Config& cfg, int64_t rank, Generator& gen) {
   // The MLP is nn.Sequential held as `self.layers` (names layers.0.weight, ...); a spec is the model itself.
   Sequential m = build_model(plan_model(cfg.model_spec(), cfg.sample_shape()), cfg.is_mlp() ? "layers" : "", gen);
   m.set_kernels(cpu_kernels(cfg.kernels));
+  if (cfg.sync_batchnorm) convert_sync_batchnorm(m);
   return m;
 }
 
@@ -103,6 +105,7 @@ Sequential undrawn_model(const Config& cfg, Generator& gen) {
   Sequential m = build_model(plan_model(cfg.model_spec(), cfg.sample_shape()), cfg.is_mlp() ? "layers" : "", gen,
                              /*draw=*/false);
   m.set_kernels(cpu_kernels(cfg.kernels));
+  if (cfg.sync_batchnorm) convert_sync_batchnorm(m);
   return m;
 }
 

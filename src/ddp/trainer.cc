@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "src/ddp/rank_sync.h"
+#include "src/ddp/sync_bn_group.h"
 #include "src/base/parallel.h"
 
 namespace ddplab::ddp {
@@ -24,10 +25,13 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
   rep.model.set_kernels(kernels);
   init_ddp(cfg, rep, [&](TrainingRank& r) { broadcast_model(comm, r); });
   rep.reducer->set_backend_averages(cfg.average == Average::avg && comm.native_avg());
+  CommunicatorGroup bn_group(comm);  // --sync-batchnorm: SyncBatchNorm's collectives on this rank's communicator
+  set_process_group(rep.model, &bn_group);
   CommunicatorSync over(cfg, comm);
   const auto t0 = std::chrono::steady_clock::now();
   TrainLog trained = run_training(cfg, {&rep}, over.sync(comm.rank() == 0));
   res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  set_process_group(rep.model, nullptr);  // bn_group ends here; the model lives on in res
   comm.context = "after training";  // what the caller exchanges next (ddp_verify's gathers)
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
@@ -84,7 +88,15 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
   // Only a hook needs whole prepared buckets (world_size x the largest bucket); without one every bucket
   // goes block by block through a small buffer per thread, the path //bench:sim_step measures.
   InProcessSync in_process(cfg, &pool, hooks.before_allreduce);
-  TrainLog trained = run_training(cfg, local, in_process.sync(true), res.single_device.get());
+  LoopSync sync = in_process.sync(true);
+  std::unique_ptr<LocalSyncBatchNorm> bn;  // --sync-batchnorm: the ranks meet inside forward and backward
+  if (cfg.sync_batchnorm && cfg.world_size > 1) {
+    bn = std::make_unique<LocalSyncBatchNorm>(cfg.world_size, cfg.allreduce);
+    for (size_t r = 0; r < res.replicas.size(); ++r) set_process_group(res.replicas[r]->model, bn->groups[r].get());
+    sync.lockstep = true;
+  }
+  TrainLog trained = run_training(cfg, local, sync, res.single_device.get());
+  for (auto& rep : res.replicas) set_process_group(rep->model, nullptr);
   res.sampler_indices = std::move(trained.sampler_indices);
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;

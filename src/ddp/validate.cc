@@ -49,6 +49,15 @@ void validate(const Config& c) {
                                  "every step's last micro-batch outside no_sync(); use --sync-on last",
                                  choice_names().sync_on[static_cast<size_t>(c.sync_on)]));
   }
+  if (c.sync_batchnorm && !c.is_gpt() && c.model_spec().find("batchnorm") == std::string::npos) {
+    throw UsageError("--sync-batchnorm true: the model has no BatchNorm layer to convert (give a --model with "
+                     "batchnorm1d or batchnorm2d, or --model cnn)");
+  }
+  if (c.sync_batchnorm && (c.uneven > 0 || c.join)) {
+    throw UsageError("--sync-batchnorm true with --uneven or --join: SyncBatchNorm all_gathers in every training "
+                     "forward, so a rank that ran out of batches leaves the others waiting; ddplab does not model it "
+                     "(give every rank the same number of batches)");
+  }
   if (c.join_scope == JoinScope::run && c.no_sync > 1) {
     throw UsageError(fmt::format(
         "--join-scope run pairs each rank's all-reduces across epochs one batch at a time: it takes --no-sync 1 "

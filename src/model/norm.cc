@@ -8,6 +8,7 @@
 #include "src/nn/batchnorm.h"
 #include "src/nn/dropout.h"
 #include "src/nn/layernorm.h"
+#include "src/nn/sync_batchnorm.h"
 
 namespace ddplab {
 
@@ -32,10 +33,12 @@ Tensor BatchNorm::forward(const Tensor& x) {
                                running_var.value.data(), y.data(), N, C_, L, eps_);
     return y;
   }
-  if (N * L < 2) {
+  if (N * L < 2 && !syncs()) {  // SyncBatchNorm across ranks needs more than 1 value in all
     throw std::invalid_argument(fmt::format("{}: expected more than 1 value per channel when training, got input [{}]",
                                             repr(), fmt::join(x.shape, ", ")));
   }
+  synced_ = syncs();
+  if (synced_) return forward_sync(x, N, L);
   input_ = x;
   save_mean_.resize(static_cast<size_t>(C_));
   save_invstd_.resize(static_cast<size_t>(C_));
@@ -48,6 +51,7 @@ Tensor BatchNorm::forward(const Tensor& x) {
 }
 
 Tensor BatchNorm::backward(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) {
+  if (synced_) return backward_sync(grad_out, need_grad_input, ready);
   const int64_t N = input_.shape[0], L = input_.numel() / (N * C_);
   Tensor gx = Tensor::empty(input_.shape);  // the kernel writes it either way
   Matrix gw(C_, 1), gb(C_, 1);
@@ -102,8 +106,69 @@ std::string LayerNorm::repr() const {
 }
 
 std::string BatchNorm::repr() const {
-  return fmt::format("BatchNorm{}d({}, eps={}, momentum={}, affine=True, track_running_stats=True)", dims_, C_, eps_,
-                     momentum_);
+  return fmt::format("{}({}, eps={}, momentum={}, affine=True, track_running_stats=True)",
+                     sync ? "SyncBatchNorm" : fmt::format("BatchNorm{}d", dims_), C_, eps_, momentum_);
+}
+
+// SyncBatchNorm.forward: num_batches_tracked += 1, then sync_batch_norm.apply: this rank's mean and invstd
+// with its count, all_gather, the union's statistics (and the running ones' update), the normalisation.
+Tensor BatchNorm::forward_sync(const Tensor& x, int64_t N, int64_t L) {
+  const size_t C = static_cast<size_t>(C_), W = static_cast<size_t>(process_group->world_size());
+  std::vector<float> mine(2 * C + 1), gathered(W * (2 * C + 1));
+  nn::batchnorm_stats(x.data(), mine.data(), mine.data() + C, N, C_, L, eps_);
+  mine[2 * C] = static_cast<float>(N * L);
+  process_group->all_gather(mine.data(), mine.size(), gathered.data());
+  save_mean_.resize(C);
+  save_invstd_.resize(C);
+  total_ = nn::sync_batchnorm_gather_stats(gathered.data(), static_cast<int>(W), C_, running_mean.value.data(),
+                                           running_var.value.data(), momentum_, eps_, save_mean_.data(),
+                                           save_invstd_.data());
+  ++num_batches_tracked.count;
+  input_ = x;
+  Tensor y = Tensor::empty(x.shape);
+  nn::sync_batchnorm_elemt(x.data(), weight.data(), bias.data(), save_mean_.data(), save_invstd_.data(), y.data(), N,
+                           C_, L);
+  count_use(weight, *this);
+  count_use(bias, *this);
+  return y;
+}
+
+// SyncBatchNorm's backward: local sums and the parameters' gradients; the all_reduce of [sum_dy, sum_dy_xmu]
+// only when the input needs a gradient (torch skips it otherwise).
+Tensor BatchNorm::backward_sync(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready) {
+  const int64_t N = input_.shape[0], L = input_.numel() / (N * C_);
+  const size_t C = static_cast<size_t>(C_);
+  std::vector<float> sums(2 * C);
+  Matrix gw(C_, 1), gb(C_, 1);
+  nn::sync_batchnorm_backward_reduce(grad_out.data(), input_.data(), save_mean_.data(), save_invstd_.data(),
+                                     sums.data(), sums.data() + C, gw.data(), gb.data(), N, C_, L);
+  Tensor gx;
+  if (need_grad_input) {
+    process_group->all_reduce_sum(sums.data(), sums.size());
+    gx = Tensor::empty(input_.shape);
+    nn::sync_batchnorm_backward_elemt(grad_out.data(), input_.data(), save_mean_.data(), save_invstd_.data(),
+                                      weight.data(), sums.data(), sums.data() + C, total_, gx.data(), N, C_, L);
+  }
+  add_grad(weight, *this, gw, ready);
+  add_grad(bias, *this, gb, ready);
+  return gx;
+}
+
+int convert_sync_batchnorm(Module& model) {
+  int n = 0;
+  apply(model, [&](Module& m) {
+    if (auto* bn = dynamic_cast<BatchNorm*>(&m)) {
+      bn->sync = true;
+      ++n;
+    }
+  });
+  return n;
+}
+
+void set_process_group(Module& model, ProcessGroup* group) {
+  apply(model, [&](Module& m) {
+    if (auto* bn = dynamic_cast<BatchNorm*>(&m); bn && bn->sync) bn->process_group = group;
+  });
 }
 
 Tensor Dropout::forward(const Tensor& x) {

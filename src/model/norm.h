@@ -1,6 +1,7 @@
 // nn.BatchNorm1d / nn.BatchNorm2d and nn.Dropout as Modules over the kernels of src/nn.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -9,9 +10,25 @@
 
 namespace ddplab {
 
+// The process group a SyncBatchNorm talks to (torch's process_group, the world): ddp/ adapts a
+// comm::Communicator to it, so that the model layer needs nothing from comm/.
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int world_size() const = 0;
+  // Every rank gives n floats; out receives world_size * n, in rank order.
+  virtual void all_gather(const float* in, size_t n, float* out) = 0;
+  virtual void all_reduce_sum(float* data, size_t n) = 0;
+};
+
 // nn.BatchNorm1d(num_features) on [N, C] or [N, C, L]; nn.BatchNorm2d on [N, C, H, W]. eps 1e-5, momentum
 // 0.1, affine, track_running_stats. Training normalises with the batch's statistics and updates the
 // running ones (and num_batches_tracked); eval uses the running ones.
+//
+// After convert_sync_batchnorm it is nn.SyncBatchNorm (same state_dict): a training forward with a process
+// group of two or more ranks all_gathers every rank's mean, invstd and count and normalises with the union
+// batch's statistics (src/nn/sync_batchnorm.h), and its backward all_reduces the two sums the input's
+// gradient needs. Without a group (one device), or in eval, it computes as BatchNorm, as torch falls back.
 class BatchNorm : public Module {
  public:
   BatchNorm(int64_t num_features, double eps, double momentum, int dims, const std::string& prefix);
@@ -27,14 +44,28 @@ class BatchNorm : public Module {
 
   Parameter weight, bias;
   Buffer running_mean, running_var, num_batches_tracked;
+  bool sync = false;                      // nn.SyncBatchNorm (convert_sync_batchnorm)
+  ProcessGroup* process_group = nullptr;  // SyncBatchNorm's; null: no other rank
 
  private:
+  bool syncs() const { return sync && training_ && process_group && process_group->world_size() > 1; }
+  Tensor forward_sync(const Tensor& x, int64_t N, int64_t L);
+  Tensor backward_sync(const Tensor& grad_out, bool need_grad_input, std::vector<Parameter*>& ready);
+
   int64_t C_;
   double eps_, momentum_;
   int dims_;
   Tensor input_;
   std::vector<float> save_mean_, save_invstd_;
+  int64_t total_ = 0;  // SyncBatchNorm: every rank's count together
+  bool synced_ = false;  // the last training forward was SyncBatchNorm's
 };
+
+// nn.SyncBatchNorm.convert_sync_batchnorm(model): every BatchNorm in the tree becomes SyncBatchNorm, with
+// its parameters and buffers. Returns how many.
+int convert_sync_batchnorm(Module& model);
+// The process group of every SyncBatchNorm in the tree (null: none).
+void set_process_group(Module& model, ProcessGroup* group);
 
 // nn.LayerNorm(normalized_shape, eps=1e-5) over the last dimension (elementwise_affine: weight ones, bias
 // zeros; reset_parameters draws nothing). Training and eval compute alike. With bias false it is nanoGPT's

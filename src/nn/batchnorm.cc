@@ -164,7 +164,25 @@ void backward_channels_last(const float* dy, const float* x, const float* weight
   }
 }
 
+// torch picks the kernel by L (its image_size): L == 1 is its channels-last one.
+void collect_stats(const float* x, float* mean, float* var_sum, int64_t N, int64_t C, int64_t L) {
+  if (L == 1) {
+    collect_stats_channels_last(x, mean, var_sum, N, C);
+  } else {
+    collect_stats_contiguous(x, mean, var_sum, N, C, L);
+  }
+}
+
 }  // namespace
+
+void batchnorm_stats(const float* x, float* mean, float* invstd, int64_t N, int64_t C, int64_t L, double eps) {
+  std::vector<float> var_sum(static_cast<size_t>(C));
+  collect_stats(x, mean, var_sum.data(), N, C, L);
+  for (int64_t c = 0; c < C; ++c) {  // as update_stats computes save_invstd
+    const float var = var_sum[c] / static_cast<float>(N * L);
+    invstd[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + eps));
+  }
+}
 
 void batchnorm_forward_train(const float* x, const float* weight, const float* bias, float* running_mean,
                              float* running_var, float* y, float* save_mean, float* save_invstd, int64_t N, int64_t C,
@@ -174,11 +192,7 @@ void batchnorm_forward_train(const float* x, const float* weight, const float* b
                                 std::to_string(N * L));
   }
   std::vector<float> mean(static_cast<size_t>(C)), var_sum(static_cast<size_t>(C));
-  if (L == 1) {
-    collect_stats_channels_last(x, mean.data(), var_sum.data(), N, C);
-  } else {
-    collect_stats_contiguous(x, mean.data(), var_sum.data(), N, C, L);
-  }
+  collect_stats(x, mean.data(), var_sum.data(), N, C, L);
   update_stats(mean.data(), var_sum.data(), running_mean, running_var, save_mean, save_invstd, C, N * L, momentum, eps);
   apply(x, weight, bias, save_mean, save_invstd, y, N, C, L);
 }

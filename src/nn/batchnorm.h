@@ -24,6 +24,11 @@ void batchnorm_forward_train(const float* x, const float* weight, const float* b
                              float* running_var, float* y, float* save_mean, float* save_invstd, int64_t N, int64_t C,
                              int64_t L, double momentum = kBatchNormMomentum, double eps = kBatchNormEps);
 
+// The training forward's statistics alone (batch_norm_stats on one rank, SyncBatchNorm's first step):
+// save_mean and save_invstd (1 / sqrt(biased var + eps)) as batchnorm_forward_train computes them.
+void batchnorm_stats(const float* x, float* mean, float* invstd, int64_t N, int64_t C, int64_t L,
+                     double eps = kBatchNormEps);
+
 // Eval forward: normalises with running_mean / running_var; nothing is updated.
 void batchnorm_forward_eval(const float* x, const float* weight, const float* bias, const float* running_mean,
                             const float* running_var, float* y, int64_t N, int64_t C, int64_t L,

@@ -55,6 +55,11 @@ std::string buffers_why(const ddp::Config& cfg, bool buffers_equal) {
            "training forward, and each rank's last forward then updated its running statistics from its own batch.\n"
            "They agree again at the next forward through DDP (model.eval() included).\n";
   }
+  if (cfg.sync_batchnorm && cfg.world_size > 1) {
+    return "SyncBatchNorm updates every rank's running statistics\n"
+           "from the same all-gathered statistics of all ranks' samples, merged in the same order: the same bits on "
+           "every\nrank, whatever DDP's buffer broadcast does.\n";
+  }
   if (cfg.broadcast_buffers) {
     return "broadcast_buffers=True (DDP's default): DDP gives every rank rank 0's\n"
            "buffers before each training forward, and again before the model.eval() forward: every rank holds\n"
@@ -125,7 +130,22 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
              "other rank to sum).\n";
     } else if (all_exact(rows)) {
       out += "bitwise equal: the different addition order happened to round the same way here.\n";
+    } else if (cfg.model_spec().find("dropout") != std::string::npos) {
+      out += fmt::format("different draws: Dropout draws each rank's masks from that rank's generator for its {} "
+                         "samples, the one device\nits {} samples' masks at once. Expect approximate: False.\n",
+                         cfg.batch_size, cfg.world_size * cfg.batch_size);
+    } else if (cfg.model_spec().find("batchnorm") != std::string::npos && !cfg.sync_batchnorm) {
+      out += fmt::format("different mathematics: BatchNorm normalises each rank's {} samples with their own mean and "
+                         "variance, the one\ndevice its {} samples with theirs. Expect approximate: False; with "
+                         "--sync-batchnorm true every rank\nnormalises with the statistics of all {} samples.\n",
+                         cfg.batch_size, cfg.world_size * cfg.batch_size, cfg.world_size * cfg.batch_size);
     } else {
+      if (cfg.sync_batchnorm) {
+        out += fmt::format("SyncBatchNorm normalises with the mean and variance of all {} samples, as the one device "
+                           "does, but merges\nthem from the ranks' own (all_gather, then Chan's formula in float) "
+                           "where the one device sums once.\n",
+                           cfg.world_size * cfg.batch_size);
+      }
       out += fmt::format(
           "same mathematics, different float additions: one device takes the mean over {} samples in one\n"
           "matmul; DDP takes {} per-rank means, multiplies each by float(1/{}){},\n"
