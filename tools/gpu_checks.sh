@@ -91,7 +91,9 @@ for s in "${steps[@]}"; do
       claim_if "exact: False" paths 90 "${v[@]}" --nproc 4 --layers 8,32,16,4 --activation relu --comm-hook fp16-compress
       claim_if "exact: False" paths 90 "${v[@]}" --nproc 3 --layers 8,32,16,4 --optimizer adam --zero true
       claim_if "exact: False" paths 90 "${v[@]}" --nproc 3 --layers 8,32,16,4 --uneven 1 --join true
-      claim_if "exact: False" paths 90 "${v[@]}" --nproc 4 --model cnn --dataset digits --comm-hook bf16-compress ;;
+      claim_if "exact: False" paths 90 "${v[@]}" --nproc 4 --model cnn --dataset digits --comm-hook bf16-compress
+      # SyncBatchNorm's all_gather and all_reduce inside forward and backward, on NCCL (question 12)
+      claim_if "exact: False" paths 90 "${v[@]}" --nproc 3 --model cnn --dataset digits --sync-batchnorm true ;;
     order)
       mkdir -p "$out/nccl"
       for ws in 2 3 4 5 6 7 8; do
