@@ -392,6 +392,46 @@ TEST_P(AllOptimizers, EachCheckedOrNotChecked) {
 INSTANTIATE_TEST_SUITE_P(Torches, AllOptimizers, ::testing::Values("torch1.13", "torch2"),
                          [](const auto& info) { return info.param == "torch2" ? "torch2" : "torch1_13"; });
 
+// Every scheduler of torch.optim.lr_scheduler, and loops that set hyperparameters by hand
+// (tests/ddp_check/scripts/schedulers.py: OneCycleLR and CyclicLR cycle SGD's momentum and Adam's betas with the
+// lr; the hand-set loops change momentum, dampening, nesterov, weight_decay, betas and eps every step): every run
+// is as-predicted, every step's parameters checked and none different (bit for bit on torch 1.13; Adam allclose on
+// torch 2.x, the sqrt note). The trace records each group's hyperparameters as step() reads them; before it did,
+// OneCycleLR's runs were step-not-as-predicted.
+class Schedulers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Schedulers, EveryKindIsAsPredicted) {
+  const std::string torch = GetParam();
+  SKIP_UNLESS_AVAILABLE(torch);
+  const std::string python = python_for(torch), script = "tests/ddp_check/scripts/schedulers.py";
+  const auto list = testing::run_command({python, script, "--list", "--no-trace"});
+  ASSERT_EQ(list.status, 0) << list.err;
+  const std::string classes = list.out.substr(0, list.out.find('\n')), cases = list.out.substr(list.out.find('\n'));
+  for (const std::string& cls : words(classes.substr(classes.find(':') + 1)))
+    EXPECT_NE(cases.find(" " + cls), std::string::npos) << "scheduler " << cls << " has no case: " << list.out;
+  const std::string dir = testing::temp_dir() + "/sched";
+  setenv("DDPLAB_START_METHOD", "fork", 1);
+  const auto run = testing::run_command({"/usr/bin/timeout", "600", python, script, "--out", dir});
+  ASSERT_EQ(run.status, 0) << run.err.substr(run.err.size() > 3000 ? run.err.size() - 3000 : 0);
+  for (const std::string& name : words(cases.substr(cases.find(':') + 1))) {
+    SCOPED_TRACE(name + " under " + torch);
+    const std::string json_path = testing::temp_dir() + "/check.json";
+    const auto check = testing::run_command({"verify/ddp_check", dir + "/" + name, "--json", json_path, "--quiet"});
+    EXPECT_EQ(check.status, 0) << check.out << check.err;
+    if (check.status != 0 && check.status != 1) continue;
+    const json j = testing::load_json(json_path);
+    EXPECT_EQ(j["verdict"], "as-predicted") << check.out;
+    EXPECT_EQ(j["params"]["checked"], 60);  // 5 steps x 3 ranks x 4 parameters
+    EXPECT_EQ(j["params"]["different"], 0);
+    if (torch == "torch1.13") {
+      EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Torches, Schedulers, ::testing::Values("torch1.13", "torch2"),
+                         [](const auto& info) { return info.param == "torch2" ? "torch2" : "torch1_13"; });
+
 // Seed notebook 004's Lightning section (notebooks_ported/004_parallelism/lightning_ddp.py: Trainer(strategy="ddp",
 // accelerator="cpu", devices=2) with LightningCallback) checked: DDP's gradients bit for bit, Adam's steps
 // allclose (torch 2.x from pip: MKL's sqrt), one step per batch of the rank's 500 samples.

@@ -1151,11 +1151,18 @@ class DDPTrace:
                     key = "state/%s/%s" % (self._names[i], k)
                     state.append((key, _crc32(v) if state_digest else _cpu_copy(v)))
         lr = [float(_number(g["lr"])) for g in opt.param_groups]
+        # Every hyperparameter as step() will read it (a scheduler or a loop may have changed momentum, betas,
+        # weight_decay, ... since DDPTrace was made): per group, the keys whose value differs from the manifest's.
+        groups = []
+        for g, first in zip(opt.param_groups, self._groups):
+            now = {k: _jsonable(v) for k, v in g.items() if k != "params"}
+            groups.append({k: v for k, v in now.items() if first.get(k, None) != v})
         bufs = [("buffer/" + n, _cpu_copy(b)) for n, b in self._float_buffers]
         ints = {}
         for n, b in self._int_buffers:
             ints[n] = int(b.item()) if b.numel() == 1 else b.detach().cpu().tolist()
-        self._before = {"params": params, "grads": grads, "state": state, "steps": steps, "lr": lr,
+        self._before = {"params": params, "grads": grads, "state": state, "steps": steps, "lr": lr, "groups": groups,
+                        "num_groups": len(opt.param_groups),
                         "buffers": bufs, "ints": ints, "skipped": skipped}
 
     def _snapshot_before_safe(self):
@@ -1282,6 +1289,8 @@ class DDPTrace:
             "inputs": self._inputs,
             "state_steps": b["steps"],
             "lr": b["lr"],
+            "group_changes": b["groups"],
+            "num_groups": b["num_groups"],
             "int_buffers": b["ints"],
         }
         if self._step_join is not None:

@@ -367,8 +367,15 @@ bool predict_step_fields(const Manifest& m, const StepRecord& rec, std::vector<M
     ps[i].has_grad = g != nullptr;
     if (g) ps[i].grad = as_matrix(g->data);
   }
+  if (rec.num_groups >= 0 && static_cast<size_t>(rec.num_groups) != m.param_groups.size()) {
+    *why = fmt::format("the optimizer has {} param groups at this step, {} when DDPTrace was made (add_param_group): "
+                       "not modelled",
+                       rec.num_groups, m.param_groups.size());
+    return false;
+  }
   for (size_t gi = 0; gi < m.param_groups.size(); ++gi) {
-    const nlohmann::json& g = m.param_groups[gi];
+    nlohmann::json g = m.param_groups[gi];  // as DDPTrace saw it, then as this step's step() read it
+    if (gi < rec.group_changes.size()) g.update(rec.group_changes[gi]);
     // decoupled_weight_decay=True is AdamW's own arithmetic (torch 2.x's AdamW says so in its groups).
     const bool decoupled = g.contains("decoupled_weight_decay") && g.at("decoupled_weight_decay").is_boolean() &&
                            g.at("decoupled_weight_decay").get<bool>();

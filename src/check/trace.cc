@@ -396,6 +396,16 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
   if (meta.contains("lr") && meta.at("lr").is_array())
     for (const json& v : meta.at("lr"))
       if (v.is_number()) rec.lr.push_back(v.get<double>());
+  if (meta.contains("group_changes") && meta.at("group_changes").is_array()) {
+    for (const json& g : meta.at("group_changes")) {
+      if (!g.is_object()) fail(rec.path, "\"group_changes\" holds something other than objects");
+      json kept = json::object();
+      for (const auto& [k, v] : g.items())
+        if (!v.is_null() && k != "params") kept[k] = v;
+      rec.group_changes.push_back(std::move(kept));
+    }
+  }
+  if (meta.contains("num_groups")) rec.num_groups = integer(meta.at("num_groups"), "num_groups", rec.path, 0, 1 << 20);
   if (meta.contains("int_buffers") && meta.at("int_buffers").is_object())
     for (const auto& [k, v] : meta.at("int_buffers").items())
       if (v.is_number_integer()) rec.int_buffers[k] = v.get<int64_t>();

@@ -100,6 +100,10 @@ struct StepRecord {
   std::vector<std::vector<std::string>> inputs;  // per forward, one fingerprint per sample
   std::map<std::string, int64_t> state_steps;    // Adam's step count before this step
   std::vector<double> lr;                        // per param group
+  // Per param group, the hyperparameters whose value at this step differs from the manifest's (a scheduler's
+  // momentum or betas, a loop's weight_decay), and how many groups the optimizer had (-1: not recorded).
+  nlohmann::json group_changes = nlohmann::json::array();
+  int64_t num_groups = -1;
   std::map<std::string, int64_t> int_buffers;
   // Which DDP iteration this is: steps of all ranks with equal (segment, index) paired their all-reduces.
   // A segment is the stretch between two Join context boundaries (without Join: one segment, index = step).
