@@ -78,6 +78,12 @@ const Case kCases[] = {
     // torch's batched_powerSGD_hook fails its own assertion at the first compressed step (2) on both torches: the
     // run ends in that error; what the trace holds of the two steps before it is checked.
     {"batched_powersgd", nullptr, "", -1, -1, "", 0, "", "", false, false, "", "", 1},
+    // torch 2.x's composable replicate(): DDP's arithmetic, recorded through the module it was applied to.
+    {"composable", nullptr, "", -1, -1, "", 0, "--api replicate", "replicate", true},
+    // Lightning Fabric and accelerate as their docs use them: DDPTrace takes what fabric.setup / accelerator.prepare
+    // return; accelerate's micro-batches under accumulate() that do not step are no steps.
+    {"fabric_ddp", nullptr, "", -1, -1, "", 0, "", "", true},
+    {"accelerate_ddp", nullptr, "", -1, -1, "", 0, "", "", true},
     // Mistakes.
     {"no_sampler", "same-data-on-all-ranks", "", -1, 0, "", 1},
     {"no_set_epoch", "same-order-every-epoch", "", 0, 2, "", 1},
@@ -227,6 +233,9 @@ TEST_P(DdpCheck, RealRun) {
   if (torch == "torch1.13") {
     EXPECT_TRUE(j["step_exact"].get<bool>());
   }
+  if (script == "accelerate_ddp") {  // 6 micro-batches, accumulate(2): the SGD inside stepped 3 times
+    EXPECT_EQ(j["per_step"].size(), 3u);
+  }
   for (const json& f : j["findings"])  // the bucket layout predicted from the ready order is torch's own
     EXPECT_NE(f["kind"], "buckets-not-as-predicted") << f.dump();
   if (script == "repeats_clean") {
@@ -320,11 +329,41 @@ TEST_P(Recorder, TracedRunEqualsUntracedRun) {
   SKIP_UNLESS_AVAILABLE(torch);
   setenv("DDPLAB_START_METHOD", "fork", 1);
   const auto r = testing::run_command({"/usr/bin/timeout", "600", python_for(torch), "tests/ddp_check/traced_equals_untraced.py",
-                                       "nosync", "find_unused", "join_uneven", "mingpt_split"});
+                                       "nosync", "find_unused", "join_uneven", "mingpt_split", "not_ddp", "fully_shard",
+                                       "accelerate_ddp"});
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   EXPECT_EQ(r.status, 0);
-  for (const char* name : {"nosync", "find_unused", "join_uneven", "mingpt_split"})
+  for (const char* name : {"nosync", "find_unused", "join_uneven", "mingpt_split", "not_ddp"})
     EXPECT_NE(r.out.find(std::string("ok   ") + name), std::string::npos) << name;
+  if (torch == "torch2") {  // FSDP2's fully_shard, which the recorder does not record; accelerate's wrappers
+    EXPECT_NE(r.out.find("ok   fully_shard"), std::string::npos);
+    EXPECT_NE(r.out.find("ok   accelerate_ddp"), std::string::npos);
+  }
+}
+
+// A model the recorder does not record (FSDP2's fully_shard; a module with no data-parallel wrapper): one line
+// per rank, the training goes on (TracedRunEqualsUntracedRun: bitwise), the trace says why, and ddp_check says
+// there is nothing to check, naming it.
+TEST(Recorder, ModelsItDoesNotRecordSayWhyInOneLine) {
+  SKIP_UNLESS_AVAILABLE("torch2");
+  setenv("DDPLAB_START_METHOD", "fork", 1);
+  for (const char* api : {"fully_shard", "none"}) {
+    const std::string dir = testing::temp_dir() + "/" + api;
+    const auto run = testing::run_command({"/usr/bin/timeout", "300", torch2_python(),
+                                           "tests/ddp_check/scripts/composable.py", "--api", api, "--out", dir});
+    ASSERT_EQ(run.status, 0) << run.err;
+    const std::string want = std::string(api) == "none" ? "not DistributedDataParallel" : "sharded by FSDP";
+    size_t lines = 0;
+    for (size_t at = run.err.find("ddplab_trace: "); at != std::string::npos; at = run.err.find("ddplab_trace: ", at + 1)) {
+      ++lines;
+      EXPECT_NE(run.err.substr(at, run.err.find('\n', at) - at).find(want), std::string::npos) << run.err;
+    }
+    EXPECT_EQ(lines, 3u) << run.err;  // one per rank
+    const auto check = testing::run_command({"verify/ddp_check", dir});
+    EXPECT_EQ(check.status, 2) << check.out << check.err;
+    EXPECT_NE(check.err.find("nothing to check: DDPTrace recorded nothing (" ), std::string::npos) << check.err;
+    EXPECT_NE(check.err.find(want), std::string::npos) << check.err;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Torches, Recorder, ::testing::Values("torch1.13", "torch2"),

@@ -9,7 +9,7 @@
 #                                         $DDPLAB_TORCH2_VENV, default /opt/ddplab-torch2)
 set -euo pipefail
 
-TORCH2_PINS=(torch==2.15.0 lightning==2.6.6)
+TORCH2_PINS=(torch==2.15.0 lightning==2.6.6 accelerate==1.15.0)
 WITH_TORCH2=0
 for arg in "$@"; do
   case "$arg" in

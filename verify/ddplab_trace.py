@@ -82,6 +82,81 @@ class _Unrecordable(Exception):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# What DDPTrace is given: DistributedDataParallel itself, or what frameworks wrap it in. Seen through: Fabric's
+# _FabricModule (its _forward_module), torch.compile's OptimizedModule (_orig_mod), torch 2.x's composable
+# replicate() (a DDP over the module's parameters, built at the first forward); and optimizer wrappers (Fabric's
+# _FabricOptimizer, accelerate's AcceleratedOptimizer, Lightning's LightningOptimizer: .optimizer or ._optimizer),
+# whose step() calls the torch optimizer's only when it really steps (accelerate's skipped steps under accumulate,
+# GradScaler's on inf), so that only real steps are recorded.
+# ---------------------------------------------------------------------------------------------------------
+class _Replicated:
+    """replicate(module) as the recorder reads a DDP model: .module is the learner's module (its names), the rest
+    the DistributedDataParallel inside, built now if the first forward has not built it yet (its constructor's
+    broadcast: every rank makes DDPTrace at the same point of its script, as it would call DDP())."""
+
+    def __init__(self, module, state):
+        if not state.has_initialized:
+            state.lazy_init()
+        ddp = state._ddp
+        if [id(p) for p in ddp.module.parameters()] != [id(p) for p in module.parameters() if p.requires_grad]:
+            raise _Unrecordable("replicate() over other parameters than the module's (ignored_modules, or parameters "
+                                "managed by fully_shard) is not recorded")
+        self.module = module
+        self._ddp = ddp
+
+    def __getattr__(self, name):  # reducer, require_backward_grad_sync, _comm_hooks, ...: the DDP inside
+        return getattr(self.__dict__["_ddp"], name)
+
+    def register_forward_pre_hook(self, *args, **kwargs):  # the learner calls the module, not the DDP inside
+        return self.module.register_forward_pre_hook(*args, **kwargs)
+
+
+def _replicate_state(m):
+    try:
+        from torch.distributed._composable import replicate
+        st = replicate.state(m)
+    except Exception:
+        return None
+    return st if st is not None and hasattr(st, "lazy_init") else None
+
+
+def _what_model(m):
+    """(model, None) for a model the recorder records, else (None, why: one line)."""
+    seen = m
+    for _ in range(8):
+        if hasattr(m, "module") and hasattr(m, "reducer"):
+            return m, None
+        inner = getattr(m, "_forward_module", None)  # Fabric's _FabricModule
+        if inner is None:
+            inner = getattr(m, "_orig_mod", None)  # torch.compile
+        if inner is None or inner is m:
+            break
+        m = inner
+    st = _replicate_state(m)
+    if st is not None:
+        return _Replicated(m, st), None
+    names = {type(x).__name__ for x in m.modules()} if hasattr(m, "modules") else set()
+    if any(n.startswith("FSDP") for n in names) or "FullyShardedDataParallel" in names:
+        return None, ("%s is sharded by FSDP (fully_shard or FullyShardedDataParallel), which ddp_check does not "
+                      "check yet: nothing recorded" % type(seen).__name__)
+    return None, ("the model given is a %s, not DistributedDataParallel (nor replicate(), Fabric's setup(), "
+                  "accelerate's prepare() or torch.compile of one): nothing is recorded; training goes on"
+                  % type(seen).__name__)
+
+
+def _torch_optimizer(opt):
+    """The torch.optim optimizer inside Fabric's, accelerate's or Lightning's wrapper (or opt itself)."""
+    for _ in range(8):  # Fabric's wrapper is also an instance of the optimizer's class (FabricSGD): look inside first
+        inner = getattr(opt, "optimizer", None)
+        if not isinstance(inner, torch.optim.Optimizer):
+            inner = getattr(opt, "_optimizer", None)
+        if not isinstance(inner, torch.optim.Optimizer) or inner is opt:
+            return opt
+        opt = inner
+    return opt
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The open traces. The spies installed at import (below) report to the most recently opened trace that is
 # still open; with none open they only call the original.
 # ---------------------------------------------------------------------------------------------------------
@@ -687,9 +762,7 @@ class DDPTrace:
         # The argument checks: the only errors DDPTrace raises.
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("DDPTrace: torch.distributed is not initialised (call init_process_group first)")
-        if not (hasattr(ddp_model, "module") and hasattr(ddp_model, "reducer")):
-            raise TypeError("DDPTrace: the first argument must be the DistributedDataParallel model, "
-                            "got %s" % type(ddp_model).__name__)
+        optimizer = _torch_optimizer(optimizer)
         if not hasattr(optimizer, "param_groups") or not hasattr(optimizer, "step"):
             raise TypeError("DDPTrace: the second argument must be a torch.optim optimizer, "
                             "got %s" % type(optimizer).__name__)
@@ -753,7 +826,13 @@ class DDPTrace:
         self._reset_step()
 
         internal = None
-        try:
+        self._not_recorded = None
+        try:  # a model it cannot record: one line, recording stops, the training goes on
+            ddp_model, why = _what_model(ddp_model)
+            if why:
+                self._not_recorded = why
+                raise _Unrecordable(why)
+            self.ddp = ddp_model
             self._classify(ddp_model, optimizer)
         except Exception as e:
             internal = e
@@ -1395,6 +1474,10 @@ class DDPTrace:
             return None
 
     def _manifest(self, complete):
+        if self._not_recorded:  # a model it cannot record: the reason, and nothing else
+            return {"format": FORMAT, "version": VERSION, "run_id": self.run_id, "rank": self.rank,
+                    "world_size": self.world_size, "backend": self.backend, "torch_version": torch.__version__,
+                    "complete": bool(complete), "not_recorded": self._not_recorded, "every": self.every, "steps": []}
         ddp = self.ddp
         info = _HookInfo(ddp, self._powersgd_cache)
         state = dict(info.fields)

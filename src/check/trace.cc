@@ -151,6 +151,10 @@ Manifest parse_manifest_fields(const std::string& path) {
   m.backend = str(j, "backend", path);
   m.device = j.contains("device") && j.at("device").is_string() ? j.at("device").get<std::string>() : "cpu";
   m.torch_version = str(j, "torch_version", path);
+  if (j.contains("not_recorded") && j.at("not_recorded").is_string()) {
+    m.not_recorded = j.at("not_recorded").get<std::string>();
+    return m;
+  }
   m.every = integer(field(j, "every", path), "every", path, 1, kMaxSteps);
   const json& steps = field(j, "steps", path);
   if (!steps.is_array() || steps.size() > static_cast<size_t>(kMaxSteps)) fail(path, "\"steps\" is not a list of step numbers");
@@ -294,6 +298,7 @@ Run open_run(const std::string& dir_in) {
   run.ranks.reserve(static_cast<size_t>(first.world_size));  // m0 below must not move
   run.ranks.push_back(std::move(first));
   const Manifest& m0 = run.ranks[0];
+  if (!m0.not_recorded.empty()) fail(dir, "nothing to check: DDPTrace recorded nothing (" + m0.not_recorded + ")");
   if (m0.rank != 0) fail(m0.path, fmt::format("says rank {}, but lies in rank0/", m0.rank));
   for (int r = 1; r < m0.world_size; ++r) {
     const std::string rd = fmt::format("{}/rank{}", dir, r);

@@ -58,6 +58,7 @@ struct Averaging {
 };
 
 struct Manifest {
+  std::string not_recorded;  // the recorder recorded nothing, and why (a model it does not check: FSDP, ...)
   std::string path;  // of manifest.json, for messages
   std::string run_id, backend, device, torch_version;
   int rank = 0, world_size = 0;

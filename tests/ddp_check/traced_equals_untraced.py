@@ -30,11 +30,16 @@ MISTAKES = ["no_sampler", "no_set_epoch", "overlapping", "broadcast_buffers_off"
 # batched_powersgd.py (torch's own batched_powerSGD_hook fails its assertion at the first compressed step).
 # The options a script needs to be repeatable: mingpt_split seeds each rank (else a fresh process's random seed).
 EXTRA = {"mingpt_split": ["--seed", "1"]}
+# Names that run a script with options (torch 2.x's composable APIs; a model that is not DDP at all).
+VARIANTS = {"replicate": ("composable", ["--api", "replicate"]), "fully_shard": ("composable", ["--api", "fully_shard"]),
+            "not_ddp": ("composable", ["--api", "none"])}
+TORCH2_ONLY += ["replicate", "fully_shard", "fabric_ddp", "accelerate_ddp"]  # torch 2.x's APIs, Lightning, accelerate
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
 
-def run(script, extra):
-    cmd = [sys.executable, os.path.join(SCRIPTS, script + ".py")] + extra
+def run(name, extra):
+    script, options = VARIANTS.get(name, (name, []))
+    cmd = [sys.executable, os.path.join(SCRIPTS, script + ".py")] + options + extra
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     if p.returncode != 0:
         raise RuntimeError("%s failed (exit %d):\n%s" % (" ".join(cmd), p.returncode, p.stdout[-3000:]))
@@ -64,7 +69,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ddplab_traced_") as tmp:
         for name in names:
             if name in TORCH2_ONLY and not TORCH2:
-                print("skip %-22s torch %s cannot run it on CPU" % (name, torch.__version__))
+                print("skip %-22s torch %s lacks it or cannot run it on CPU" % (name, torch.__version__))
                 continue
             plain, traced = os.path.join(tmp, name + ".plain.pt"), os.path.join(tmp, name + ".traced.pt")
             try:
