@@ -84,6 +84,15 @@ const Case kCases[] = {
     // return; accelerate's micro-batches under accumulate() that do not step are no steps.
     {"fabric_ddp", nullptr, "", -1, -1, "", 0, "", "", true},
     {"accelerate_ddp", nullptr, "", -1, -1, "", 0, "", "", true},
+    // A peek at the loader each epoch (PyTorch's DDP tutorial) is no epoch: clean with set_epoch, and without it
+    // the repeat is found at epoch 1's first step.
+    {"tutorial_peek", nullptr, "", -1, -1, "", 0},
+    {"tutorial_peek", "same-order-every-epoch", "", 0, 2, "", 1, "--no-set-epoch", "tutorial_peek_no_set_epoch"},
+    // nanoGPT's batches without a DataLoader (torch.randint, seed_offset = rank): the data line from fingerprints;
+    // seeded alike on every rank, the same batches everywhere, with advice about seeding.
+    {"nanogpt_batches", nullptr, "", -1, -1, "", 0},
+    {"nanogpt_batches", "same-data-on-all-ranks", "", -1, 0, "", 1, "--same-seed", "nanogpt_same_seed", false, true,
+     "", "DistributedSampler"},
     // Mistakes.
     {"no_sampler", "same-data-on-all-ranks", "", -1, 0, "", 1},
     {"no_set_epoch", "same-order-every-epoch", "", 0, 2, "", 1},
@@ -233,6 +242,13 @@ TEST_P(DdpCheck, RealRun) {
   if (torch == "torch1.13") {
     EXPECT_TRUE(j["step_exact"].get<bool>());
   }
+  if (script == "nanogpt_batches") {  // no DataLoader: the data line says what was looked at, and the verdict
+    EXPECT_EQ(j["data"]["source"], "fingerprints");
+    EXPECT_NE(j["data"]["verdict"].get<std::string>().find(c.exit_status ? "every rank was fed the same samples"
+                                                                           : "each rank drew its own batches"),
+              std::string::npos)
+        << j["data"].dump();
+  }
   if (script == "accelerate_ddp") {  // 6 micro-batches, accumulate(2): the SGD inside stepped 3 times
     EXPECT_EQ(j["per_step"].size(), 3u);
   }
@@ -298,7 +314,8 @@ TEST_P(DdpCheck, RealRun) {
 // DataLoader, DistributedSampler's seed, static_graph's rebuild, no_sync).
 const std::set<std::string> kTorch113Only = {"no_sampler",   "no_set_epoch",      "overlapping",       "broadcast_buffers_off",
                                              "clip_grad",    "unused",            "diverge_grads",     "diverge_rescale",
-                                             "diverge_optimizer", "diverge_outside", "sum_hook",       "ce_single_column"};
+                                             "diverge_optimizer", "diverge_outside", "sum_hook",       "ce_single_column",
+                                             "tutorial_peek", "nanogpt_batches"};
 
 // Every case under torch 1.13 that it can run, and under torch 2.x all but kTorch113Only.
 std::vector<std::tuple<std::string, Case>> all_cases() {

@@ -592,7 +592,9 @@ CheckResult check_run(const Run& run) {
   }
   res.buckets = replay.buckets();
   if (!data_findings(run, data, &found, &res.data)) {
-    found.after_run();
+    bool loaders = false;
+    for (const RankData& d : data) loaders = loaders || !d.loaders.empty();
+    res.data.verdict = found.after_run(loaders);
     res.data.source = "fingerprints";
   }
   res.findings = found.take();

@@ -137,13 +137,17 @@ bool data_findings(const Run& run, const std::vector<RankData>& data, Findings* 
     for (const Loader& l : data[static_cast<size_t>(r)].loaders) {
       if (!training_loaders.count(l.id)) continue;
       digests[l.base].insert(l.subset_digest);
+      // Epochs are the iterations that trained: a peek at the loader (`next(iter(loader))`), an evaluation pass
+      // or a warm-up loop over it is none, and is left out of the numbering too.
+      int64_t epoch = 0;
       for (const LoaderEpoch& e : l.epochs) {
-        if (!e.has_indices) continue;
-        auto& v = train[{l.id, e.iteration}];
+        if (!e.has_indices || !e.training) continue;
+        auto& v = train[{l.id, epoch}];
         v.resize(static_cast<size_t>(ws), nullptr);
         v[static_cast<size_t>(r)] = &e;
-        loader_of[{l.id, e.iteration}] = &l;
+        loader_of[{l.id, epoch}] = &l;
         trained[l.base].insert(e.indices.begin(), e.indices.end());
+        ++epoch;
       }
     }
   const auto split_differs = [&](const std::string& base) { return digests[base].size() > 1; };

@@ -325,14 +325,22 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
   if (identical) identical_steps_.push_back(step);
 }
 
-void Findings::after_run() {
+std::string Findings::after_run(bool loaders) {
   const int ws = run_.world_size();
+  // Without a DataLoader the batches were drawn by the script itself (nanoGPT's get_batch: torch.randint).
+  const std::string advice =
+      loaders ? sampler_advice(run_)
+              : "The batches came from no DataLoader (torch.randint, say): seed each rank differently before drawing "
+                "them, as nanoGPT does with seed_offset (torch.manual_seed(1337 + rank))";
+  if (steps_with_inputs_ == 0) return "not checked: no input was fingerprinted (no tensor input to the DDP model)";
   if (ws > 1 && !identical_steps_.empty() && 2 * static_cast<int64_t>(identical_steps_.size()) >= steps_with_inputs_) {
     add("same-data-on-all-ranks", "problem", "", identical_steps_[0], -1, "",
         fmt::format("step {}: every rank was fed the very same samples ({} of {} recorded steps): DDP then "
                     "computes the same gradient {} times. {}",
-                    identical_steps_[0], identical_steps_.size(), steps_with_inputs_, ws, sampler_advice(run_)));
-    return;
+                    identical_steps_[0], identical_steps_.size(), steps_with_inputs_, ws, advice));
+    return fmt::format("every rank was fed the same samples (fingerprints of {} steps' batches; see "
+                       "same-data-on-all-ranks)",
+                       steps_with_inputs_);
   }
   // Per rank: where it is first fed a sample it was fed before (its second epoch has begun by then).
   std::vector<size_t> repeat(static_cast<size_t>(ws));
@@ -342,8 +350,8 @@ void Findings::after_run() {
     size_t p = 0;
     while (p < s.size() && seen.insert(s[p].second).second) ++p;
     repeat[static_cast<size_t>(r)] = p;
-    // The second epoch begins with the first epoch's order again: set_epoch was not called.
-    if (p >= 2 && p < s.size() && run_.first().every == 1) {
+    // The second epoch begins with the first epoch's order again: set_epoch was not called (with a loader).
+    if (loaders && p >= 2 && p < s.size() && run_.first().every == 1) {
       size_t k = 0;
       while (p + k < s.size() && k < p && s[p + k].second == s[k].second) ++k;
       if (k >= std::min<size_t>(p, s.size() - p) && k >= 2)
@@ -369,7 +377,7 @@ void Findings::after_run() {
       if (!where.count(s[i].second)) where[s[i].second] = s[i].first;
     }
   }
-  if (ws < 2) return;
+  if (ws < 2) return "one rank: nothing to compare";
   int64_t shared = 0, first_step = -1;
   for (const auto& [fp, ranks] : owners)
     if (ranks.size() > 1) {
@@ -377,11 +385,22 @@ void Findings::after_run() {
       if (first_step < 0 || where[fp] < first_step) first_step = where[fp];
     }
   // DistributedSampler pads an epoch with at most world_size - 1 repeated samples.
-  if (shared > ws - 1)
+  if (!loaders) {  // independent random draws (torch.randint) coincide now and then: no epochs, no shards
+    return fmt::format("each rank drew its own batches (no DataLoader; fingerprints of {} steps' batches): {} "
+                       "sample{} coincided between ranks, as independent random draws do",
+                       steps_with_inputs_, shared, shared == 1 ? "" : "s");
+  }
+  if (shared > ws - 1) {
     add("overlapping-data", "problem", "fingerprints", first_step, -1, "",
         fmt::format("{} samples were fed to more than one rank within an epoch (first at step {}): the ranks' "
                     "shards overlap. Each rank needs its own part of the data: {}",
-                    shared, first_step, sampler_advice(run_)));
+                    shared, first_step, advice));
+    return fmt::format("ranks were fed {} of the same samples (fingerprints of the batches; see overlapping-data)",
+                       shared);
+  }
+  return fmt::format("each rank was fed its own samples: {} (fingerprints of {} steps' batches)",
+                     shared == 0 ? "no sample shared between ranks" : fmt::format("{} shared (padding)", shared),
+                     steps_with_inputs_);
 }
 
 }  // namespace ddplab::check

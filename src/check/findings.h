@@ -43,8 +43,10 @@ class Findings {
                 Divergence* div);
   // Gradients changed before the step, buffers, unused parameters; collects the input fingerprints.
   void per_step(const std::vector<const StepRecord*>& recs);
-  // The data findings from every step's fingerprints, where no sampler's indices were recorded.
-  void after_run();
+  // The data findings from every step's fingerprints, where no sampler's indices were recorded; returns the
+  // data line's verdict. `loaders`: whether the script iterated any DataLoader (else its batches came from
+  // elsewhere, e.g. nanoGPT's torch.randint, and the advice is about seeding, not samplers).
+  std::string after_run(bool loaders);
   std::vector<Finding> take();
   // A rank joined early under Join: it skipped optimizer steps, so from then on the ranks' optimizer state may
   // differ (Join re-syncs the parameters at its end, not the optimizer's state).

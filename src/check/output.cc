@@ -69,7 +69,7 @@ std::string format_text(const CheckResult& r) {
   }
   out += data_lines(r);
   out += fmt::format("\nsummary: {}; {}\n", counts_text(r.grads, "grads"), counts_text(r.params, "params"));
-  if (r.data.source == "sampler") out += "data: " + r.data.verdict + "\n";
+  if (!r.data.verdict.empty()) out += "data: " + r.data.verdict + "\n";
   if (r.findings.empty()) out += "findings: none\n";
   for (const Finding& f : r.findings)
     out += fmt::format("{} {}{}{}: {}\n", f.severity == "problem" ? "PROBLEM" : "note", f.kind,

@@ -1,0 +1,61 @@
+"""nanoGPT's way to draw data, without a DataLoader: every step get_batch() picks random windows of a token
+stream with torch.randint, and each rank seeds torch.manual_seed(1337 + seed_offset) with seed_offset = rank
+(train.py). Clean; --same-seed gives every rank seed_offset 0, the mistake: every rank draws the same windows.
+A tiny language model (Embedding, Linear over the window), AdamW, 2 ranks.
+
+    python3 nanogpt_batches.py --out RUN_DIR [--same-seed] [...the common options]
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import common
+from ddplab_trace import DDPTrace
+
+BLOCK, BATCH, VOCAB = 8, 4, 32
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, 16)
+        self.head = nn.Linear(16, VOCAB)
+
+    def forward(self, idx):
+        return self.head(self.wte(idx))
+
+
+def main(rank, world_size, args):
+    torch.manual_seed(0)
+    data = torch.randint(0, VOCAB, (400,))  # the token stream (train.bin)
+    torch.manual_seed(0)
+    model = DDP(Tiny())
+    seed_offset = 0 if args.same_seed else rank
+    torch.manual_seed(1337 + seed_offset)
+
+    def get_batch():
+        ix = torch.randint(len(data) - BLOCK, (BATCH,))
+        x = torch.stack([data[i:i + BLOCK] for i in ix])
+        y = torch.stack([data[i + 1:i + 1 + BLOCK] for i in ix])
+        return x, y
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    trace = DDPTrace(model, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
+    for _ in range(args.steps):
+        x, y = get_batch()
+        loss = F.cross_entropy(model(x).view(-1, VOCAB), y.view(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    if trace:
+        trace.close()
+    common.save_final(model, args)
+
+
+def options(p):
+    p.add_argument("--same-seed", action="store_true", help="seed_offset 0 on every rank (the mistake)")
+
+
+if __name__ == "__main__":
+    common.launch(main, common.parse_args(world_size=2, steps=5, extra=options))
