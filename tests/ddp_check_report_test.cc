@@ -132,7 +132,10 @@ void expect_figures(std::string page, const std::string& label) {
   EXPECT_EQ(count(page, "class=\"problem\""), 1u) << label;
   EXPECT_NE(page.find("first problem: step 7: grad-not-as-predicted (rank 1)"), std::string::npos) << label;
   EXPECT_NE(page.find("First problem at <b>step 7: grad-not-as-predicted (rank 1)</b>"), std::string::npos) << label;
-  EXPECT_EQ(count(page, "DIFFERENT from the prediction</title>"), 1u) << label << ": rank 1 at step 7";
+  // Red where a problem lies: rank 1's .grad at step 7, and every rank at step 9 (the overlap of the data,
+  // a problem of every rank's); the problem with no step colours no cell.
+  EXPECT_EQ(count(page, "DIFFERENT from the prediction, or a problem found here"), 4u) << label;
+  EXPECT_EQ(count(page, "a problem found here (overlapping-data/sampler)</title>"), 3u) << label;
   EXPECT_EQ(count(page, "did not take part (joined, or its trace ended)</title>"), 1u) << label;
   EXPECT_EQ(count(page, "the ranks' parameters DIFFER after the step</title>"), 5u) << label;
   // 2. DDP's .grad (rank 0's: rank 1's differs at step 7), one line per rank's own gradient, and rank 1's
@@ -205,6 +208,28 @@ TEST(DdpCheckReport, CleanRunAndNoIndices) {
   EXPECT_NE(empty.find("</html>"), std::string::npos);
 }
 
+// A run whose arithmetic is exact but that trains nothing is red throughout, not green; a run whose optimizer
+// step is compared allclose (pip's torch: MKL's sqrt) says in the legend and the hint why amber is expected.
+TEST(DdpCheckReport, NothingTrainsIsRedAndExpectedAmberIsExplained) {
+  CheckResult r = sample();
+  r.findings = {{"nothing-trains", "problem", "zero-gradients", "", "every gradient is exactly 0", -1, -1}};
+  r.first_divergence = {};
+  for (StepLine& l : r.lines) l.replicas_equal = true;
+  std::string page = check::format_html(r);
+  EXPECT_EQ(count(page, "a problem found here (nothing-trains/zero-gradients)</title>"), static_cast<size_t>(kWs) * kSteps - 1)
+      << "every cell but the joined rank's";
+  EXPECT_EQ(count(page, "rank 0: exactly as predicted</title>"), 0u);
+  EXPECT_EQ(page.find("close (expected: see below)"), std::string::npos);
+  r.findings.clear();
+  r.step_exact = false;
+  r.step_why = "Adam's sqrt is MKL's, not IEEE's: compared allclose";
+  page = check::format_html(r);
+  EXPECT_NE(page.find("close (expected: see below)"), std::string::npos);
+  EXPECT_NE(page.find("Amber is expected in this run: the optimizer step is compared allclose, not bit for bit "
+                      "(Adam&#39;s sqrt is MKL&#39;s"),
+            std::string::npos);
+}
+
 TEST(DdpCheckReport, LongRunStaysSmall) {
   // 20000 steps of 4 ranks: at most 240 columns in the strip, at most 1000 points a line.
   CheckResult r;
@@ -224,7 +249,7 @@ TEST(DdpCheckReport, LongRunStaysSmall) {
   const std::string page = check::format_html(r);
   EXPECT_LE(count(page, "class=\"cell\""), 5u * 240);
   EXPECT_GE(count(page, "class=\"cell\""), 5u * 200);
-  EXPECT_EQ(count(page, "DIFFERENT from the prediction</title>"), 1u) << "the worst of its column";
+  EXPECT_EQ(count(page, "DIFFERENT from the prediction, or a problem found here"), 1u) << "the worst of its column";
   EXPECT_NE(page.find("first problem: step 12345: step-not-as-predicted (rank 2)"), std::string::npos);
   for (size_t p = page.find("class=\"series\""); p != std::string::npos; p = page.find("class=\"series\"", p + 1)) {
     const size_t d = page.find(" d=\"", p), end = page.find('"', d + 4);

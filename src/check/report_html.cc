@@ -113,8 +113,20 @@ std::string marker_label(const Finding& f) {
 
 enum class Cell { kAbsent, kUnchecked, kExact, kClose, kDifferent };  // worse is larger
 
-Cell cell_of(const StepLine& l, size_t rank) {
+// A problem finding that lies on this step and rank: one at the step (its rank, or every rank's), or one of the
+// whole run that says nothing trains (no step is then as it should be, however exact the arithmetic).
+const Finding* problem_at(const CheckResult& r, const StepLine& l, size_t rank) {
+  for (const Finding& f : r.findings) {
+    if (f.severity != "problem") continue;
+    const bool here = f.step == l.step || f.kind == "nothing-trains";
+    if (here && (f.rank < 0 || static_cast<size_t>(f.rank) == rank)) return &f;
+  }
+  return nullptr;
+}
+
+Cell cell_of(const CheckResult& r, const StepLine& l, size_t rank) {
   if (rank < l.ran.size() && !l.ran[rank]) return Cell::kAbsent;
+  if (problem_at(r, l, rank)) return Cell::kDifferent;
   const Counts none;
   const Counts& g = rank < l.rank_grads.size() ? l.rank_grads[rank] : none;
   const Counts& p = rank < l.rank_params.size() ? l.rank_params[rank] : none;
@@ -141,7 +153,7 @@ const char* word_of(Cell c) {
     case Cell::kUnchecked: return "not checked";
     case Cell::kExact: return "exactly as predicted";
     case Cell::kClose: return "close to the prediction, not bit for bit";
-    case Cell::kDifferent: return "DIFFERENT from the prediction";
+    case Cell::kDifferent: return "DIFFERENT from the prediction, or a problem found here";
   }
   return "";
 }
@@ -183,9 +195,14 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
       std::string fill, what;
       if (k < ws) {
         Cell worst = Cell::kAbsent;
-        for (size_t i = cols[c].first; i <= cols[c].second; ++i) worst = std::max(worst, cell_of(r.lines[i], k));
+        const Finding* found = nullptr;
+        for (size_t i = cols[c].first; i <= cols[c].second; ++i) {
+          worst = std::max(worst, cell_of(r, r.lines[i], k));
+          if (!found) found = problem_at(r, r.lines[i], k);
+        }
         fill = fill_of(worst);
-        what = fmt::format("rank {}: {}", k, word_of(worst));
+        what = found ? fmt::format("rank {}: {} ({})", k, word_of(worst), kind_cause(*found))
+                     : fmt::format("rank {}: {}", k, word_of(worst));
       } else {
         bool equal = true;
         for (size_t i = cols[c].first; i <= cols[c].second; ++i) equal = equal && r.lines[i].replicas_equal;
@@ -237,7 +254,8 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
   double kx = left;
   const double ky = height - 16;
   for (const auto& [fill, word] : std::vector<std::pair<const char*, const char*>>{
-           {kExact, "exact"}, {kClose, "close, not exact"}, {kDifferent, "different"},
+           {kExact, "exact"}, {kClose, r.step_exact ? "close, not exact" : "close (expected: see below)"},
+           {kDifferent, "different or a problem"},
            {kAbsent, "did not take part"}, {kUnchecked, "not checked"}}) {
     out += fmt::format(
         "<rect class=\"key\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"13\" height=\"13\" fill=\"{}\" stroke=\"#888\"/>"
@@ -560,9 +578,13 @@ std::string format_html(const CheckResult& r) {
   out += "<section id=\"first-problem\"><h2>Where the run first left DDP's semantics</h2>\n"
          "<p class=\"hint\">One row per rank and one column per step: green where the rank's .grad after backward and "
          "its parameters after optimizer.step() are exactly what DDP's arithmetic predicts from the ranks' own "
-         "gradients, amber where close but not bit for bit, red where they differ, grey where the rank took no part. "
+         "gradients, amber where close but not bit for bit, red where they differ or a problem was found at that step "
+         "(a run that trains nothing is red throughout), grey where the rank took no part. "
          "The bottom row says whether all ranks held the same parameters after the step; the red marker stands at "
          "the first step with a problem (other problems are small triangles: hover for the message).";
+  if (!r.step_exact)
+    out += " Amber is expected in this run: the optimizer step is compared allclose, not bit for bit (" +
+           esc(r.step_why) + ").";
   if (r.lines.size() > kMaxColumns)
     out += fmt::format(" The run has {} steps: each column is a run of {} consecutive steps, coloured as its worst.",
                        r.lines.size(), columns(r.lines.size())[0].second + 1);
