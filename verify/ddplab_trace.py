@@ -980,6 +980,35 @@ class DDPTrace:
         self._step_fn = step
         optimizer.step = step.__get__(optimizer, type(optimizer))
 
+        # zero_grad on the optimizer, the DDP model and its module: when it runs between two backwards of one
+        # step's record (a GAN's generator pass through the discriminator after optimizerD.step(), before
+        # netD.zero_grad()), the replay must clear .grad there too. Wrapped on the instance; the original runs.
+        self._zero_grad_wrapped = []
+        for obj in (optimizer, ddp_model, getattr(ddp_model, "module", None)):
+            if obj is None or any(o is obj for o, _, _ in self._zero_grad_wrapped):
+                continue
+            had_own = "zero_grad" in obj.__dict__
+            original = obj.zero_grad
+
+            def zero_grad(*args, _original=original, **kwargs):
+                out = _original(*args, **kwargs)
+                trace._on_zero_grad_safe()
+                return out
+            obj.zero_grad = zero_grad
+            self._zero_grad_wrapped.append((obj, had_own, original))
+
+    def _on_zero_grad_safe(self):
+        if self._stopped or self._closed or not self._backwards:
+            return  # before the record's first backward: the prior .grad it takes then says it all
+        try:
+            none = [i for i, p in enumerate(self._params) if p.grad is None]
+            event = {"before_backward": len(self._backwards), "set_to_none": len(none) == len(self._params)}
+            if 0 < len(none) < len(self._params):
+                event["none"] = none
+            self._zero_grads.append(event)
+        except Exception as e:
+            self._stop_for(e, "zero_grad wrapper")
+
     # ----- stopping -----
     def _stop(self, why, hint=""):
         """Stops the recording for good: one line on stderr, "stopped" in the manifest; training goes on."""
@@ -1031,6 +1060,7 @@ class DDPTrace:
         self._prior = {}
         self._prior_zero = []  # full=False: parameters whose prior .grad was all +0.0 (named, not copied)
         self._prior_taken = False
+        self._zero_grads = []  # zero_grad calls between this record's backwards
         self._inputs = []
         self._grad_snap = None
         self._grad_crc = None  # digest mode: {i: CRC-32 of .grad after DDP}, in place of _grad_snap
@@ -1369,6 +1399,7 @@ class DDPTrace:
             "state_steps": b["steps"],
             "lr": b["lr"],
             "group_changes": b["groups"],
+            "zero_grads": list(self._zero_grads),
             "num_groups": b["num_groups"],
             "int_buffers": b["ints"],
         }
@@ -1583,6 +1614,12 @@ class DDPTrace:
             else:
                 del opt.__dict__["step"]
         # else: something (an LR scheduler) wrapped our wrapper; it stays and passes calls straight through.
+        for obj, had_own, original in getattr(self, "_zero_grad_wrapped", []):
+            if had_own:
+                obj.zero_grad = original
+            else:
+                obj.__dict__.pop("zero_grad", None)
+        self._zero_grad_wrapped = []
 
     def close(self):
         """Stops recording and writes rank{r}/manifest.json ("complete": true) and data.json. Idempotent; never

@@ -1,5 +1,6 @@
 #include "src/check/check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "src/check/findings.h"
 #include "src/check/replay.h"
+#include "src/base/parallel.h"
 #include "src/collective/allreduce.h"
 
 namespace ddplab::check {
@@ -308,13 +310,20 @@ CheckResult check_run(const Run& run) {
   std::vector<safetensors::TensorMap> carried(static_cast<size_t>(ws));
   std::vector<int64_t> carried_step(static_cast<size_t>(ws), -1);
   std::set<int> gone;  // ranks whose trace ended, already reported
+  // The ranks' files are read, and their optimizer steps predicted, side by side (each rank's work touches only
+  // its own records); what is compared and said stays in rank order.
+  ThreadPool pool(std::min(available_cores(), ws));
   while (true) {
+    std::vector<std::pair<int, int64_t>> to_read;  // (rank, step)
     for (int r = 0; r < ws; ++r) {
       const auto& steps = run.ranks[static_cast<size_t>(r)].steps;
-      auto& h = head[static_cast<size_t>(r)];
-      if (!h && next[static_cast<size_t>(r)] < steps.size())
-        h = std::make_unique<StepRecord>(read_step(run, r, steps[next[static_cast<size_t>(r)]++]));
+      if (!head[static_cast<size_t>(r)] && next[static_cast<size_t>(r)] < steps.size())
+        to_read.push_back({r, steps[next[static_cast<size_t>(r)]++]});
     }
+    parallel_for(&pool, to_read.size(), 1e9, [&](size_t k) {
+      head[static_cast<size_t>(to_read[k].first)] =
+          std::make_unique<StepRecord>(read_step(run, to_read[k].first, to_read[k].second));
+    });
     const StepRecord* lowest = nullptr;
     for (const auto& h : head)
       if (h && (!lowest || std::tie(h->segment, h->index) < std::tie(lowest->segment, lowest->index))) lowest = h.get();
@@ -432,23 +441,43 @@ CheckResult check_run(const Run& run) {
       }
     }
 
-    // 2. The optimizer step against torch.optim's arithmetic, and what the run as a whole did.
+    // 2. The optimizer step against torch.optim's arithmetic, and what the run as a whole did. Each rank's
+    // prediction first, side by side.
+    struct RankStep {
+      double ln = NAN, dn = NAN;
+      bool local = false, nonzero = false, moved = false, stepped = false;
+      std::string unknown, opt_why;
+      std::vector<Matrix> after;
+      safetensors::TensorMap state_after;
+    };
+    std::vector<RankStep> rs(static_cast<size_t>(ws));
+    parallel_for(&pool, static_cast<size_t>(ws), 1e9, [&](size_t r) {
+      const StepRecord* rec = recs[r];
+      if (!rec) return;
+      RankStep& o = rs[r];
+      std::tie(o.ln, o.dn) = norms(m, *rec);
+      for (const auto& [key_name, t] : rec->tensors)
+        if (key_name.rfind("local/", 0) == 0) {
+          o.local = true;
+          o.nonzero = o.nonzero || !all_zero(t.data);
+        }
+      o.moved = !first_difference(m, *rec, "param_before", *rec, "param_after").empty();
+      o.unknown = modelled_optimizer
+                      ? fill_in_inputs(m, *cur[r], carried_step[r] + 1 == rec->step ? &carried[r] : nullptr)
+                      : "";
+      if (o.unknown.empty()) o.stepped = predict_step(m, *rec, &o.after, &o.opt_why, &o.state_after);
+    });
     std::vector<double> ln(static_cast<size_t>(ws), NAN), dn(static_cast<size_t>(ws), NAN);
     for (int r = 0; r < ws; ++r) {
       const StepRecord* rec = recs[static_cast<size_t>(r)];
       if (!rec) continue;
-      std::tie(ln[static_cast<size_t>(r)], dn[static_cast<size_t>(r)]) = norms(m, *rec);
-      for (const auto& [key_name, t] : rec->tensors)
-        if (key_name.rfind("local/", 0) == 0) {
-          any_local = true;
-          any_nonzero = any_nonzero || !all_zero(t.data);
-        }
-      any_moved = any_moved || !first_difference(m, *rec, "param_before", *rec, "param_after").empty();
+      RankStep& o = rs[static_cast<size_t>(r)];
+      ln[static_cast<size_t>(r)] = o.ln, dn[static_cast<size_t>(r)] = o.dn;
+      any_local = any_local || o.local;
+      any_nonzero = any_nonzero || o.nonzero;
+      any_moved = any_moved || o.moved;
       StepRecord& mine = *cur[static_cast<size_t>(r)];
-      const std::string unknown =
-          modelled_optimizer
-              ? fill_in_inputs(m, mine, carried_step[static_cast<size_t>(r)] + 1 == rec->step ? &carried[static_cast<size_t>(r)] : nullptr)
-              : "";
+      const std::string& unknown = o.unknown;
       if (!unknown.empty()) {
         found.add("not-checked", "note", "digest", step, r, "",
                   fmt::format("step {}, rank {}: the optimizer step is not predicted from here on: {} is known by its "
@@ -459,10 +488,10 @@ CheckResult check_run(const Run& run) {
         carried_step[static_cast<size_t>(r)] = -1;
         continue;
       }
-      std::vector<Matrix> after;
-      std::string opt_why;
-      safetensors::TensorMap state_after;
-      const bool stepped = predict_step(m, *rec, &after, &opt_why, &state_after);
+      std::vector<Matrix>& after = o.after;
+      const std::string& opt_why = o.opt_why;
+      safetensors::TensorMap& state_after = o.state_after;
+      const bool stepped = o.stepped;
       if (!stepped) found.add("not-checked", "note", "optimizer", step, -1, "", "optimizer step not predicted: " + opt_why);
       std::vector<CmpResult> rows;
       for (size_t i = 0; i < m.params.size() && stepped; ++i) {

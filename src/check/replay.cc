@@ -292,6 +292,19 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
   std::vector<std::vector<bool>> used(ws, std::vector<bool>(np, false));
   for (size_t k = 0; k < nb; ++k) {
     const std::string kind = "local/" + std::to_string(k);
+    for (size_t r = 0; r < ws; ++r)  // zero_grad() between the previous backward and this one
+      for (const StepRecord::ZeroGrad& z : recs[r] ? recs[r]->zero_grads : std::vector<StepRecord::ZeroGrad>{}) {
+        if (z.before_backward != k) continue;
+        for (size_t i = 0; i < np; ++i) {
+          Parameter& p = params_[r][i];
+          if (z.set_to_none || z.none.count(i)) {
+            p.has_grad = false;
+          } else if (p.has_grad) {
+            p.grad.setZero();
+          }
+        }
+        if (z.set_to_none) reducers_[r]->grads_set_to_none();
+      }
     for (size_t r = 0; r < ws; ++r)
       for (size_t i = 0; i < np && recs[r]; ++i) {
         Parameter& p = params_[r][i];

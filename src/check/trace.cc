@@ -410,6 +410,21 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
       rec.group_changes.push_back(std::move(kept));
     }
   }
+  if (meta.contains("zero_grads") && meta.at("zero_grads").is_array()) {
+    for (const json& z : meta.at("zero_grads")) {
+      if (!z.is_object()) fail(rec.path, "\"zero_grads\" holds something other than objects");
+      StepRecord::ZeroGrad e;
+      e.before_backward = static_cast<size_t>(integer(field(z, "before_backward", rec.path), "zero_grads.before_backward",
+                                                      rec.path, 1, 1 << 20));
+      e.set_to_none = boolean(z, "set_to_none", rec.path, false);
+      if (z.contains("none")) {
+        const json& n = z.at("none");
+        if (!n.is_array()) fail(rec.path, "zero_grads.none is not a list");
+        for (const json& i : n) e.none.insert(static_cast<size_t>(integer(i, "zero_grads.none", rec.path, 0, 1 << 30)));
+      }
+      rec.zero_grads.push_back(std::move(e));
+    }
+  }
   if (meta.contains("num_groups")) rec.num_groups = integer(meta.at("num_groups"), "num_groups", rec.path, 0, 1 << 20);
   if (meta.contains("int_buffers") && meta.at("int_buffers").is_object())
     for (const auto& [k, v] : meta.at("int_buffers").items())

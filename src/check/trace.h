@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,14 @@ struct StepRecord {
   // momentum or betas, a loop's weight_decay), and how many groups the optimizer had (-1: not recorded).
   nlohmann::json group_changes = nlohmann::json::array();
   int64_t num_groups = -1;
+  // zero_grad() between two of this record's backwards: before backward `before_backward`, .grad was cleared
+  // (set to None, or zeroed; `none`: the parameters set to None when only some were).
+  struct ZeroGrad {
+    size_t before_backward = 0;
+    bool set_to_none = false;
+    std::set<size_t> none;
+  };
+  std::vector<ZeroGrad> zero_grads;
   std::map<std::string, int64_t> int_buffers;
   // Which DDP iteration this is: steps of all ranks with equal (segment, index) paired their all-reduces.
   // A segment is the stretch between two Join context boundaries (without Join: one segment, index = step).
