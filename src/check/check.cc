@@ -405,6 +405,23 @@ CheckResult check_run(const Run& run) {
       const bool predicted = replay.predict(recs, &why);
       for (const std::string& note : replay.take_notes()) found.add("buckets-not-as-predicted", "note", "", step, -1, "", note);
       if (!predicted) found.add("not-checked", "note", "", step, -1, "", "gradients of step " + std::to_string(step) + " not predicted: " + why);
+      // Each rank's digests and comparisons side by side, then said in rank order.
+      std::vector<std::vector<std::pair<bool, CmpResult>>> cmp_of(static_cast<size_t>(ws));  // (digest same, row)
+      parallel_for(&pool, predicted ? static_cast<size_t>(ws) : 0, 1e9, [&](size_t r) {
+        if (!recs[r]) return;
+        cmp_of[r].resize(m.params.size());
+        for (size_t i = 0; i < m.params.size(); ++i) {
+          const Parameter& p = replay.param(static_cast<int>(r), i);
+          const StepRecord& mine = *cur[r];
+          const safetensors::Tensor* got = mine.find("grad", p.name);
+          const auto digest = mine.crc32.find("grad/" + p.name);
+          if (!got && digest != mine.crc32.end() && p.has_grad) {
+            cmp_of[r][i].first = crc32_of(p.grad.data(), static_cast<size_t>(p.grad.size())) == digest->second;
+          } else if (got && p.has_grad) {
+            cmp_of[r][i].second = compare(p.name, got->data, p.grad.data());
+          }
+        }
+      });
       for (int r = 0; r < ws && predicted; ++r) {
         if (!recs[static_cast<size_t>(r)]) continue;
         std::vector<CmpResult> rows;
@@ -414,7 +431,7 @@ CheckResult check_run(const Run& run) {
           const safetensors::Tensor* got = mine.find("grad", p.name);
           const auto digest = mine.crc32.find("grad/" + p.name);
           if (!got && digest != mine.crc32.end() && p.has_grad) {
-            const bool same = crc32_of(p.grad.data(), static_cast<size_t>(p.grad.size())) == digest->second;
+            const bool same = cmp_of[static_cast<size_t>(r)][i].first;
             CmpResult c = digest_row(p.name, p.grad.size(), same);
             count(line.grads, line.rank_grads, r, c);
             if (!same) {
@@ -433,7 +450,7 @@ CheckResult check_run(const Run& run) {
                                   step, r, p.name));
             continue;
           }
-          CmpResult c = compare(p.name, got->data, p.grad.data());
+          CmpResult c = std::move(cmp_of[static_cast<size_t>(r)][i].second);
           count(line.grads, line.rank_grads, r, c);
           rows.push_back(c);
         }
