@@ -313,6 +313,7 @@ CheckResult check_run(const Run& run) {
   // The ranks' files are read, and their optimizer steps predicted, side by side (each rank's work touches only
   // its own records); what is compared and said stays in rank order.
   ThreadPool pool(std::min(available_cores(), ws));
+  replay.set_pool(&pool);
   while (true) {
     std::vector<std::pair<int, int64_t>> to_read;  // (rank, step)
     for (int r = 0; r < ws; ++r) {

@@ -202,7 +202,7 @@ void GradReplay::sync(int64_t step) {
   if (hooked_) {
     hooked_->run(reds);
   } else {
-    builtin_.run(reds, algorithm_);
+    builtin_.run(reds, algorithm_, nullptr, pool_);
   }
   // DDP rebuilds its buckets at the forward after the first synchronised backward; with static_graph one
   // iteration later, since its first backward all-reduces late, after the graph ran (_delay_all_reduce), and

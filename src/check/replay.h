@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "src/base/parallel.h"
 #include "src/check/trace.h"
 #include "src/collective/allreduce.h"
 #include "src/ddp/hooked_sync.h"
@@ -20,6 +21,8 @@ namespace ddplab::check {
 class GradReplay {
  public:
   explicit GradReplay(const Run& run);
+  // Where the ranks' buckets are prepared and all-reduced side by side (the same bits; null: one thread).
+  void set_pool(ThreadPool* pool) { pool_ = pool; }
 
   // Every rank's .grad after the step's backwards (local gradients accumulated, each synchronised backward
   // reduced as DDP reduces it). false (and `why` set) when the step cannot be predicted.
@@ -63,6 +66,7 @@ class GradReplay {
   std::vector<std::unique_ptr<ddp::Reducer>> reducers_;     // one per rank
   std::unique_ptr<ddp::HookedAllreduce> hooked_;            // a known comm hook, per rank on threads
   ddp::InProcessAllreduce builtin_;
+  ThreadPool* pool_ = nullptr;
   std::vector<std::string> notes_;
 };
 
