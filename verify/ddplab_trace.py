@@ -140,7 +140,7 @@ def _what_model(m):
         return None, ("%s is sharded by FSDP (fully_shard or FullyShardedDataParallel), which ddp_check does not "
                       "check yet: nothing recorded" % type(seen).__name__)
     return None, ("the model given is a %s, not DistributedDataParallel (nor replicate(), Fabric's setup(), "
-                  "accelerate's prepare() or torch.compile of one): nothing is recorded; training goes on"
+                  "accelerate's prepare() or torch.compile of one): nothing recorded"
                   % type(seen).__name__)
 
 
