@@ -60,6 +60,7 @@ const std::map<std::string, Args>& examples() {
       {"no-sync-loss", {"--no-sync", "2", "--no-sync-loss", "divide"}},
       {"loss-divisor", {"--loss-divisor", "3"}},
       {"sync-on", {"--no-sync", "2", "--sync-on", "first"}},
+      {"sync-batchnorm", {"--sync-batchnorm", "true"}},
       {"allreduce", {"--allreduce", "tree"}},
       {"kernels", {"--kernels", "reference"}},
       {"comm-hook", {"--comm-hook", "fp16-compress"}},
@@ -104,6 +105,7 @@ std::vector<Args> models_for(ddp::Applies applies, const std::string& row) {
   const std::set<std::string> not_gpt = {"model", "dataset", "samples", "optimizer"};
   if (applies != ddp::Applies::sequential && !not_gpt.count(row)) out.push_back(gpt);
   if (row == "data") out = {gpt};  // the sequential models' default data needs no file
+  if (row == "sync-batchnorm") out = {cnn};  // the one with BatchNorm layers to convert
   return out;
 }
 
