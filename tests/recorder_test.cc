@@ -63,7 +63,8 @@ TEST_P(Faults, EachFaultStopsTheRecordingNotTheRun) {
   EXPECT_NE(r.out.find("cases hold"), std::string::npos);
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
   for (const char* c : {"parameter_hook", "unknown_tensor_kind", "disk_full", "unwritable_run_dir", "dataloader_index_spy",
-                        "join_spy", "averaging_spy", "close", "closure_raises", "comm_hook_kinds"})
+                        "join_spy", "averaging_spy", "close", "closure_raises", "comm_hook_kinds", "zero_grad_wrapper",
+                        "model_unwrap"})
     EXPECT_NE(r.out.find(std::string("ok   ") + c + " "), std::string::npos) << c;
 }
 

@@ -998,16 +998,19 @@ class DDPTrace:
             self._zero_grad_wrapped.append((obj, had_own, original))
 
     def _on_zero_grad_safe(self):
-        if self._stopped or self._closed or not self._backwards:
-            return  # before the record's first backward: the prior .grad it takes then says it all
         try:
-            none = [i for i, p in enumerate(self._params) if p.grad is None]
-            event = {"before_backward": len(self._backwards), "set_to_none": len(none) == len(self._params)}
-            if 0 < len(none) < len(self._params):
-                event["none"] = none
-            self._zero_grads.append(event)
+            self._on_zero_grad_body()
         except Exception as e:
             self._stop_for(e, "zero_grad wrapper")
+
+    def _on_zero_grad_body(self):
+        if self._stopped or self._closed or not self._backwards:
+            return  # before the record's first backward: the prior .grad it takes then says it all
+        none = [i for i, p in enumerate(self._params) if p.grad is None]
+        event = {"before_backward": len(self._backwards), "set_to_none": len(none) == len(self._params)}
+        if 0 < len(none) < len(self._params):
+            event["none"] = none
+        self._zero_grads.append(event)
 
     # ----- stopping -----
     def _stop(self, why, hint=""):

@@ -233,6 +233,8 @@ CASES = [
     ("step_snapshot", {}, fail_method("_snapshot_before"), (1, "optimizer.step wrapper"), 1),
     ("step_snapshot_in_closure", {"closure": True}, fail_method("_snapshot_before"), (1, "optimizer.step wrapper"), 1),
     ("step_write", {}, fail_method("_write_step"), (1, "optimizer.step wrapper"), 1),
+    # zero_grad() on the optimizer, wrapped to see a clear between two backwards of one step
+    ("zero_grad_wrapper", {}, fail_method("_on_zero_grad_body"), (1, "zero_grad wrapper"), 1),
     ("manifest_writer", {}, fail_method("_manifest", once=True), (1, "manifest writer"), 2),
     ("close", {}, fail_method("_detach", at_step=0), (STEPS, "close()"), STEPS),
     ("unknown_tensor_kind", {}, half_locals(), (1, "unknown tensor kind"), 1),
@@ -241,6 +243,8 @@ CASES = [
     ("digest", {}, fail_function("_crc32", failing_digests), (1, "after-DDP callback"), 1),
     ("unwritable_run_dir", {"after": unwritable_dir, "before_close": writable_again}, None, (0, "cannot write"), 0),
     ("constructor_setup", {}, fail_function("_sqrt_is_ieee", lambda o: lambda d: 1 / 0), (0, "DDPTrace() setup"), 0),
+    # what the model is (DDP, replicate(), a framework's wrapper): a fault there leaves nothing recorded
+    ("model_unwrap", {}, fail_function("_what_model", lambda o: lambda m: 1 / 0), (0, "DDPTrace() setup"), 0),
     ("register_comm_hook_spy", {"hook": "allreduce"}, fail_mapping("_REGISTERED_HOOKS"),
      (0, "register_comm_hook spy"), 0),
     ("powersgd_state_spy", {"hook": "powerSGD"}, fail_mapping("_POWERSGD_SEEDS"), (0, "PowerSGDState spy"), 0),
