@@ -1,7 +1,7 @@
 """nanoGPT's way to draw data, without a DataLoader: every step get_batch() picks random windows of a token
 stream with torch.randint, and each rank seeds torch.manual_seed(1337 + seed_offset) with seed_offset = rank
 (train.py). Clean; --same-seed gives every rank seed_offset 0, the mistake: every rank draws the same windows.
-A tiny language model (Embedding, Linear over the window), AdamW, 2 ranks.
+A tiny language model (Embedding, Linear over the window), AdamW, 3 ranks.
 
     python3 nanogpt_batches.py --out RUN_DIR [--same-seed] [...the common options]
 """
@@ -58,4 +58,4 @@ def options(p):
 
 
 if __name__ == "__main__":
-    common.launch(main, common.parse_args(world_size=2, steps=5, extra=options))
+    common.launch(main, common.parse_args(world_size=3, steps=5, extra=options))

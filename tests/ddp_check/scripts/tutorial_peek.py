@@ -1,7 +1,7 @@
 """PyTorch's DDP tutorial series' torchrun trainer, as it is written today: at the start of every epoch it reads the
 batch size from the loader, `b_sz = len(next(iter(self.train_data))[0])`, then calls
 `self.train_data.sampler.set_epoch(epoch)` and trains. The peek iterates the loader without training: it is no
-epoch. Clean with set_epoch (3 epochs of 2 batches per rank, 2 ranks); --no-set-epoch drops the call: then every
+epoch. Clean with set_epoch (3 epochs of 2 batches per rank, 3 ranks); --no-set-epoch drops the call: then every
 epoch trains in the same order, first seen at step 2 (epoch 1's first step).
 
     python3 tutorial_peek.py --out RUN_DIR [--no-set-epoch] [...the common options]
@@ -55,4 +55,4 @@ def options(p):
 
 
 if __name__ == "__main__":
-    common.launch(main, common.parse_args(world_size=2, steps=6, extra=options))
+    common.launch(main, common.parse_args(world_size=3, steps=6, extra=options))
