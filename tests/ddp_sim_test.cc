@@ -53,7 +53,9 @@ void compare_with_torch(const std::string& label, const json& sim, const json& t
 // Real torch DDP (sim/ddp_reference.py, Gloo, one process per rank) on the same flags: its dump.
 json torch_dump(const std::vector<std::string>& args) {
   const std::string out = testing::temp_dir() + "/torch.json";
-  std::vector<std::string> cmd = {"/usr/bin/python3", "sim/ddp_reference.py"};
+  // torch's AVX2 kernels, as ddplab's are, on any x86-64: unpinned, an AVX-512 machine's torch reduces BatchNorm
+  // and cross-entropy in 16 lanes (docs/models.md), and the live comparisons below would measure the processor.
+  std::vector<std::string> cmd = {"/usr/bin/env", "ATEN_CPU_CAPABILITY=avx2", "/usr/bin/python3", "sim/ddp_reference.py"};
   cmd.insert(cmd.end(), args.begin(), args.end());
   cmd.insert(cmd.end(), {"--dump-params", out});
   const CommandResult r = testing::run_command(cmd);
