@@ -68,6 +68,18 @@ TEST_P(Faults, EachFaultStopsTheRecordingNotTheRun) {
     EXPECT_NE(r.out.find(std::string("ok   ") + c + " "), std::string::npos) << c;
 }
 
+// The step files are written off the training thread, with O_DIRECT where the file system takes it (bench/README.md
+// says why): the bytes on disk are the bytes given, for sizes around the page, with O_DIRECT, buffered, and after
+// the file system refuses O_DIRECT; a failed write is reported to the training's thread and leaves no file.
+TEST(StepWriter, WritesTheBytesGivenAndReportsAFailure) {
+  const auto r = testing::run_command({"/usr/bin/timeout", "120", "/usr/bin/python3", "tests/ddp_check/step_writer.py"});
+  std::printf("%s", r.out.c_str());
+  ASSERT_EQ(r.status, 0) << tail(r.err);
+  EXPECT_NE(r.out.find("all cases hold"), std::string::npos);
+  for (const char* c : {"direct", "buffered", "refused", "failure"})
+    EXPECT_NE(r.out.find(std::string("ok   ") + c + " "), std::string::npos) << c;
+}
+
 INSTANTIATE_TEST_SUITE_P(Torches, Faults, ::testing::Values("torch1.13", "torch2"),
                          [](const auto& info) { return torch_name(info.param); });
 
