@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -100,6 +101,42 @@ std::string make_trace(const std::string& dir, bool tamper = false, bool overflo
     write(dir + "/rank" + std::to_string(r) + "/manifest.json", manifest.dump(1));
   }
   return dir;
+}
+
+// The recorder's digest, as ddp_check takes it of a prediction: the fixed vectors' digests were printed by the
+// recorder itself (`python3 tests/ddp_check/digest.py`, which also checks the recorder against the definition).
+std::vector<float> fixed_vector(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto bits = static_cast<uint32_t>((uint64_t{i} * 2654435761u) % (uint64_t{1} << 32));
+    std::memcpy(&v[i], &bits, sizeof bits);
+  }
+  return v;
+}
+
+TEST(Digest, Fold64IsTheRecordersDigest) {
+  const std::pair<size_t, uint32_t> printed[] = {{1, 3366278839u}, {2, 1530854884u}, {2043, 4147633701u}, {5000, 3120820085u}};
+  for (const auto& [n, digest] : printed) {
+    const std::vector<float> v = fixed_vector(n);
+    EXPECT_EQ(check::fold64_of(v.data(), v.size()), digest) << "n = " << n;
+  }
+}
+
+TEST(Digest, Fold64SeesAChangedBitAndAMovedValue) {
+  std::vector<float> v = fixed_vector(3 * 2042 + 5);
+  const uint32_t d = check::fold64_of(v.data(), v.size());
+  for (size_t i : {size_t{0}, size_t{1}, size_t{2041}, v.size() - 1}) {
+    std::vector<float> w = v;
+    uint32_t bits;
+    std::memcpy(&bits, &w[i], sizeof bits);
+    bits ^= 1u;
+    std::memcpy(&w[i], &bits, sizeof bits);
+    EXPECT_NE(check::fold64_of(w.data(), w.size()), d) << "last bit of element " << i;
+  }
+  std::vector<float> w = v;  // two floats trade places (rows of a matrix swapped, say): other columns, other sums
+  std::swap(w[10], w[2000]);
+  EXPECT_NE(check::fold64_of(w.data(), w.size()), d);
+  EXPECT_NE(check::fold64_of(v.data(), v.size() - 1), d);  // one float fewer
 }
 
 TEST(CheckTrace, HandMadeRunIsAsPredicted) {

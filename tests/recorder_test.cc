@@ -80,6 +80,16 @@ TEST(StepWriter, WritesTheBytesGivenAndReportsAFailure) {
     EXPECT_NE(r.out.find(std::string("ok   ") + c + " "), std::string::npos) << c;
 }
 
+// The recorder's digest (fold64) is the one docs/trace_format.md defines, on both torches.
+TEST_P(Faults, TheDigestIsAsDefined) {
+  const std::string torch = GetParam();
+  SKIP_UNLESS_AVAILABLE(torch);
+  const auto r = testing::run_command({"/usr/bin/timeout", "120", python_for(torch), "tests/ddp_check/digest.py"});
+  std::printf("%s", r.out.c_str());
+  ASSERT_EQ(r.status, 0) << tail(r.err);
+  EXPECT_NE(r.out.find("digests as defined"), std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Torches, Faults, ::testing::Values("torch1.13", "torch2"),
                          [](const auto& info) { return torch_name(info.param); });
 

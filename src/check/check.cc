@@ -199,7 +199,7 @@ std::string fill_in_inputs(const Manifest& m, StepRecord& rec, const safetensors
       auto f = carried->find(it->first);
       if (f != carried->end()) c = &f->second;
     }
-    if (c && crc32_of(c->data) == it->second) {
+    if (c && rec.digest_of(c->data) == it->second) {
       rec.tensors[it->first] = *c;
       it = rec.crc32.erase(it);
       continue;
@@ -417,7 +417,7 @@ CheckResult check_run(const Run& run) {
           const safetensors::Tensor* got = mine.find("grad", p.name);
           const auto digest = mine.crc32.find("grad/" + p.name);
           if (!got && digest != mine.crc32.end() && p.has_grad) {
-            cmp_of[r][i].first = crc32_of(p.grad.data(), static_cast<size_t>(p.grad.size())) == digest->second;
+            cmp_of[r][i].first = mine.digest_of(p.grad.data(), static_cast<size_t>(p.grad.size())) == digest->second;
           } else if (got && p.has_grad) {
             cmp_of[r][i].second = compare(p.name, got->data, p.grad.data());
           }
@@ -516,7 +516,8 @@ CheckResult check_run(const Run& run) {
         const std::string& name = m.params[i].name;
         const safetensors::Tensor* got = mine.find("param_after", name);
         if (!got) {  // a digest
-          const bool same = crc32_of(after[i].data(), static_cast<size_t>(after[i].size())) == mine.crc32.at("param_after/" + name);
+          const bool same =
+              mine.digest_of(after[i].data(), static_cast<size_t>(after[i].size())) == mine.crc32.at("param_after/" + name);
           CmpResult c = digest_row(name, after[i].size(), same);
           count(line.params, line.rank_params, r, c);
           if (same) {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -255,7 +256,7 @@ const safetensors::Tensor* StepRecord::find(const std::string& kind, const std::
 
 bool StepRecord::digest(const std::string& kind, const std::string& name, uint32_t* out) const {
   if (const safetensors::Tensor* t = find(kind, name)) {
-    *out = crc32_of(t->data);
+    *out = digest_of(t->data);
     return true;
   }
   auto it = crc32.find(kind + "/" + name);
@@ -280,6 +281,36 @@ uint32_t crc32_of(const float* values, size_t n) {
 }
 
 uint32_t crc32_of(const std::vector<float>& values) { return crc32_of(values.data(), values.size()); }
+
+uint32_t fold64_of(const float* values, size_t n) {
+  constexpr size_t kColumns = 1021;  // a prime: the rows of a weight matrix do not line up with the columns
+  std::vector<uint64_t> sums(kColumns, 0);
+  const size_t words = n / 2;
+  size_t j = 0;
+  for (; j + kColumns <= words; j += kColumns) {
+    for (size_t c = 0; c < kColumns; ++c) {
+      uint64_t w;
+      std::memcpy(&w, values + 2 * (j + c), sizeof w);
+      sums[c] += w;
+    }
+  }
+  for (size_t c = 0; j + c < words; ++c) {
+    uint64_t w;
+    std::memcpy(&w, values + 2 * (j + c), sizeof w);
+    sums[c] += w;
+  }
+  if (n % 2) {
+    uint32_t last;
+    std::memcpy(&last, values + n - 1, sizeof last);
+    sums[words % kColumns] += last;
+  }
+  return static_cast<uint32_t>(::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(sums.data()),
+                                       static_cast<uInt>(sums.size() * sizeof(uint64_t))));
+}
+
+uint32_t StepRecord::digest_of(const float* values, size_t n) const {
+  return fold64 ? fold64_of(values, n) : crc32_of(values, n);
+}
 
 int64_t Run::total_steps() const {
   int64_t n = 0;
@@ -442,6 +473,12 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     rec.param_before_is_previous = e.value("param_before", std::string()) == "previous";
   }
   rec.grad_step_is_grad = grad_step_is_grad;
+  if (meta.contains("digest")) {
+    const json& d = meta.at("digest");
+    if (!d.is_string() || (d != "fold64" && d != "crc32"))
+      fail(rec.path, "\"digest\" is " + d.dump() + ", not \"fold64\" or \"crc32\" (the digests ddp_check knows)");
+    rec.fold64 = d == "fold64";
+  }
   if (meta.contains("crc32")) {
     const json& c = meta.at("crc32");
     if (!c.is_object()) fail(rec.path, "\"crc32\" is not an object of digests");

@@ -129,6 +129,11 @@ struct StepRecord {
   // predicts (.grad after DDP, param_after/, the optimizer state), compared with the prediction's digest; where
   // they agree the prediction is filled in as the tensor (docs/trace_format.md, "Digests").
   std::map<std::string, uint32_t> crc32;
+  // How those digests were taken (metadata "digest"): fold64 since the recorder of 2026-11-28, crc32 before.
+  bool fold64 = false;
+  // The digest of float32 values as this record's digests are taken.
+  uint32_t digest_of(const float* values, size_t n) const;
+  uint32_t digest_of(const std::vector<float>& values) const { return digest_of(values.data(), values.size()); }
 
   // The tensor "<kind>/<name>", or null when the recorder did not write it (nor was it filled in).
   const safetensors::Tensor* find(const std::string& kind, const std::string& name) const;
@@ -139,6 +144,11 @@ struct StepRecord {
 // zlib's CRC-32 of the values' float32 bytes (little-endian), as the recorder computes it.
 uint32_t crc32_of(const std::vector<float>& values);
 uint32_t crc32_of(const float* values, size_t n);
+// The recorder's fold64 digest (docs/trace_format.md, "Digests"): the float32 bytes as little-endian 64-bit
+// words (a last odd float is a word's low half), summed modulo 2^64 into 1021 columns (word j into column
+// j mod 1021), then zlib's CRC-32 of the 1021 sums' little-endian bytes. Integer sums are exact in any
+// order, so the recorder folds with torch's own sum on any device, at a fraction of a CRC's cost.
+uint32_t fold64_of(const float* values, size_t n);
 
 struct Run {
   std::string dir;
