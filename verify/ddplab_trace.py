@@ -37,9 +37,11 @@ How each record is taken:
                     decides at forward whether the backward reduces; no_sync() sets it False).
   grad_step/..., param_before/..., state/..., buffer/...   optimizer.step, wrapped on the instance; with a
                     closure (step(closure), as Lightning calls it) after the closure's first call returned.
-  param_after/...   after the original step returned; then the file is written (temporary name, renamed).
+  param_after/...   after the original step returned; then the file is copied to a staging buffer and written
+                    by a thread of its own with O_DIRECT (temporary name, renamed) while training goes on;
+                    the manifest lists a step once its file is whole (_StepWriter).
   Digests (full=False, the default): after a rank's first recorded step, what ddp_check predicts bit for
-                    bit (grad/, param_after/, the state) is a CRC-32 (zlib, GIL released) instead of values:
+                    bit (grad/, param_after/, the state) is a 32-bit digest (fold64) instead of values:
                     a step file is then about the local gradients' bytes. full=True keeps every value.
   inputs            a forward pre-hook on the DDP module: BLAKE2b of each sample of its first tensor argument.
   data.json         DataLoader iterators (wrapped at import): the sampler's indices, mapped to the base dataset.
@@ -593,7 +595,18 @@ def _sqrt_is_ieee(device):
 _FOLD_COLUMNS = 1021
 
 
-def _crc32(t):
+def _fold_numpy(a, n, words):
+    import numpy as np
+    w = a[:2 * words].view(np.uint64)
+    full = words // _FOLD_COLUMNS * _FOLD_COLUMNS
+    sums = np.add.reduce(w[:full].reshape(-1, _FOLD_COLUMNS), axis=0)  # wraps modulo 2^64
+    sums[:words - full] += w[full:]
+    if n % 2:
+        sums[words % _FOLD_COLUMNS] += np.uint64(a[n - 1:].view(np.uint32)[0])
+    return zlib.crc32(sums.astype("<u8").tobytes())
+
+
+def _digest(t):
     """The digest ddp_check recomputes from its prediction ("digest": "fold64", src/check/trace.cc fold64_of):
     the float32 tensor's bytes, row-major little-endian, as 64-bit words (a last odd float is a word's low half)
     summed modulo 2^64 into 1021 columns (word j into column j mod 1021), then zlib's CRC-32 of the 1021 sums.
@@ -602,6 +615,11 @@ def _crc32(t):
     t = t.detach().reshape(-1)
     n = t.numel()
     words = n // 2
+    if _HAVE_NUMPY and t.device.type == "cpu" and words >= _FOLD_COLUMNS:
+        try:  # numpy's uint64 reduce is the same sums, about 1.6x faster than torch's int64 one on a CPU
+            return _fold_numpy(t.numpy(), n, words)
+        except Exception:
+            pass
     sums = torch.zeros(_FOLD_COLUMNS, dtype=torch.int64, device=t.device)
     if words:
         head = t[:2 * words]
@@ -902,7 +920,7 @@ class DDPTrace:
         self.max_bytes = int(max_bytes)
         # full=False (digests): each step file keeps what ddp_check replays from (the local gradients; the
         # parameters and the optimizer state once) and, of what it predicts (.grad after DDP, the parameters and
-        # the state after each step), a CRC-32 it compares with its prediction; implied tensors (a zero prior
+        # the state after each step), a digest it compares with its prediction; implied tensors (a zero prior
         # .grad, a grad_step equal to .grad, a param_before equal to the last param_after) are left out.
         # full=True writes every tensor. docs/trace_format.md, "Digests".
         self.full = bool(full)
@@ -1196,7 +1214,7 @@ class DDPTrace:
         self._zero_grads = []  # zero_grad calls between this record's backwards
         self._inputs = []
         self._grad_snap = None
-        self._grad_crc = None  # digest mode: {i: CRC-32 of .grad after DDP}, in place of _grad_snap
+        self._grad_crc = None  # digest mode: {i: digest of .grad after DDP}, in place of _grad_snap
         self._before = None
         self._step_join = None
 
@@ -1351,7 +1369,7 @@ class DDPTrace:
 
     def _after_ddp_body(self):
         if self._digest_grads():
-            self._grad_crc = {i: _crc32(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
+            self._grad_crc = {i: _digest(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
             self._grad_snap = None
         else:
             self._grad_snap = {i: _cpu_copy(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
@@ -1362,7 +1380,7 @@ class DDPTrace:
         # Digests (full=False): parameters equal to where the last recorded step left them, and a .grad equal to
         # what DDP left, are named, not copied.
         follows = not self.full and self._last_after_step == self._step - 1 and self._last_after_crc is not None
-        if follows and self._params and all(_crc32(p) == self._last_after_crc[i] for i, p in enumerate(self._params)):
+        if follows and self._params and all(_digest(p) == self._last_after_crc[i] for i, p in enumerate(self._params)):
             params = "previous"
         else:
             params = {i: _cpu_copy(p) for i, p in enumerate(self._params)}
@@ -1370,7 +1388,7 @@ class DDPTrace:
         if self.full or not live:
             same = False
         elif self._grad_crc is not None:
-            same = set(live) == set(self._grad_crc) and all(_crc32(g) == self._grad_crc[i] for i, g in live.items())
+            same = set(live) == set(self._grad_crc) and all(_digest(g) == self._grad_crc[i] for i, g in live.items())
         else:
             snap = self._grad_snap or {}
             same = set(live) == set(snap) and all(_bits_equal(g.detach(), snap[i]) for i, g in live.items())
@@ -1391,7 +1409,7 @@ class DDPTrace:
                         skipped.append({"name": self._names[i], "key": str(k), "dtype": _dtype_name(v.dtype)})
                         continue
                     key = "state/%s/%s" % (self._names[i], k)
-                    state.append((key, _crc32(v) if state_digest else _cpu_copy(v)))
+                    state.append((key, _digest(v) if state_digest else _cpu_copy(v)))
         lr = [float(_number(g["lr"])) for g in opt.param_groups]
         # Every hyperparameter as step() will read it (a scheduler or a loop may have changed momentum, betas,
         # weight_decay, ... since DDPTrace was made): per group, the keys whose value differs from the manifest's.
@@ -1529,12 +1547,12 @@ class DDPTrace:
             for i in range(len(names)):
                 tensors.append(("param_before/" + names[i], b["params"][i]))
         if self._digest_params():
-            after_crc = [_crc32(p) for p in self._params]
+            after_crc = [_digest(p) for p in self._params]
             for i in range(len(names)):
                 crc["param_after/" + names[i]] = after_crc[i]
         else:
             after = [_cpu_copy(p) for p in self._params]
-            after_crc = None if self.full else [_crc32(t) for t in after]
+            after_crc = None if self.full else [_digest(t) for t in after]
             for i in range(len(names)):
                 tensors.append(("param_after/" + names[i], after[i]))
         for key, v in b["state"]:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -314,17 +315,30 @@ CheckResult check_run(const Run& run) {
   // its own records); what is compared and said stays in rank order.
   ThreadPool pool(std::min(available_cores(), ws));
   replay.set_pool(&pool);
-  while (true) {
+  // The next records of the ranks whose record this iteration takes are read on a thread of their own while
+  // it is replayed: a trace the recorder wrote past the page cache comes from the disk, and reading it
+  // overlaps the arithmetic (one more step of those ranks in memory).
+  auto records_to_read = [&]() {
     std::vector<std::pair<int, int64_t>> to_read;  // (rank, step)
     for (int r = 0; r < ws; ++r) {
       const auto& steps = run.ranks[static_cast<size_t>(r)].steps;
       if (!head[static_cast<size_t>(r)] && next[static_cast<size_t>(r)] < steps.size())
         to_read.push_back({r, steps[next[static_cast<size_t>(r)]++]});
     }
-    parallel_for(&pool, to_read.size(), 1e9, [&](size_t k) {
-      head[static_cast<size_t>(to_read[k].first)] =
-          std::make_unique<StepRecord>(read_step(run, to_read[k].first, to_read[k].second));
-    });
+    return to_read;
+  };
+  using Read = std::vector<std::pair<int, std::unique_ptr<StepRecord>>>;
+  std::future<Read> ahead;
+  while (true) {
+    if (ahead.valid()) {
+      for (auto& [r, rec] : ahead.get()) head[static_cast<size_t>(r)] = std::move(rec);
+    } else {  // the first records, side by side
+      const auto to_read = records_to_read();
+      parallel_for(&pool, to_read.size(), 1e9, [&](size_t k) {
+        head[static_cast<size_t>(to_read[k].first)] =
+            std::make_unique<StepRecord>(read_step(run, to_read[k].first, to_read[k].second));
+      });
+    }
     const StepRecord* lowest = nullptr;
     for (const auto& h : head)
       if (h && (!lowest || std::tie(h->segment, h->index) < std::tie(lowest->segment, lowest->index))) lowest = h.get();
@@ -339,6 +353,12 @@ CheckResult check_run(const Run& run) {
         recs[static_cast<size_t>(r)] = cur[static_cast<size_t>(r)].get();
       }
     }
+    if (auto to_read = records_to_read(); !to_read.empty())
+      ahead = std::async(std::launch::async, [&run, to_read]() {
+        Read got;
+        for (const auto& [r, step] : to_read) got.emplace_back(r, std::make_unique<StepRecord>(read_step(run, r, step)));
+        return got;
+      });
     // param_before/ left out by the recorder: the rank's previous step's param_after/ (a copy: both are compared).
     for (int r = 0; r < ws; ++r) {
       StepRecord* rec = cur[static_cast<size_t>(r)].get();

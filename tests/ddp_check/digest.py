@@ -1,4 +1,4 @@
-"""The recorder's digest (verify/ddplab_trace.py _crc32, "digest": "fold64") against its definition in
+"""The recorder's digest (verify/ddplab_trace.py _digest, "digest": "fold64") against its definition in
 docs/trace_format.md, written here the slow way with numpy: random tensors of every length class (empty, one
 float, an odd tail, a partial last row of 1021 words, many rows), a view at an odd offset (a bucket view), a
 transposed matrix. Then the digests of the fixed vectors tests/check_trace_test.cc gives ddp_check's fold64_of
@@ -39,17 +39,27 @@ def main():
     bad = []
     for n in [0, 1, 2, 3, 1021, 2042, 2043, 4000, 100001, 3 * 2042 + 7]:
         t = torch.randn(n, generator=g) * 1e30
-        if T._crc32(t) != by_definition(t):
+        if T._digest(t) != by_definition(t):
             bad.append("random n=%d" % n)
     big = torch.randn(10001, generator=g)
-    if T._crc32(big[1:]) != by_definition(big[1:].clone()):
+    if T._digest(big[1:]) != by_definition(big[1:].clone()):
         bad.append("a view at an odd offset")
     m = torch.randn(37, 41, generator=g)
-    if T._crc32(m.t()) != by_definition(m.t().contiguous()):
+    if T._digest(m.t()) != by_definition(m.t().contiguous()):
         bad.append("a transposed matrix")
+    # The recorder folds CPU tensors of 1021 words or more with numpy where it can, others with torch's sum
+    # (GPUs): the same digests.
+    t = torch.randn(3 * 2042 + 7, generator=g)
+    with_numpy = T._digest(t)
+    T._HAVE_NUMPY = False
+    try:
+        if T._digest(t) != with_numpy or T._digest(t[1:]) != by_definition(t[1:].clone()):
+            bad.append("torch's fold differs from numpy's")
+    finally:
+        T._HAVE_NUMPY = True
     for n in [1, 2, 2043, 5000]:
         t = fixed(n)
-        d = T._crc32(t)
+        d = T._digest(t)
         if d != by_definition(t):
             bad.append("fixed n=%d" % n)
         print("fixed n=%d fold64 %d" % (n, d))

@@ -178,11 +178,11 @@ def half_locals():
 
 
 def failing_digests(original):
-    def _crc32(t):
+    def _digest(t):
         if open_step() >= 1:
             raise ValueError("injected fault")
         return original(t)
-    return _crc32
+    return _digest
 
 
 def disk_full_once():
@@ -246,7 +246,7 @@ CASES = [
     ("unknown_tensor_kind", {}, half_locals(), (1, "unknown tensor kind"), 1),
     ("disk_full", {}, disk_full_once(), (1, "No space left on device"), 1),
     # the digests of what ddp_check predicts, taken from step 1 on (the first step keeps every value)
-    ("digest", {}, fail_function("_crc32", failing_digests), (1, "after-DDP callback"), 1),
+    ("digest", {}, fail_function("_digest", failing_digests), (1, "after-DDP callback"), 1),
     ("unwritable_run_dir", {"after": unwritable_dir, "before_close": writable_again}, None, (0, "cannot write"), 0),
     ("constructor_setup", {}, fail_function("_sqrt_is_ieee", lambda o: lambda d: 1 / 0), (0, "DDPTrace() setup"), 0),
     # what the model is (DDP, replicate(), a framework's wrapper): a fault there leaves nothing recorded
