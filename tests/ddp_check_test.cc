@@ -196,7 +196,9 @@ TEST_P(DdpCheck, RealRun) {
       EXPECT_NE(metadata.find("crc32"), std::string::npos);  // .grad after DDP at least
       // step 0: local, grad, param_before, param_after; step 1: local. Not for Adam under pip's torch, whose
       // float sqrt is not IEEE's (the recorder's probe): its parameters and state are compared allclose, as values.
-      if (script == "mlp_sgd" || torch == "torch1.13") EXPECT_LT(3 * s1.st_size, s0.st_size);
+      if (script == "mlp_sgd" || torch == "torch1.13") {
+        EXPECT_LT(3 * s1.st_size, s0.st_size);
+      }
     }
   }
   const auto page = testing::run_command({"/bin/cat", report});  // the --report page says the same

@@ -58,7 +58,8 @@ json torch_dump(const std::vector<std::string>& args) {
   std::vector<std::string> cmd = {"/usr/bin/env", "ATEN_CPU_CAPABILITY=avx2", "/usr/bin/python3", "sim/ddp_reference.py"};
   cmd.insert(cmd.end(), args.begin(), args.end());
   cmd.insert(cmd.end(), {"--dump-params", out});
-  const CommandResult r = testing::run_command(cmd);
+  const CommandResult r =
+      testing::run_oracle(cmd, {"sim/ddp_reference.py", "sim/cpu_sync_batchnorm.py", "sim/comm_hooks.py"}, out);
   EXPECT_EQ(r.status, 0) << r.err;
   return testing::load_json(out);
 }

@@ -203,7 +203,9 @@ TEST_F(Hardening, GlooProtocolBreaksAreSaidInDdplabsWords) {
 TEST_F(Hardening, AMalformedAddressEndsEveryRankWithinTheTimeout) {
   // Gloo's pair (0, 2) connects from the higher address to the lower: rank 0 on 127.0.0.2 above rank 2 on
   // 127.0.0.1, so rank 2 always waits for rank 0, which reads rank 1's address first and never connects.
-  Probe p{std::string(136 * 2, '\0'), 4};
+  Probe p;
+  p.address = std::string(136 * 2, '\0');
+  p.timeout_s = 4;
   p.world_size = 3;
   p.bind0 = "127.0.0.2";
   const std::map<int, Ending> ends = ranks_given(p);

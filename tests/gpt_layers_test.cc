@@ -69,8 +69,12 @@ void check_layer_norm(const json& doc, const std::string& src, bool verbose) {
     EXPECT_EQ(ulps(label + "mean", mean, testing::floats(c["mean"]), tally, verbose), 0) << label;
     EXPECT_EQ(ulps(label + "rstd", rstd, testing::floats(c["rstd"]), tally, verbose), 0) << label;
     EXPECT_EQ(ulps(label + "grad_x", dx, testing::floats(c["grad_x"]), tally, verbose), 0) << label;
-    if (has_w) EXPECT_EQ(ulps(label + "grad_weight", dw, testing::floats(c["grad_weight"]), tally, verbose), 0);
-    if (has_b) EXPECT_EQ(ulps(label + "grad_bias", db, testing::floats(c["grad_bias"]), tally, verbose), 0);
+    if (has_w) {
+      EXPECT_EQ(ulps(label + "grad_weight", dw, testing::floats(c["grad_weight"]), tally, verbose), 0);
+    }
+    if (has_b) {
+      EXPECT_EQ(ulps(label + "grad_bias", db, testing::floats(c["grad_bias"]), tally, verbose), 0);
+    }
   }
   print_tally(src + " layer_norm", tally);
   EXPECT_GT(tally.tensors, 0);

@@ -60,7 +60,9 @@ void compare_001(const std::string& label, const json& got, const json& want, bo
     const auto losses = testing::match(label + " losses rank" + std::to_string(r), testing::floats(g["losses"]),
                                        testing::floats(w["losses"]), 1e-4, 1e-6);
     EXPECT_TRUE(losses.allclose);
-    if (bitwise) EXPECT_EQ(losses.equal, losses.total) << label;
+    if (bitwise) {
+      EXPECT_EQ(losses.equal, losses.total) << label;
+    }
     EXPECT_EQ(g["train_acc"].get<double>(), w["train_acc"].get<double>()) << label;
     EXPECT_EQ(g["test_acc"].get<double>(), w["test_acc"].get<double>()) << label;
     const std::vector<std::string> names = {"layers.0.weight", "layers.0.bias",   "layers.2.weight",
@@ -68,7 +70,9 @@ void compare_001(const std::string& label, const json& got, const json& want, bo
     const auto params = testing::match(label + " params rank" + std::to_string(r), ordered_values(g["params"], names),
                                        ordered_values(w["params"], names), 1.3e-6, 1e-5);
     EXPECT_TRUE(params.allclose);
-    if (bitwise) EXPECT_EQ(params.equal, params.total) << label;
+    if (bitwise) {
+      EXPECT_EQ(params.equal, params.total) << label;
+    }
   }
 }
 

@@ -90,7 +90,8 @@ TEST(Reducer, LiveMultiBucketAgainstTorch) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
   // 32-512-512-10: 1.14 MB of parameters, so the rebuilt layout has two buckets (the first one >= 1 MiB).
   const std::string out = testing::temp_dir() + "/grads.json";
-  const auto r = testing::run_command({"/usr/bin/python3", "tests/golden/ddp/make_grad_goldens.py", "--live", out});
+  const auto r = testing::run_oracle({"/usr/bin/python3", "tests/golden/ddp/make_grad_goldens.py", "--live", out},
+                                     {"tests/golden/ddp/make_grad_goldens.py"}, out);
   ASSERT_EQ(r.status, 0) << r.err;
   check_against_torch(testing::load_json(out));
 }

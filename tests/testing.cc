@@ -111,6 +111,45 @@ std::string temp_dir() {
   return tmpl;
 }
 
+namespace {
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+CommandResult run_oracle(const std::vector<std::string>& argv, const std::vector<std::string>& inputs,
+                         const std::string& out) {
+  const char* dir = std::getenv("DDPLAB_ORACLE_CACHE");
+  if (!dir || !*dir) return run_command(argv);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the command line and the inputs' bytes
+  const auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;  // a separator no byte string ends with
+  };
+  for (const std::string& a : argv) mix(a == out ? std::string("<out>") : a);  // the output path is not the question
+  for (const std::string& f : inputs) mix(f), mix(read_all(f));
+  char key[17];
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(h));
+  const std::string cached = std::string(dir) + "/" + key;
+  if (std::ifstream(cached).good()) {
+    std::ofstream(out, std::ios::binary) << read_all(cached);
+    CommandResult r;
+    r.status = 0;
+    r.out = "(the oracle's output of an earlier identical run, DDPLAB_ORACLE_CACHE)\n";
+    return r;
+  }
+  CommandResult r = run_command(argv);
+  if (r.status == 0 && std::ifstream(out).good()) {
+    const std::string tmp = cached + ".tmp" + std::to_string(getpid());
+    std::ofstream(tmp, std::ios::binary) << read_all(out);
+    std::rename(tmp.c_str(), cached.c_str());
+  }
+  return r;
+}
+
 CommandResult run_command(const std::vector<std::string>& argv) {
   const std::string dir = temp_dir();
   const std::string out_path = dir + "/stdout", err_path = dir + "/stderr";

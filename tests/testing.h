@@ -24,6 +24,14 @@ struct CommandResult {
 // Runs argv[0] with arguments, no shell; captures stdout and stderr.
 CommandResult run_command(const std::vector<std::string>& argv);
 
+// An oracle's run whose only product is the file `out`, a pure function of argv and of the files in `inputs`
+// (the reference scripts it runs): where DDPLAB_ORACLE_CACHE names a directory (CI sets one per run, shared by
+// its sanitized and plain phases, which would run the same torch commands twice), a run with the same argv and
+// inputs is done once and `out` copied from its first result. Without it, like run_command. A failed run is
+// never kept.
+CommandResult run_oracle(const std::vector<std::string>& argv, const std::vector<std::string>& inputs,
+                         const std::string& out);
+
 // True when /usr/bin/python3 can import torch (the live PyTorch checks need it).
 bool torch_available();
 

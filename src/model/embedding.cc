@@ -11,7 +11,7 @@ namespace ddplab {
 
 Embedding::Embedding(int64_t num, int64_t dim, const std::string& prefix, Generator& gen, bool reset_parameters)
     : num_(num), dim_(dim) {
-  weight = {prefix + ".weight", {num, dim}, Matrix::Zero(num, dim)};
+  weight = Parameter::named(prefix + ".weight", {num, dim}, Matrix::Zero(num, dim));
   if (reset_parameters) gen.normal_(weight.data(), weight.numel());
 }
 

@@ -14,8 +14,8 @@ namespace ddplab {
 
 BatchNorm::BatchNorm(int64_t c, double eps, double momentum, int dims, const std::string& prefix)
     : C_(c), eps_(eps), momentum_(momentum), dims_(dims) {
-  weight = {prefix + ".weight", {c}, Matrix::Ones(c, 1)};
-  bias = {prefix + ".bias", {c}, Matrix::Zero(c, 1)};
+  weight = Parameter::named(prefix + ".weight", {c}, Matrix::Ones(c, 1));
+  bias = Parameter::named(prefix + ".bias", {c}, Matrix::Zero(c, 1));
   running_mean = {prefix + ".running_mean", {c}, Matrix::Zero(c, 1)};
   running_var = {prefix + ".running_var", {c}, Matrix::Ones(c, 1)};
   num_batches_tracked = {prefix + ".num_batches_tracked", {}, Matrix(), true, 0};
@@ -65,8 +65,8 @@ Tensor BatchNorm::backward(const Tensor& grad_out, bool need_grad_input, std::ve
 
 LayerNorm::LayerNorm(int64_t n, double eps, const std::string& prefix, bool with_bias)
     : n_(n), eps_(eps), has_bias_(with_bias) {
-  weight = {prefix + ".weight", {n}, Matrix::Ones(n, 1)};
-  bias = {prefix + ".bias", {n}, Matrix::Zero(n, 1)};
+  weight = Parameter::named(prefix + ".weight", {n}, Matrix::Ones(n, 1));
+  bias = Parameter::named(prefix + ".bias", {n}, Matrix::Zero(n, 1));
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {

@@ -4,6 +4,7 @@
 #include <Eigen/Core>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ddplab {
@@ -24,6 +25,15 @@ struct Parameter {
   std::vector<const void*> users;
   bool has_pending = false;
   Matrix pending;
+
+  // A parameter (or buffer) with its name, torch's shape and its first value; no .grad yet.
+  static Parameter named(std::string name, std::vector<int64_t> shape, Matrix value) {
+    Parameter p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.value = std::move(value);
+    return p;
+  }
 
   int64_t numel() const { return value.size(); }
   float* data() { return value.data(); }
