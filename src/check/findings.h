@@ -64,4 +64,13 @@ class Findings {
   bool join_skew_ = false;
 };
 
+class GradReplay;
+
+// The findings that need no step: what the recorder could not record, the optimizer's parameters, ranks whose
+// recording stopped or that did not reach close(), and the comm hook's limits (run_findings.cc).
+void run_findings(const Run& run, const GradReplay& replay, Findings& found);
+// DDP's parameters the traced optimizer does not hold: a mistake when nothing else changes them either; a
+// second optimizer that steps them is a design. `changed`: whether each of missing_params changed over the run.
+void optimizer_findings(const Manifest& m, const std::vector<bool>& changed, Findings& found);
+
 }  // namespace ddplab::check

@@ -1,0 +1,82 @@
+// The findings that need no step (what the recorder could not record, ranks that stopped, the comm hook's limits)
+// and the traced optimizer's coverage of DDP's parameters.
+#include <fmt/format.h>
+
+#include "src/check/findings.h"
+#include "src/check/replay.h"
+
+namespace ddplab::check {
+
+// The findings that need no step: what the recorder could not record, the optimizer's parameters, ranks
+// whose recording stopped or that did not reach close(), and the comm hook's limits.
+void run_findings(const Run& run, const GradReplay& replay, Findings& found) {
+  const Manifest& m = run.first();
+  if (!m.unchecked_params.empty()) {
+    std::string names;
+    for (const UncheckedParam& u : m.unchecked_params)
+      names += fmt::format("{}'{}' ({}, {})", names.empty() ? "" : ", ", u.name, u.dtype, u.why);
+    found.add("not-checked", "note", "params", -1, -1, m.unchecked_params[0].name,
+              fmt::format("{} not checked: the recorder keeps float32 parameters with dense gradients only; every "
+                          "other parameter, the replicas and the data are checked",
+                          names));
+  }
+  for (const Manifest& rm : run.ranks) {
+    if (rm.stopped_step >= 0)
+      found.add("recording-stopped", "note", "", rm.stopped_step, rm.rank, "",
+                fmt::format("rank {}'s recorder stopped at step {}: {}. The training went on; steps after it are not "
+                            "checked on that rank",
+                            rm.rank, rm.stopped_step, rm.stopped_why));
+    else if (!rm.complete)
+      found.add("recording-stopped", "note", "incomplete", rm.steps.empty() ? -1 : rm.steps.back(), rm.rank, "",
+                fmt::format("rank {} did not reach DDPTrace.close() (the run ended there by an error, a signal or a "
+                            "hang): its trace ends {}",
+                            rm.rank, rm.steps.empty() ? "before its first step" : fmt::format("at step {}", rm.steps.back())));
+  }
+  if (m.optimizer_class == "LBFGS")
+    found.add("not-checked", "note", "closure", -1, -1, "",
+              "DDP's gradients are not predicted: LBFGS calls its closure several times per step and the closure "
+              "zeroes .grad between the backwards, while the recorder reads .grad once, when the step's first backward "
+              "starts; the replicas and the data are checked");
+  if (!replay.grads_checked())
+    found.add("not-checked", "note", "comm-hook", -1, -1, "",
+              "DDP's gradients are not predicted: " + replay.grads_why() +
+                  ". torch ships this hook, so it is trusted; the replicas, the optimizer step and the data are checked");
+  if (m.ddp.comm_hook == "noop")
+    found.add("not-checked", "note", "noop-hook", -1, -1, "",
+              "noop_hook all-reduces nothing: each rank steps with its own gradient and the replicas drift apart by "
+              "design (torch ships it to measure what communication costs); the replicas are not compared");
+}
+
+// DDP's parameters the traced optimizer does not hold: a mistake when nothing else changes them either (an
+// optimizer over copy.deepcopy(model)); a second optimizer that steps them is a design, said as a note.
+// `changed` says whether each missing parameter (manifest order of missing_params) changed over the run.
+void optimizer_findings(const Manifest& m, const std::vector<bool>& changed, Findings& found) {
+  size_t moved = 0;
+  for (bool c : changed) moved += c;
+  if (moved > 0) {
+    found.add("not-checked", "note", "other-optimizer", -1, -1, m.params[m.missing_params[0]].name,
+              fmt::format("{} of DDP's parameters are not in the traced optimizer ({}) but changed during the run "
+                          "(first '{}'): another optimizer steps them; they are checked as DDP reduces them, not stepped",
+                          m.missing_params.size(), m.optimizer_class, m.params[m.missing_params[0]].name));
+    return;
+  }
+  const size_t held = m.params.size() - m.missing_params.size();
+  if (!m.missing_params.empty() || !m.missing_unchecked.empty()) {
+    const bool none = held == 0 && m.missing_unchecked.size() == m.unchecked_params.size();
+    const std::string first = !m.missing_params.empty() ? m.params[m.missing_params[0]].name : m.missing_unchecked[0];
+    const size_t missing = m.missing_params.size() + m.missing_unchecked.size();
+    found.add("optimizer-misses-parameters", "problem", none ? "none" : "some", -1, -1, first,
+              none ? fmt::format("the optimizer ({}) holds none of DDP's {} parameters{}: optimizer.step() never "
+                                 "changes the model DDP trains. Usually an optimizer built over another model's "
+                                 "parameters (copy.deepcopy(model), a model made again) instead of "
+                                 "ddp_model.parameters()",
+                                 m.optimizer_class, missing,
+                                 m.foreign_params ? fmt::format(" (it holds {} other tensors)", m.foreign_params) : "")
+                   : fmt::format("the optimizer ({}) holds {} of DDP's {} parameters: {} of them (first '{}') get "
+                                 "DDP's averaged gradient but are never stepped. Usually param_groups built from part "
+                                 "of the model, or parameters added after the optimizer was made",
+                                 m.optimizer_class, held, m.params.size() + m.unchecked_params.size(), missing, first));
+  }
+}
+
+}  // namespace ddplab::check
