@@ -706,14 +706,18 @@ class _StepWriter:
         return self._thread is None or not self._thread.is_alive()
 
     def _run(self, path, arena, total):
+        d, base = os.path.split(path)
+        tmp = os.path.join(d, "." + base + ".tmp")
         try:
-            d, base = os.path.split(path)
-            tmp = os.path.join(d, "." + base + ".tmp")
             self._write(tmp, arena, total)
             os.replace(tmp, path)
             self._result = (path, None)
-        except BaseException as e:  # reported by wait(), in the training's thread
+        except BaseException as e:  # reported by wait(), in the training's thread; no half-written file left
             self._result = (path, e)
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
 
     def _write(self, tmp, arena, total):
         if not (self._direct and self._write_direct(tmp, arena, total)):

@@ -85,6 +85,8 @@ def main():
         original = T._StepWriter._write
 
         def full(self, tmp, arena, total):
+            with open(tmp, "wb") as f:  # part of the file written, then the disk is full
+                f.write(b"x" * 10)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
         T._StepWriter._write = full
         try:
@@ -96,8 +98,8 @@ def main():
             except OSError as e:
                 if e.errno != errno.ENOSPC:
                     failures.append("wait() raised %r" % e)
-            if os.path.exists(path):
-                failures.append("a failed write left %s" % path)
+            if os.path.exists(path) or any(f.endswith(".tmp") for f in os.listdir(d)):
+                failures.append("a failed write left %s or its temporary file" % path)
         finally:
             T._StepWriter._write = original
         print("ok   failure   reported by wait() in the caller's thread")
