@@ -65,8 +65,8 @@ CheckResult check_run(const Run& run) {
   // rank's previous one (its parameters after the step only).
   std::vector<size_t> next(static_cast<size_t>(ws), 0);
   std::vector<std::unique_ptr<StepRecord>> head(static_cast<size_t>(ws)), prev(static_cast<size_t>(ws));
-  bool pairing_lost = false, any_local = false, any_nonzero = false, any_moved = false, first = true;
-  int64_t averagings = 0, averagings_exact = 0;
+  bool pairing_lost = false, first = true;
+  RunSeen seen;
   std::vector<uint32_t> missing_first(m.missing_params.size());  // digests of rank 0's first param_before
   // Per rank, the optimizer state ddp_check predicted after its last step: what a digest of the next step's
   // state is checked against, and then stands for.
@@ -273,9 +273,9 @@ CheckResult check_run(const Run& run) {
       if (!rec) continue;
       RankStep& o = rs[static_cast<size_t>(r)];
       ln[static_cast<size_t>(r)] = o.ln, dn[static_cast<size_t>(r)] = o.dn;
-      any_local = any_local || o.local;
-      any_nonzero = any_nonzero || o.nonzero;
-      any_moved = any_moved || o.moved;
+      seen.any_local = seen.any_local || o.local;
+      seen.any_nonzero = seen.any_nonzero || o.nonzero;
+      seen.any_moved = seen.any_moved || o.moved;
       StepRecord& mine = *cur[static_cast<size_t>(r)];
       const std::string& unknown = o.unknown;
       if (!unknown.empty()) {
@@ -341,7 +341,7 @@ CheckResult check_run(const Run& run) {
             source = q.get();
       }
       moved[static_cast<size_t>(r)] = first_difference(m, *rec, "param_before", *source, "param_after");
-      any_moved = any_moved || !moved[static_cast<size_t>(r)].empty();  // something else trains them
+      seen.any_moved = seen.any_moved || !moved[static_cast<size_t>(r)].empty();  // something else trains them
     }
     if (after_averaging) {
       std::string differs;
@@ -352,7 +352,7 @@ CheckResult check_run(const Run& run) {
           who = rec->rank;
         }
       if (differs.empty()) {
-        ++averagings;
+        ++seen.averagings;
         // Bit for bit the average of the ranks' parameters, added in Gloo's ring order?
         const std::vector<float> want = m.backend == "gloo" ? predicted_average(run, prev, collective::Algorithm::ring)
                                                             : std::vector<float>{};
@@ -365,7 +365,7 @@ CheckResult check_run(const Run& run) {
           }
           got.insert(got.end(), v->data.begin(), v->data.end());
         }
-        averagings_exact += !want.empty() && !got.empty() && want == got;
+        seen.averagings_exact += !want.empty() && !got.empty() && want == got;
       } else {
         found.add("replicas-diverged", "problem", "outside-step", step, who, differs,
                   fmt::format("step {}: the model averager ran after step {}, but rank {}'s '{}' differs from rank {}'s "
@@ -373,7 +373,7 @@ CheckResult check_run(const Run& run) {
                               step, step - 1, who, differs, ref->rank));
       }
     }
-    line.replicas_equal = replay.local_gradients() ? !after_averaging || averagings > 0 : found.replicas(recs, moved, first, &res.first_divergence);
+    line.replicas_equal = replay.local_gradients() ? !after_averaging || seen.averagings > 0 : found.replicas(recs, moved, first, &res.first_divergence);
     found.per_step(recs);
     res.grads.checked += line.grads.checked, res.grads.exact += line.grads.exact;
     res.grads.allclose += line.grads.allclose, res.grads.different += line.grads.different;
@@ -402,24 +402,8 @@ CheckResult check_run(const Run& run) {
       changed[i] = !prev[0]->digest("param_after", m.params[m.missing_params[i]].name, &d) || d != missing_first[i];
     optimizer_findings(m, changed, found);
   }
-  if (averagings > 0)
-    found.add("model-averaging", "note", "", -1, -1, "",
-              fmt::format("post-local SGD: the replicas were equal right after each of the {} model averagings "
-                          "({} of them bit for bit the average ddp_check predicts: the flattened parameters divided by "
-                          "world_size, summed in Gloo's ring order); between them each rank steps with its own "
-                          "gradient, so they differ by design and are not compared",
-                          averagings, averagings_exact));
-  if (any_local && !any_nonzero) {
-    found.add("nothing-trains", "problem", "zero-gradients", 0, -1, "",
-              "every gradient of every rank is exactly zero at every recorded step: the loss does not depend on the "
-              "parameters. Usually a loss that is constant, e.g. nn.CrossEntropyLoss over a model with one output "
-              "column (softmax over one class is always 1, so the loss is 0), or a loss computed from detached "
-              "tensors");
-  } else if (!any_moved && !res.lines.empty() && !m.params.empty()) {
-    found.add("nothing-trains", "problem", "parameters-unchanged", 0, -1, "",
-              "optimizer.step() never changed a parameter of the DDP model at any recorded step: usually an optimizer "
-              "over other tensors than ddp_model.parameters(), or lr=0");
-  }
+  seen.steps = !res.lines.empty();
+  what_the_run_did(m, seen, found);
   res.buckets = replay.buckets();
   if (!data_findings(run, data, &found, &res.data)) {
     bool loaders = false;

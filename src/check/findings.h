@@ -73,4 +73,15 @@ void run_findings(const Run& run, const GradReplay& replay, Findings& found);
 // second optimizer that steps them is a design. `changed`: whether each of missing_params changed over the run.
 void optimizer_findings(const Manifest& m, const std::vector<bool>& changed, Findings& found);
 
+// What check_run saw over the whole run, for the findings about the run as a whole.
+struct RunSeen {
+  bool steps = false;        // a step was compared
+  bool any_local = false;    // local gradients were recorded
+  bool any_nonzero = false;  // one of them was not all zeros
+  bool any_moved = false;    // a step, or something else, changed a parameter
+  int64_t averagings = 0, averagings_exact = 0;  // post-local SGD's model averagings, and those bit for bit
+};
+// Post-local SGD's averagings, and a run that trains nothing (zero gradients, parameters never changed).
+void what_the_run_did(const Manifest& m, const RunSeen& seen, Findings& found);
+
 }  // namespace ddplab::check

@@ -1,5 +1,5 @@
-// The findings that need no step (what the recorder could not record, ranks that stopped, the comm hook's limits)
-// and the traced optimizer's coverage of DDP's parameters.
+// The findings that need no step (what the recorder could not record, ranks that stopped, the comm hook's limits),
+// the traced optimizer's coverage of DDP's parameters, and what the run did as a whole (averagings, training nothing).
 #include <fmt/format.h>
 
 #include "src/check/findings.h"
@@ -76,6 +76,27 @@ void optimizer_findings(const Manifest& m, const std::vector<bool>& changed, Fin
                                  "DDP's averaged gradient but are never stepped. Usually param_groups built from part "
                                  "of the model, or parameters added after the optimizer was made",
                                  m.optimizer_class, held, m.params.size() + m.unchecked_params.size(), missing, first));
+  }
+}
+
+void what_the_run_did(const Manifest& m, const RunSeen& seen, Findings& found) {
+  if (seen.averagings > 0)
+    found.add("model-averaging", "note", "", -1, -1, "",
+              fmt::format("post-local SGD: the replicas were equal right after each of the {} model averagings "
+                          "({} of them bit for bit the average ddp_check predicts: the flattened parameters divided by "
+                          "world_size, summed in Gloo's ring order); between them each rank steps with its own "
+                          "gradient, so they differ by design and are not compared",
+                          seen.averagings, seen.averagings_exact));
+  if (seen.any_local && !seen.any_nonzero) {
+    found.add("nothing-trains", "problem", "zero-gradients", 0, -1, "",
+              "every gradient of every rank is exactly zero at every recorded step: the loss does not depend on the "
+              "parameters. Usually a loss that is constant, e.g. nn.CrossEntropyLoss over a model with one output "
+              "column (softmax over one class is always 1, so the loss is 0), or a loss computed from detached "
+              "tensors");
+  } else if (!seen.any_moved && seen.steps && !m.params.empty()) {
+    found.add("nothing-trains", "problem", "parameters-unchanged", 0, -1, "",
+              "optimizer.step() never changed a parameter of the DDP model at any recorded step: usually an optimizer "
+              "over other tensors than ddp_model.parameters(), or lr=0");
   }
 }
 
