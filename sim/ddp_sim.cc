@@ -2,11 +2,11 @@
 // broadcast at construction, buckets (rebuilt after iteration 0), grad * (1/world_size) then SUM
 // all-reduce, DistributedSampler, no_sync. Ends with the notebook's cmp tables and why bits differ.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 
-#include "sim/gpt_sim.h"
 #include "src/base/compare.h"
 #include "src/ddp/config.h"
 #include "src/ddp/join.h"
@@ -14,6 +14,7 @@
 #include "src/ddp/zero.h"
 #include "src/base/flags.h"
 #include "src/gpt/train.h"
+#include "src/report/gpt_output.h"
 #include "src/base/io.h"
 #include "src/base/parallel.h"
 #include "src/report/explain.h"
@@ -41,51 +42,27 @@ constexpr const char* kTail = R"(output:
 
 using namespace ddplab;
 
-int run(int argc, char** argv) {
-  auto known = ddp::config_flag_names();
-  for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps", "compute-gflops",
-                        "dump-params", "quiet", "threads", "report"}) {
-    known.insert(f);
-  }
-  const Flags flags(argc, argv, known, {"explain", "quiet", "seed-per-rank"});
-  if (flags.help()) {
-    std::printf("%s%s%s%s", kHead, ddp::config_usage(), threads_usage(), kTail);
-    return 0;
-  }
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
-  ddp::Config cfg = ddp::config_from_flags(flags);
-  cfg.threads = threads_from_flags(flags);
-  if (cfg.is_gpt()) return run_gpt_sim(flags, cfg);
-  const bool single = flags.get_bool("compare-single-device", false);
-  const bool explain = flags.get_bool("explain", false);
-  const bool quiet = flags.get_bool("quiet", false);
-  const CostModel cost = cost_model_from_flags(flags);
-  const std::string trace = flags.get_string("trace", "");
-  const std::string dump = flags.get_string("dump-params", "");
-  const std::string report_path = flags.get_string("report", "");
-  for (const auto& [flag, path] :
-       {std::pair{"--trace", trace}, std::pair{"--dump-params", dump}, std::pair{"--report", report_path}}) {
-    if (!path.empty()) {
-      if (std::string why = check_writable(path); !why.empty()) throw UsageError(std::string(flag) + ": " + why);
-    }
-  }
+// --zero: where the optimizer state lives, rank by rank (any model: the ranks' optimizers).
+template <class Rank>
+void print_zero(const ddp::Config& cfg, const std::vector<std::unique_ptr<Rank>>& ranks) {
+  if (!cfg.zero) return;
+  std::vector<int64_t> state;
+  for (const auto& r : ranks) state.push_back(r->optimizer->state_numel());
+  const auto& zero = dynamic_cast<const ddp::ZeroRedundancyOptimizer&>(*ranks[0]->optimizer);
+  fmt::print("\n{}", ddp::zero_block(zero.params(), zero.partition(), state));
+}
 
-  cfg.compare_hook = explain || !report_path.empty();
-  fmt::print("ddp_sim: {}\n{}", ddp::describe(cfg), ddp::describe_notes(cfg));
-  std::string explanation;
-  report::ReportData page;
-  ddp::SimHooks hooks;
-  if (explain || !report_path.empty()) {
-    hooks.before_allreduce = [&](int64_t sync, size_t bucket, const std::vector<float*>& bufs, size_t n) {
-      if (sync != 0 || bucket != 0) return;
-      if (explain) explanation = explain_first_bucket(cfg, bufs, n);
-      // The report draws the ring as a table of ranks: from 2 to 8 of them.
-      if (!report_path.empty() && bufs.size() >= 2 && bufs.size() <= 8) page.ring = report::explain_data(cfg, bufs, n);
-    };
-  }
-  const ddp::SimResult res = ddp::simulate(cfg, single, hooks);
+// What --report repeats of the printed text: the cmp tables and the comm hook's table.
+struct Printed {
+  std::string tables, hooks;
+};
+
+// The nn.Sequential models' output: DistributedSampler's epochs, the buckets, the cmp tables.
+Printed print_sequential(const ddp::Config& cfg, const ddp::SimResult& res, const Flags& flags,
+                             const std::string& explanation) {
   fmt::print("buckets at iteration 0: {}\n", res.buckets_first);
   if (const std::string j = ddp::join_summary(cfg); !j.empty()) fmt::print("{}\n", j);
+  const bool quiet = flags.get_bool("quiet", false);
   if (!quiet) {
     size_t next = 0;
     // the epochs that ran (training stops early on DDP's unused-parameter error)
@@ -122,18 +99,105 @@ int run(int argc, char** argv) {
                cfg.bucket_cap_mb, res.buckets_rebuilt);
   }
   for (const std::string& n : res.notes) fmt::print("{}\n", n);
-  if (cfg.zero) {  // where the optimizer state lives, rank by rank
-    std::vector<int64_t> state;
-    for (const auto& rep : res.replicas) state.push_back(rep->optimizer->state_numel());
-    const auto& zero = dynamic_cast<const ddp::ZeroRedundancyOptimizer&>(*res.replicas[0]->optimizer);
-    fmt::print("\n{}", ddp::zero_block(zero.params(), zero.partition(), state));
-  }
+  print_zero(cfg, res.replicas);
   if (!explanation.empty()) fmt::print("\n{}", explanation);
-  std::string hook_table;
-  if (!res.hook_reports.empty()) hook_table = ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports);
-  if (!hook_table.empty()) fmt::print("\n{}", hook_table);
-  const std::string tables = report_tables(cfg, res);
-  fmt::print("\n{}", tables);
+  Printed out;
+  if (!res.hook_reports.empty()) out.hooks = ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports);
+  if (!out.hooks.empty()) fmt::print("\n{}", out.hooks);
+  out.tables = report_tables(cfg, res);
+  fmt::print("\n{}", out.tables);
+  return out;
+}
+
+// The tiny GPT's output: each rank's losses, evaluations and clip norms, and every rank against rank 0.
+void print_gpt(const ddp::Config& cfg, const gpt::GptSimResult& res, const std::vector<report::RankRecord>& ranks,
+               const Flags& flags) {
+  fmt::print("buckets at iteration 0 (model order): {}\n", report::short_names(res.buckets_first));
+  if (!res.buckets_rebuilt.empty()) {
+    fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order; the tied wte is ready last): {}\n",
+               report::short_names(res.buckets_rebuilt));
+  } else if (cfg.find_unused_parameters) {
+    fmt::print("buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True\n");
+  }
+  if (const std::string j = ddp::join_summary(cfg); !j.empty()) fmt::print("{}\n", j);
+  if (!flags.get_bool("quiet", false)) {  // as ddp_verify --model gpt: no per-step lines nor cmp tables
+    fmt::print("{}", report::gpt_summary(cfg, ranks));
+    for (const std::string& n : res.notes) fmt::print("{}\n", n);
+  }
+  print_zero(cfg, res.ranks);
+  if (!res.hook_reports.empty()) fmt::print("\n{}", ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports));
+}
+
+int run(int argc, char** argv) {
+  auto known = ddp::config_flag_names();
+  for (const char* f : {"compare-single-device", "explain", "trace", "link-latency-us", "link-gbps", "compute-gflops",
+                        "dump-params", "quiet", "threads", "report"}) {
+    known.insert(f);
+  }
+  const Flags flags(argc, argv, known, {"explain", "quiet", "seed-per-rank"});
+  if (flags.help()) {
+    std::printf("%s%s%s%s", kHead, ddp::config_usage(), threads_usage(), kTail);
+    return 0;
+  }
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "' (see --help)");
+  ddp::Config cfg = ddp::config_from_flags(flags);
+  cfg.threads = threads_from_flags(flags);
+  const bool gpt = cfg.is_gpt();
+  if (gpt) {
+    for (const char* f : {"compare-single-device", "report"}) {
+      if (flags.has(f)) throw UsageError(fmt::format("--{} does not apply to --model gpt (the sequential models' output)", f));
+    }
+  }
+  const bool single = flags.get_bool("compare-single-device", false);
+  const bool explain = flags.get_bool("explain", false);
+  const CostModel cost = cost_model_from_flags(flags);
+  const std::string trace = flags.get_string("trace", "");
+  const std::string dump = flags.get_string("dump-params", "");
+  const std::string report_path = flags.get_string("report", "");
+  for (const auto& [flag, path] :
+       {std::pair{"--trace", trace}, std::pair{"--dump-params", dump}, std::pair{"--report", report_path}}) {
+    if (!path.empty()) {
+      if (std::string why = check_writable(path); !why.empty()) throw UsageError(std::string(flag) + ": " + why);
+    }
+  }
+  cfg.compare_hook = explain || !report_path.empty();
+  std::optional<TextData> text;  // --model gpt: its data set the vocabulary before the run is described
+  if (gpt) {
+    text.emplace(TextData::load(cfg.data));
+    text->check_batch_shape(cfg.batch_size, cfg.gpt.block_size);
+    cfg.gpt.vocab_size = text->vocab_size();
+  }
+  fmt::print("ddp_sim: {}\n{}", ddp::describe(cfg), ddp::describe_notes(cfg));
+  if (gpt) {
+    fmt::print("data: {} (vocabulary of {} bytes; train {} tokens, val {})\n", cfg.data, text->vocab_size(),
+               text->tokens(Split::kTrain).size(), text->tokens(Split::kVal).size());
+  }
+  std::string explanation;
+  report::ReportData page;
+  ddp::SimHooks hooks;
+  if (!gpt && (explain || !report_path.empty())) {  // the GPT's --explain compares its hook per bucket instead
+    hooks.before_allreduce = [&](int64_t sync, size_t bucket, const std::vector<float*>& bufs, size_t n) {
+      if (sync != 0 || bucket != 0) return;
+      if (explain) explanation = explain_first_bucket(cfg, bufs, n);
+      // The report draws the ring as a table of ranks: from 2 to 8 of them.
+      if (!report_path.empty() && bufs.size() >= 2 && bufs.size() <= 8) page.ring = report::explain_data(cfg, bufs, n);
+    };
+  }
+  // One simulation per run: the sequential models' replicas, or the GPT's ranks; the same loop under both.
+  std::optional<ddp::SimResult> seq;
+  std::optional<gpt::GptSimResult> tiny;
+  std::vector<report::RankRecord> records;  // the GPT's ranks as its summary and dump read them
+  Printed printed;                          // the sequential models' tables, for --report
+  if (gpt) {
+    tiny.emplace(gpt::simulate(cfg, *text, hooks));
+    for (const auto& r : tiny->ranks) records.push_back(report::record_of(*r));
+    print_gpt(cfg, *tiny, records, flags);
+  } else {
+    seq.emplace(ddp::simulate(cfg, single, hooks));
+    printed = print_sequential(cfg, *seq, flags, explanation);
+  }
+  const ddp::TrainLog& trained = gpt ? static_cast<const ddp::TrainLog&>(*tiny) : *seq;
+  const std::string error = trained.error ? ddp::unfinished_reduction_message(*trained.error) : "";
 
   if (!trace.empty()) {
     if (std::string why = write_trace(trace, cfg, cost); !why.empty()) {
@@ -142,27 +206,28 @@ int run(int argc, char** argv) {
     }
   }
   if (!dump.empty()) {
-    if (std::string why = write_file_atomic(dump, dump_json(cfg, res)); !why.empty()) {
+    const std::string json = gpt ? report::gpt_dump_json(cfg, records, "", error) : dump_json(cfg, *seq);
+    if (std::string why = write_file_atomic(dump, json); !why.empty()) {
       std::fprintf(stderr, "ddp_sim: --dump-params: %s\n", why.c_str());
       return 1;
     }
   }
-  if (!report_path.empty()) {
+  if (!report_path.empty()) {  // the sequential models only (refused above for the GPT)
     page.program = "ddp_sim";
     page.title = fmt::format("{} simulated replicas of torch DistributedDataParallel in one process", cfg.world_size);
     page.argv.assign(argv, argv + argc);
     page.config = ddp::describe(cfg);
-    report::add_simulation(page, cfg, res);
-    page.notes.push_back(tables);
-    if (!hook_table.empty()) page.notes.push_back(hook_table);
+    report::add_simulation(page, cfg, *seq);
+    page.notes.push_back(printed.tables);
+    if (!printed.hooks.empty()) page.notes.push_back(printed.hooks);
     page.timing = report::timing_of(build_timeline(cfg, cost), cfg.world_size);
     if (std::string why = write_file_atomic(report_path, report::render_html(page)); !why.empty()) {
       std::fprintf(stderr, "ddp_sim: --report: %s\n", why.c_str());
       return 1;
     }
   }
-  if (res.error) {  // torch raised here: the tables above are the state it stopped in
-    std::fprintf(stderr, "ddp_sim: RuntimeError at %s\n", ddp::unfinished_reduction_message(*res.error).c_str());
+  if (trained.error) {  // torch raised here: what was printed above is the state it stopped in
+    std::fprintf(stderr, "ddp_sim: RuntimeError at %s\n", error.c_str());
     return 1;
   }
   return 0;

@@ -1,4 +1,4 @@
-// The tiny GPT under DDP (src/gpt/train.h simulate_gpt) against torch 1.13 DDP over Gloo with real
+// The tiny GPT under DDP (src/gpt/train.h gpt::simulate) against torch 1.13 DDP over Gloo with real
 // processes (tests/golden/gpt/*.json from sim/gpt_reference.py, one per configuration in configs.json):
 // every rank's micro-step losses, evaluations, clip norms and final parameters, the rebuilt buckets, and
 // where torch raised when it did, bit for bit.
@@ -49,7 +49,7 @@ void check(const std::string& name) {
   const TextData data = TextData::load(cfg.data);
   cfg.gpt.vocab_size = data.vocab_size();
   ASSERT_EQ(cfg.gpt.vocab_size, g["vocab_size"].get<int64_t>());
-  const GptSimResult res = simulate_gpt(cfg, data);
+  const GptSimResult res = gpt::simulate(cfg, data);
   ASSERT_EQ(res.ranks.size(), g["ranks"].size());
   int64_t equal = 0, total = 0;
   for (size_t r = 0; r < res.ranks.size(); ++r) {
@@ -114,9 +114,9 @@ TEST(GptDdp, ThreadsGiveTheBitsOfOneThread) {
   const TextData data = TextData::load(cfg.data);
   cfg.gpt.vocab_size = data.vocab_size();
   cfg.threads = 1;
-  const GptSimResult one = simulate_gpt(cfg, data);
+  const GptSimResult one = gpt::simulate(cfg, data);
   cfg.threads = 3;
-  const GptSimResult three = simulate_gpt(cfg, data);
+  const GptSimResult three = gpt::simulate(cfg, data);
   int64_t floats = 0;
   for (size_t r = 0; r < one.ranks.size(); ++r) {
     EXPECT_EQ(one.ranks[r]->log.losses, three.ranks[r]->log.losses) << "rank " << r;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -22,12 +23,12 @@
 #include "src/launch/runner.h"
 #include "src/nccl/gpu_trainer.h"
 #include "src/base/parallel.h"
+#include "src/report/gpt_output.h"
 #include "src/report/html_report.h"
 #include "src/report/per_rank.h"
 #include "src/report/report.h"
 #include "src/report/timeline.h"
 #include "src/launch/compute.h"
-#include "verify/gpt_verify.h"
 
 namespace {
 
@@ -55,21 +56,89 @@ constexpr const char* kTail = R"(output:
                             the simulator's ring all-reduce, the --trace timeline, the command line
 )";
 
-// Every rank's `mine` (buffers or Dropout masks), gathered as raw floats: index r holds rank r's.
+// Every rank's `mine` (buffers or Dropout masks): index r holds rank r's.
 std::vector<report::NamedTensors> gather_tensors(comm::Communicator& comm, const report::NamedTensors& mine,
                                                  int world_size) {
   std::vector<report::NamedTensors> all(static_cast<size_t>(world_size));
   for (auto& t : all) t.names = mine.names;
   for (const std::vector<float>& v : mine.values) {
-    const auto got =
-        comm::all_gather_strings(comm, std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
-    for (size_t r = 0; r < got.size(); ++r) {
-      std::vector<float> f(got[r].size() / sizeof(float));
-      std::memcpy(f.data(), got[r].data(), f.size() * sizeof(float));
-      all[r].values.push_back(std::move(f));
-    }
+    auto got = comm::all_gather_floats(comm, v);
+    for (size_t r = 0; r < got.size(); ++r) all[r].values.push_back(std::move(got[r]));
   }
   return all;
+}
+
+// --model gpt: this rank's GptRank through the one real-rank path (ddp::train_over); rank 0 gathers every
+// rank's parameters and logs, prints the GPT's summary, and compares them with the simulator's ranks.
+int gpt_body(const Flags& flags, const ddp::Config& cfg, const TextData& data, dist::Rank& rank) {
+  comm::Communicator& comm = *rank.comm;
+  const int ws = rank.env.world_size;
+  if (rank.env.rank == 0) {
+    fmt::print("ddp_verify: {} backend, {} ranks | {}\n{}", rank.backend, ws, ddp::describe(cfg),
+               ddp::describe_notes(cfg));
+  }
+  std::fflush(stdout);
+  gpt::GptRank me(cfg, data, rank.env.rank);
+  double train_seconds = 0;
+  const ddp::TrainLog res = ddp::train_over(cfg, comm, me, false, &train_seconds);
+
+  // Rank 0 gathers every rank's parameters and logs (every rank ran as many steps).
+  report::RankRecord mine = report::record_of(me);
+  std::vector<float> flat, ev;
+  for (const auto& p : mine.params) flat.insert(flat.end(), p.begin(), p.end());
+  for (const gpt::EvalLog& e : mine.log.evals) ev.insert(ev.end(), {e.train, e.val});
+  const auto params = comm::all_gather_floats(comm, flat);
+  const auto losses = comm::all_gather_floats(comm, mine.log.losses);
+  const auto norms = comm::all_gather_floats(comm, mine.log.clip_norms);
+  const auto evals = comm::all_gather_floats(comm, ev);
+  float verdict = 0.0f;
+  if (rank.env.rank == 0) {
+    std::vector<report::RankRecord> real(static_cast<size_t>(ws));
+    for (size_t r = 0; r < real.size(); ++r) {
+      real[r].names = mine.names;
+      size_t off = 0;
+      for (const auto& p : mine.params) {
+        real[r].params.emplace_back(params[r].begin() + static_cast<std::ptrdiff_t>(off),
+                                    params[r].begin() + static_cast<std::ptrdiff_t>(off + p.size()));
+        off += p.size();
+      }
+      real[r].log.losses = losses[r];
+      real[r].log.clip_norms = norms[r];
+      for (size_t e = 0; e < mine.log.evals.size() && 2 * e + 1 < evals[r].size(); ++e) {
+        real[r].log.evals.push_back({mine.log.evals[e].step, evals[r][2 * e], evals[r][2 * e + 1]});
+      }
+    }
+    if (!flags.get_bool("quiet", false)) {
+      fmt::print("{}", report::gpt_summary(cfg, real));
+      for (const std::string& n : res.notes) fmt::print("{}\n", n);
+    }
+    if (!res.hook_reports.empty()) fmt::print("{}\n", ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports));
+    const auto s0 = std::chrono::steady_clock::now();
+    const gpt::GptSimResult sim = gpt::simulate(cfg, data);
+    const double sim_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
+    fmt::print("timing: real training {:.1f} ms (CPU, {}), simulator {:.1f} ms (CPU)\n", train_seconds * 1e3,
+               rank.backend, sim_ms);
+    std::vector<report::RankRecord> simulated;
+    for (const auto& r : sim.ranks) simulated.push_back(report::record_of(*r));
+    const std::string error = res.error ? ddp::unfinished_reduction_message(*res.error) : "";
+    bool ok = false;
+    fmt::print("{}", report::gpt_sim_vs_real(cfg, real, simulated, error,
+                                             sim.error ? ddp::unfinished_reduction_message(*sim.error) : "", &ok));
+    verdict = ok ? 0.0f : 1.0f;
+    const std::string dump = flags.get_string("dump-params", "");
+    if (!dump.empty()) {
+      if (std::string why = write_file_atomic(dump, report::gpt_dump_json(cfg, real, rank.backend, error)); !why.empty()) {
+        std::fprintf(stderr, "ddp_verify: --dump-params: %s\n", why.c_str());
+        verdict = 1.0f;
+      }
+    }
+    if (res.error) {  // torch's ranks fail here: so do ours, after showing that they failed alike
+      std::fprintf(stderr, "ddp_verify: RuntimeError at %s\n", error.c_str());
+      verdict = 1.0f;
+    }
+  }
+  comm.broadcast(&verdict, 1, 0);  // every rank exits with rank 0's verdict
+  return verdict == 0.0f ? 0 : 1;
 }
 
 int body(const Flags& flags, const ddp::Config& cfg, dist::Rank& rank, const std::vector<std::string>& argv) {
@@ -344,9 +413,16 @@ int run(int argc, char** argv) {
     }
     cfg.allreduce = collective::Algorithm::nccl_ring;
   }
-  if (cfg.is_gpt()) return run_gpt_verify(flags, run, argc, argv, cfg);
+  std::optional<TextData> text;  // --model gpt: its data, read once before the ranks start
+  if (cfg.is_gpt()) {
+    if (flags.has("report")) throw UsageError("--report does not apply to --model gpt (the sequential models' output)");
+    text.emplace(TextData::load(cfg.data));
+    text->check_batch_shape(cfg.batch_size, cfg.gpt.block_size);
+    cfg.gpt.vocab_size = text->vocab_size();
+  }
   return dist::run_ddp_ranks(flags, run, argc, argv, cfg, [&](dist::Rank& rank, const ddp::Config& ranks_cfg) {
-    return body(flags, ranks_cfg, rank, std::vector<std::string>(argv, argv + argc));
+    return text ? gpt_body(flags, ranks_cfg, *text, rank)
+                : body(flags, ranks_cfg, rank, std::vector<std::string>(argv, argv + argc));
   });
 }
 

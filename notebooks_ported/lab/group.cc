@@ -259,7 +259,9 @@ std::unique_ptr<TrainedGpt> train_gpt(const Group& g, const gpt::RunConfig& cfg,
     t->buckets_reduced += static_cast<int64_t>(buckets);
   };
   if (!g.real() || !g.runs(cfg.world_size)) {
-    t->sim = gpt::simulate_gpt(t->cfg, data, count);
+    ddp::SimHooks hooks;
+    hooks.on_allreduce = count;
+    t->sim = gpt::simulate(t->cfg, data, hooks);
     for (const auto& rk : t->sim.ranks) t->ranks.push_back(state_of(*rk));
     return t;
   }
@@ -267,16 +269,8 @@ std::unique_ptr<TrainedGpt> train_gpt(const Group& g, const gpt::RunConfig& cfg,
   t->simulated = false;
   comm::Communicator& comm = *g.comm();
   t->mine = std::make_unique<gpt::GptRank>(t->cfg, data, g.rank());
-  ddp::init_ddp(t->cfg, *t->mine, [&](ddp::TrainingRank& r) { ddp::broadcast_model(comm, r); });
-  t->mine->start();
-  ddp::CommunicatorSync over(t->cfg, comm);
-  ddp::LoopSync sync = over.sync(false);
-  sync.allreduce = [inner = sync.allreduce, count](const std::vector<ddp::Reducer*>& reducers, size_t n) {
-    count(std::min(n, reducers[0]->num_buckets()));
-    return inner(reducers, n);
-  };
-  t->log = ddp::run_training(t->cfg, {t->mine.get()}, sync);
-  comm.context = "after training";
+  double seconds = 0;
+  t->log = ddp::train_over(t->cfg, comm, *t->mine, false, &seconds, count);
   t->ranks = g.gather(state_of(*t->mine));
   return t;
 }

@@ -66,4 +66,16 @@ std::vector<std::string> all_gather_strings(Communicator& c, const std::string& 
   return out;
 }
 
+std::vector<std::vector<float>> all_gather_floats(Communicator& c, const std::vector<float>& mine) {
+  const auto got =
+      all_gather_strings(c, std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(float)));
+  std::vector<std::vector<float>> out;
+  for (const std::string& g : got) {
+    std::vector<float> v(g.size() / sizeof(float));
+    std::memcpy(v.data(), g.data(), v.size() * sizeof(float));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 }  // namespace ddplab::comm

@@ -66,5 +66,7 @@ std::string collective_label(const std::string& name, uint64_t seq, const std::s
 
 // all_gather of strings of any length (lengths first, then padded payloads).
 std::vector<std::string> all_gather_strings(Communicator& c, const std::string& mine);
+// Every rank's floats, as all_gather_strings gathers their bytes (lengths may differ): index r holds rank r's.
+std::vector<std::vector<float>> all_gather_floats(Communicator& c, const std::vector<float>& mine);
 
 }  // namespace ddplab::comm

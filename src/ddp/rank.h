@@ -27,6 +27,10 @@ class TrainingRank {
   virtual std::vector<Parameter*> parameters() = 0;
   virtual std::vector<Buffer*> buffers() = 0;
 
+  // After DDP(model) (the broadcast, the Reducer), before the first step: what a model sets up once its
+  // parameters are rank 0's (the GPT: its optimizer and first get_batch). Nothing for the sequential models.
+  virtual void start() {}
+
   // The data seam. begin_epoch: this rank's micro-batches of `epoch` before --uneven (the sequential models:
   // set_epoch and the DataLoader's iter; the GPT: its one epoch of steps x no_sync get_batch draws).
   virtual int64_t begin_epoch(int64_t epoch) = 0;

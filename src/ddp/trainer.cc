@@ -1,5 +1,6 @@
 #include "src/ddp/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -9,9 +10,35 @@
 #include "src/base/parallel.h"
 
 namespace ddplab::ddp {
+namespace {
+
+// Wraps the loop's all-reduce: `tell` hears how many buckets each synchronised backward reduced.
+void tell_allreduces(LoopSync& sync, const std::function<void(size_t)>& tell) {
+  sync.allreduce = [inner = sync.allreduce, tell](const std::vector<Reducer*>& reducers, size_t n) {
+    tell(std::min(n, reducers[0]->num_buckets()));
+    return inner(reducers, n);
+  };
+}
+
+}  // namespace
 
 RankResult train_rank(const Config& cfg, comm::Communicator& comm) {
   return train_rank(cfg, comm, cpu_kernels(cfg.kernels));
+}
+
+TrainLog train_over(const Config& cfg, comm::Communicator& comm, TrainingRank& rank, bool progress, double* seconds,
+                    const std::function<void(size_t buckets_reduced)>& on_allreduce) {
+  init_ddp(cfg, rank, [&](TrainingRank& r) { broadcast_model(comm, r); });
+  rank.reducer->set_backend_averages(cfg.average == Average::avg && comm.native_avg());
+  rank.start();
+  CommunicatorSync over(cfg, comm);
+  LoopSync sync = over.sync(progress);
+  if (on_allreduce) tell_allreduces(sync, on_allreduce);
+  const auto t0 = std::chrono::steady_clock::now();
+  TrainLog trained = run_training(cfg, {&rank}, sync);
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  comm.context = "after training";  // what the caller exchanges next (ddp_verify's gathers)
+  return trained;
 }
 
 RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels& kernels) {
@@ -23,16 +50,10 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
   Replica& rep = *res.replica;
   rep.data = &data;
   rep.model.set_kernels(kernels);
-  init_ddp(cfg, rep, [&](TrainingRank& r) { broadcast_model(comm, r); });
-  rep.reducer->set_backend_averages(cfg.average == Average::avg && comm.native_avg());
   CommunicatorGroup bn_group(comm);  // --sync-batchnorm: SyncBatchNorm's collectives on this rank's communicator
   set_process_group(rep.model, &bn_group);
-  CommunicatorSync over(cfg, comm);
-  const auto t0 = std::chrono::steady_clock::now();
-  TrainLog trained = run_training(cfg, {&rep}, over.sync(comm.rank() == 0));
-  res.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  TrainLog trained = train_over(cfg, comm, rep, comm.rank() == 0, &res.train_seconds);
   set_process_group(rep.model, nullptr);  // bn_group ends here; the model lives on in res
-  comm.context = "after training";  // what the caller exchanges next (ddp_verify's gathers)
   res.log = std::move(trained.log);
   res.optimizer_steps = trained.optimizer_steps;
   res.hook_reports = std::move(trained.hook_reports);
@@ -47,6 +68,25 @@ RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearK
     res.test_size = test.size();
   }
   return res;
+}
+
+TrainLog simulate_ranks(const Config& cfg, const std::vector<TrainingRank*>& local, ThreadPool* pool,
+                        const SimHooks& hooks, bool progress, Replica* single, bool lockstep) {
+  // DDP(model): broadcast rank 0's parameters and buffers, then build the reducer.
+  for (TrainingRank* r : local) {
+    init_ddp(cfg, *r, [&](TrainingRank& to) {
+      copy_parameters({&to}, *local[0]);
+      copy_buffers({&to}, *local[0]);
+    });
+  }
+  for (TrainingRank* r : local) r->start();
+  // Only a hook needs whole prepared buckets (world_size x the largest bucket); without one every bucket
+  // goes block by block through a small buffer per thread, the path //bench:sim_step measures.
+  InProcessSync in_process(cfg, pool, hooks.before_allreduce);
+  LoopSync sync = in_process.sync(progress);
+  sync.lockstep = lockstep;
+  if (hooks.on_allreduce) tell_allreduces(sync, hooks.on_allreduce);
+  return run_training(cfg, local, sync, single);
 }
 
 SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks) {
@@ -71,13 +111,6 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
     rep->data = &data;
     local.push_back(rep.get());
   }
-  // DDP(model): broadcast rank 0's parameters and buffers, then build the reducer.
-  for (TrainingRank* r : local) {
-    init_ddp(cfg, *r, [&](TrainingRank& to) {
-      copy_parameters({&to}, *local[0]);
-      copy_buffers({&to}, *local[0]);
-    });
-  }
   if (single_device) {
     // The single device takes the ranks' batches concatenated; its own sampler and loader go unused. It is
     // one model with the plain optimizer, whatever the ranks shard.
@@ -85,27 +118,13 @@ SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks)
     if (cfg.seed_per_rank) res.single_device->gen.manual_seed(cfg.seed);  // as rank 0
     if (cfg.zero) res.single_device->optimizer = make_optimizer(cfg, res.single_device->model);
   }
-  // Only a hook needs whole prepared buckets (world_size x the largest bucket); without one every bucket
-  // goes block by block through a small buffer per thread, the path //bench:sim_step measures.
-  InProcessSync in_process(cfg, &pool, hooks.before_allreduce);
-  LoopSync sync = in_process.sync(true);
   std::unique_ptr<LocalSyncBatchNorm> bn;  // --sync-batchnorm: the ranks meet inside forward and backward
   if (cfg.sync_batchnorm && cfg.world_size > 1) {
     bn = std::make_unique<LocalSyncBatchNorm>(cfg.world_size, cfg.allreduce);
     for (size_t r = 0; r < res.replicas.size(); ++r) set_process_group(res.replicas[r]->model, bn->groups[r].get());
-    sync.lockstep = true;
   }
-  TrainLog trained = run_training(cfg, local, sync, res.single_device.get());
+  static_cast<TrainLog&>(res) = simulate_ranks(cfg, local, &pool, hooks, true, res.single_device.get(), bn != nullptr);
   for (auto& rep : res.replicas) set_process_group(rep->model, nullptr);
-  res.sampler_indices = std::move(trained.sampler_indices);
-  res.log = std::move(trained.log);
-  res.optimizer_steps = trained.optimizer_steps;
-  res.single_device_losses = std::move(trained.single_losses);
-  res.buckets_first = std::move(trained.buckets_first);
-  res.buckets_rebuilt = std::move(trained.buckets_rebuilt);
-  res.hook_reports = std::move(trained.hook_reports);
-  res.notes = std::move(trained.notes);
-  res.error = trained.error;
   if (test.size() > 0) {
     // DDP(model).eval() forward broadcasts first (under Join from the highest rank: all are active)
     if (cfg.broadcast_buffers) copy_buffers(local, *local[static_cast<size_t>(cfg.join ? cfg.world_size - 1 : 0)]);

@@ -1,6 +1,7 @@
-// The sequential models' runs (the MLP, the CNN, a spec), on the one training loop (loop.h): simulate() runs
-// every rank in one process; train_rank() is one real rank of ddp_verify, over its Communicator. The tiny GPT's
-// are src/gpt/train.h, on the same loop.
+// The simulator's one path for every model: simulate_ranks() runs any model's ranks in one process, lockstep,
+// on the one training loop (loop.h). simulate() builds the sequential models' (the MLP, the CNN, a spec) and
+// train_rank() is one real rank of ddp_verify, over its Communicator; the tiny GPT builds its ranks in
+// src/gpt/train.h and runs them through simulate_ranks() too.
 #pragma once
 
 #include <cstdint>
@@ -20,28 +21,32 @@
 
 namespace ddplab::ddp {
 
-struct SimResult {
+// The loop's log (sampler indices [epoch][rank], losses in (epoch, batch, rank) order, the buckets, hook
+// reports, find_unused_parameters' notes, DDP's error), and the sequential models' replicas.
+struct SimResult : TrainLog {
   std::vector<std::unique_ptr<Replica>> replicas;
-  std::vector<std::vector<std::vector<int64_t>>> sampler_indices;  // [epoch][rank]
-  std::vector<BatchLog> log;                                       // in (epoch, batch, rank) order
-  std::unique_ptr<Replica> single_device;                          // one model on the union of the shards
-  std::vector<float> single_device_losses;                         // its loss per batch (--report)
-  std::string buckets_first, buckets_rebuilt;                      // rebuilt: empty when never rebuilt
-  int64_t optimizer_steps = 0;
+  std::unique_ptr<Replica> single_device;  // one model on the union of the shards; its losses: single_losses
   // --dataset digits: each rank's accuracy on the test set after training (evaluated as DDP(model) in
   // eval mode evaluates: rank 0's buffers broadcast first), and the single device's.
   std::vector<int64_t> test_correct;  // of test_size
   int64_t single_device_test_correct = 0;
   int64_t test_size = 0;
-  std::vector<std::vector<HookReport>> hook_reports;  // --comm-hook: rank 0's, [synchronised step][bucket]
-  std::vector<std::string> notes;                     // find_unused_parameters' notes
-  std::optional<UnfinishedReduction> error;           // training stopped on DDP's error (unused parameters)
 };
 
 struct SimHooks {
   // Called before every bucket all-reduce with the ranks' prepared buckets (sync = 0, 1, ...).
   InProcessSync::Before before_allreduce;
+  // Called at every synchronised backward with how many buckets it reduced.
+  std::function<void(size_t buckets_reduced)> on_allreduce;
 };
+
+// Every rank of `local` (any model), in this process: DDP(model) (rank 0's parameters and buffers copied to
+// every rank, the Reducer), each rank's start(), then the one loop, the all-reduce as cfg.allreduce orders it,
+// on `pool`. `single` (sequential models' --compare-single-device) trains on the union of the ranks' batches;
+// `lockstep` when the ranks meet inside forward and backward (SyncBatchNorm); `progress`: the loop's
+// per-batch lines.
+TrainLog simulate_ranks(const Config& cfg, const std::vector<TrainingRank*>& local, ThreadPool* pool,
+                        const SimHooks& hooks, bool progress, Replica* single = nullptr, bool lockstep = false);
 
 // The replicas keep a reference to `cfg`: it must outlive the result. Runs on cfg.threads threads.
 SimResult simulate(const Config& cfg, bool single_device, const SimHooks& hooks = {});
@@ -59,6 +64,12 @@ struct RankResult {
   std::vector<std::vector<HookReport>> hook_reports;  // --comm-hook: [synchronised step][bucket]
   std::optional<UnfinishedReduction> error;           // training stopped on DDP's error (unused parameters)
 };
+// One real rank of any model over `comm`: DDP(model) (rank 0's parameters and buffers broadcast, the Reducer,
+// the backend's own averaging where it has one), the rank's start(), then the one loop with every collective
+// through `comm`. *seconds: the loop's wall time. `on_allreduce` (optional) is told of every synchronised
+// backward and how many buckets it reduced. train_rank() and the GPT's real ranks both come through here.
+TrainLog train_over(const Config& cfg, comm::Communicator& comm, TrainingRank& rank, bool progress, double* seconds,
+                    const std::function<void(size_t buckets_reduced)>& on_allreduce = nullptr);
 // `kernels` run Linear: the backend's (dist::Rank::kernels; the NCCL backend runs Linear on the GPU).
 RankResult train_rank(const Config& cfg, comm::Communicator& comm, const LinearKernels& kernels);
 // With the CPU's kernels, cpu_kernels(cfg.kernels).

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "src/ddp/sim_sync.h"
+#include "src/base/parallel.h"
 #include "src/ddp/zero.h"
 #include "src/tensor/torch_sum.h"
 
@@ -81,29 +81,16 @@ void GptRank::evaluate(int64_t step) {
   model.train(true);
 }
 
-GptSimResult simulate_gpt(const RunConfig& cfg, const TextData& data,
-                          const std::function<void(size_t buckets_reduced)>& on_allreduce) {
+GptSimResult simulate(const RunConfig& cfg, const TextData& data, const ddp::SimHooks& hooks) {
   GptSimResult out;
   std::vector<ddp::TrainingRank*> local;
   for (int64_t r = 0; r < cfg.world_size; ++r) {
     out.ranks.push_back(std::make_unique<GptRank>(cfg, data, r));
     local.push_back(out.ranks.back().get());
   }
-  // DDP(model): every rank takes rank 0's parameters (the causal masks are equal anyway).
-  for (auto& rk : out.ranks) {
-    ddp::init_ddp(cfg, *rk, [&](ddp::TrainingRank& to) { ddp::copy_parameters({&to}, *local[0]); });
-    rk->start();
-  }
+  // DDP(model): every rank takes rank 0's parameters (the causal masks are equal anyway, and no buffer).
   ThreadPool pool(cfg.threads > 0 ? cfg.threads : available_cores());
-  ddp::InProcessSync in_process(cfg, &pool);
-  ddp::LoopSync sync = in_process.sync(false);
-  if (on_allreduce) {
-    sync.allreduce = [inner = sync.allreduce, on_allreduce](const std::vector<ddp::Reducer*>& reducers, size_t n) {
-      on_allreduce(std::min(n, reducers[0]->num_buckets()));
-      return inner(reducers, n);
-    };
-  }
-  static_cast<ddp::TrainLog&>(out) = ddp::run_training(cfg, local, sync);
+  static_cast<ddp::TrainLog&>(out) = ddp::simulate_ranks(cfg, local, &pool, hooks, false);
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include "src/ddp/config.h"
 #include "src/ddp/loop.h"
+#include "src/ddp/trainer.h"
 #include "src/gpt/model.h"
 #include "src/data/text_data.h"
 
@@ -41,7 +42,7 @@ class GptRank : public ddp::TrainingRank {
 
   // The optimizer (AdamW over nanoGPT's two groups; ZeroRedundancyOptimizer over them with --zero) and the
   // first get_batch('train').
-  void start();
+  void start() override;
 
   std::vector<Parameter*> parameters() override { return params; }
   std::vector<Buffer*> buffers() override { return {}; }  // the causal masks: equal on every rank, never broadcast
@@ -65,10 +66,9 @@ struct GptSimResult : ddp::TrainLog {
   std::vector<std::unique_ptr<GptRank>> ranks;
 };
 
-// Every rank in this process, lockstep, the all-reduce as Gloo's ring computes it (or cfg.allreduce), on
-// cfg.threads threads. `on_allreduce` (optional) is told of every synchronised backward and how many
-// buckets it reduced.
-GptSimResult simulate_gpt(const RunConfig& cfg, const TextData& data,
-                          const std::function<void(size_t buckets_reduced)>& on_allreduce = nullptr);
+// The GPT's ranks, each seeded and built as train.py builds it, through the simulator's one path
+// (ddp::simulate_ranks): every rank in this process, lockstep, the all-reduce as Gloo's ring computes it (or
+// cfg.allreduce), on cfg.threads threads.
+GptSimResult simulate(const RunConfig& cfg, const TextData& data, const ddp::SimHooks& hooks = {});
 
 }  // namespace ddplab::gpt

@@ -117,4 +117,44 @@ std::string gpt_dump_json(const gpt::RunConfig& cfg, const std::vector<RankRecor
   return s + "}\n";
 }
 
+std::string gpt_sim_vs_real(const gpt::RunConfig& cfg, const std::vector<RankRecord>& real,
+                            const std::vector<RankRecord>& sim, const std::string& error, const std::string& sim_error,
+                            bool* ok) {
+  std::string out;
+  *ok = true;
+  for (size_t r = 0; r < real.size(); ++r) {
+    const RankRecord& s = sim[r];
+    const bool show = r == 0 || r + 1 == real.size();
+    if (show) out += fmt::format("\n# sim vs real, rank {} (simulator all-reduce: ring, the order of Gloo's ring)\n", r);
+    for (size_t i = 0; i < s.names.size(); ++i) {
+      const CmpResult c =
+          cmp(s.names[i], s.params[i].data(), real[r].params[i].data(), static_cast<int64_t>(s.params[i].size()));
+      *ok = *ok && c.approximate;
+      if (show) out += format_cmp(c) + "\n";
+    }
+    const bool same_losses = s.log.losses == real[r].log.losses && s.log.clip_norms == real[r].log.clip_norms;
+    if (show) {
+      out += fmt::format("losses{}: {}\n", cfg.clip_grad_norm > 0 ? " and clip norms" : "",
+                         same_losses ? "bitwise equal" : "DIFFERENT");
+    }
+    *ok = *ok && same_losses;
+    if (r > 0) {
+      bool equal = true;
+      for (size_t i = 0; i < s.names.size(); ++i) equal = equal && real[r].params[i] == real[0].params[i];
+      *ok = *ok && equal;
+      if (r + 1 == real.size()) {
+        out += fmt::format("real rank {} vs real rank 0: {}\n", r, equal ? "every parameter bitwise equal" : "DIFFERENT");
+      }
+    }
+  }
+  if (!error.empty()) {
+    out += fmt::format("\nthe ranks stopped where torch 1.13 raises; the simulator {}\n",
+                       sim_error == error ? "stopped at the same place" : "DID NOT");
+    *ok = *ok && sim_error == error;
+  }
+  out += *ok ? "\nverified: every rank bitwise identical; the simulator agrees (see exact above)\n"
+             : "\nNOT verified: a row above is not approximately equal, or ranks differ\n";
+  return out;
+}
+
 }  // namespace ddplab::report

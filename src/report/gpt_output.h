@@ -29,4 +29,12 @@ std::string gpt_summary(const gpt::RunConfig& cfg, const std::vector<RankRecord>
 std::string gpt_dump_json(const gpt::RunConfig& cfg, const std::vector<RankRecord>& ranks, const std::string& backend,
                           const std::string& error);
 
+// ddp_verify --model gpt's comparison: each real rank against its simulated rank (the cmp tables of rank 0 and
+// the last rank, losses and clip norms bit for bit), the last real rank against rank 0, that the ranks stopped
+// where the simulator did when DDP raised (`error`, `sim_error`: unfinished_reduction_message, "" if none),
+// and the verdict line. *ok: all of it held.
+std::string gpt_sim_vs_real(const gpt::RunConfig& cfg, const std::vector<RankRecord>& real,
+                            const std::vector<RankRecord>& sim, const std::string& error, const std::string& sim_error,
+                            bool* ok);
+
 }  // namespace ddplab::report

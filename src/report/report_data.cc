@@ -139,8 +139,8 @@ void add_simulation(ReportData& d, const ddp::Config& cfg, const ddp::SimResult&
     }
     d.losses.push_back(loss_series(fmt::format("rank {}", r), l));
   }
-  if (!res.single_device_losses.empty()) {
-    d.losses.push_back(loss_series("one device", res.single_device_losses));
+  if (!res.single_losses.empty()) {
+    d.losses.push_back(loss_series("one device", res.single_losses));
     d.losses.back().dashed = true;
     d.losses.back().colour = "#222222";
   }
