@@ -42,6 +42,7 @@ PKGS=(
   nlohmann-json3-dev                   # reads PyTorch goldens in tests
   chromium-headless-shell              # report_test loads --report's HTML in a real browser (skips without)
   zlib1g-dev                           # report_test decodes the browser's PNG screenshot
+  libcpuinfo-dev                       # the kernel family torch 1.13 picks (AVX2 or AVX-512): its sum order
   libdnnl-dev libsleef-dev             # oneDNN 2.6.3 and SLEEF 3.5.1: the libraries torch 1.13 calls for Conv2d and
                                        # its vectorised exp/tanh/erf
   python3-sklearn                      # ships the 8x8 digits (--dataset digits)

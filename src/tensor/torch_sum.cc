@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "src/tensor/cpu_capability.h"
+
 namespace ddplab {
 namespace {
 
@@ -62,13 +64,15 @@ std::vector<float> row_sum(int64_t n, int64_t lanes, Load load) {
   return out;
 }
 
-constexpr int64_t kVec = 8;  // Vectorized<float>::size() on AVX2
+// Vectorized<float>::size() of the kernels torch runs here, unless the caller names one.
+int64_t lanes_or_torchs(int64_t lanes) { return lanes > 0 ? lanes : float_lanes(torch_cpu_capability()); }
 
 }  // namespace
 
-float torch_sum_contiguous(const float* in, int64_t n) {
+float torch_sum_contiguous(const float* in, int64_t n, int64_t lanes) {
+  const int64_t kVec = lanes_or_torchs(lanes);
   if (n < kVec) return row_sum(n, 1, [&](int64_t r, int64_t) { return in[r]; })[0];
-  // vectorized_inner_sum: 8-lane vectors by row_sum, the scalar tail, then the lanes left to right.
+  // vectorized_inner_sum: L-lane vectors by row_sum, the scalar tail, then the lanes left to right.
   const int64_t vecs = n / kVec;
   const auto vacc = row_sum(vecs, kVec, [&](int64_t v, int64_t lane) { return in[v * kVec + lane]; });
   float acc = 0.0f;
@@ -77,12 +81,13 @@ float torch_sum_contiguous(const float* in, int64_t n) {
   return acc;
 }
 
-void torch_sum_dim0(const float* in, float* out, int64_t rows, int64_t cols) {
+void torch_sum_dim0(const float* in, float* out, int64_t rows, int64_t cols, int64_t lanes) {
+  const int64_t kVec = lanes_or_torchs(lanes);
   const auto at = [&](int64_t r, int64_t c) { return in[r * cols + c]; };
   // The output starts at 0 and each result is added to it (CastStoreAccumulate): 0 + -0 gives +0.
   const auto store = [&](int64_t c, float v) { out[c] = 0.0f + v; };
   if (cols == 1) {
-    store(0, torch_sum_contiguous(in, rows));
+    store(0, torch_sum_contiguous(in, rows, kVec));
     return;
   }
   int64_t j = 0;
