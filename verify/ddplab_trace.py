@@ -18,8 +18,11 @@ the optimizer's step) pass through unchanged.
 
 It only observes, so the run is bitwise the run without it: tensor hooks that return None, copies made
 with .detach() and .clone()/.cpu(), no random numbers drawn (the run id comes from os.urandom on each
-rank and rank 0's wins). It makes one collective of its own, in DDPTrace(): an all_gather_object that
-shares the run id and every rank's verdict on its directory (so all ranks refuse together).
+rank and rank 0's wins). Its collectives of its own: in DDPTrace(), an all_gather_object that shares the run
+id and every rank's verdict on its directory (so all ranks refuse together); in close(), where it measures the
+all-reduce's addition order (measure_order; not on Gloo, whose order is known, unless asked), one all-reduce
+on DDP's process group by which the ranks agree, then N(N-1)/2 + 1 all-reduces of each bucket size (every rank
+must call close(), as with any collective).
 
 How each record is taken:
   local/{k}/{name}  a hook on each parameter (param.register_hook): it fires before AccumulateGrad and
@@ -60,6 +63,7 @@ import operator
 import os
 import sys
 import threading
+import time
 import weakref
 import zlib
 
@@ -637,6 +641,109 @@ def _digest(t):
     return zlib.crc32(_tensor_bytes(sums.cpu()))
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The all-reduce's addition order, measured on the run's own communicator (docs/trace_format.md,
+# "allreduce_order"). For each bucket size n and each pair of ranks (a, b), one SUM all-reduce where rank a
+# holds +2^30, rank b -2^30 and every other rank 1: in a chain ((x_p0 + x_p1) + x_p2) + ..., the ones added
+# before both big values are absorbed (2^30 + m rounds to 2^30 for m < 32) and the pair cancels exactly, so
+# the result counts the ones added after the later of a and b: N - 1 - max(pos a, pos b). Element by element,
+# the N(N-1)/2 probes give every rank's position (rank c's is the least of its pairs' maxima; the first two
+# share position 1, and x_a + x_b = x_b + x_a), and a result no chain can give says the element is no chain
+# (a tree, two partial sums added). A seeded all-reduce (rank r: torch.randn(n) from manual_seed(seed + r)),
+# digested, lets ddp_check confirm the whole order, not just the positions. Cost: N(N-1)/2 + 1 all-reduces
+# of each distinct bucket size, at close().
+
+_ORDER_SEED = 20261128
+_MAX_ORDER_RUNS = 1 << 16  # per size: more runs than this (an order changing every few elements) is not kept
+
+
+def _order_pairs(N):
+    return [(a, b) for a in range(N) for b in range(a + 1, N)]
+
+
+def _probe_values(N, rank, a, b):
+    return 1073741824.0 if rank == a else -1073741824.0 if rank == b else 1.0
+
+
+_NO_CHAIN = "element %d of %d is summed in no chain of the ranks (a tree, or partial sums added together)"
+
+
+def _probe_maxpos(result, N):
+    """A probe's sums as max(pos a, pos b) per element (int8), or None where some sum no chain gives."""
+    mp = (N - 1) - result.double()
+    ok = (mp == mp.round()) & (mp >= 1) & (mp <= N - 1)
+    if not bool(ok.all()):
+        return None, int((~ok).nonzero()[0])
+    return mp.to(torch.int8), -1
+
+
+def _decode_chain(maxpos, N):
+    """maxpos: [P, n] int8, each probe's max(pos a, pos b) in _order_pairs order. (runs, why): runs [[begin,
+    end, [ranks in the order added]], ...] covering [0, n), or None and why not."""
+    n = maxpos.shape[1]
+    dev = maxpos.device
+    pos = torch.full((N, n), N, dtype=torch.long, device=dev)
+    for k, (a, b) in enumerate(_order_pairs(N)):
+        pos[a] = torch.minimum(pos[a], maxpos[k].long())
+        pos[b] = torch.minimum(pos[b], maxpos[k].long())
+    # The two ranks at position 1 are the first pair: the lower one takes position 0 (the pair commutes).
+    order = (pos * N + torch.arange(N, device=dev).view(N, 1)).argsort(0)  # [N, n]: ranks in the order added
+    del pos
+    placed = torch.empty((N, n), dtype=torch.long, device=dev)
+    placed.scatter_(0, order, torch.arange(N, device=dev).view(N, 1).expand(N, n).contiguous())
+    placed.clamp_(min=1)                             # position 0 probes as 1
+    for k, (a, b) in enumerate(_order_pairs(N)):    # every probe must be what this chain gives
+        wrong = torch.maximum(placed[a], placed[b]) != maxpos[k].long()
+        if bool(wrong.any()):
+            return None, _NO_CHAIN % (int(wrong.nonzero()[0]), n)
+    del placed
+    order = order.t().contiguous()                  # [n, N]
+    starts = torch.ones(n, dtype=torch.bool, device=dev)
+    if n > 1:
+        starts[1:] = (order[1:] != order[:-1]).any(1)
+    begin = starts.nonzero().view(-1)
+    if begin.numel() > _MAX_ORDER_RUNS:
+        return None, "the order changes %d times over %d elements (over %d runs: not kept)" % (
+            begin.numel(), n, _MAX_ORDER_RUNS)
+    firsts = order[begin].cpu().tolist()
+    begin = begin.cpu().tolist()
+    return [[b, e, f] for b, e, f in zip(begin, begin[1:] + [n], firsts)], ""
+
+
+def _measure_order(all_reduce, sizes, N, rank, device):
+    """The chain order of each size's SUM all-reduce, through `all_reduce(tensor)` (in place, every rank at
+    once): [{"n", "runs" (or null and "why"), "digest" of the seeded sum}], and how many all-reduces it took.
+    Every rank makes the same calls whatever it finds (the probes pair up across ranks). Memory: n bytes per
+    pair of ranks, on `device`."""
+    out, calls = [], 0
+    pairs = _order_pairs(N)
+    for n in sizes:
+        maxpos, bad = torch.empty((len(pairs), n), dtype=torch.int8, device=device), -1
+        t = torch.empty(n, dtype=torch.float32, device=device)
+        for k, (a, b) in enumerate(pairs):
+            t.fill_(_probe_values(N, rank, a, b))
+            all_reduce(t)
+            calls += 1
+            mp, at = _probe_maxpos(t, N)
+            if mp is None:
+                bad = at if bad < 0 else min(bad, at)
+            else:
+                maxpos[k] = mp
+        del t
+        runs, why = (None, _NO_CHAIN % (bad, n)) if bad >= 0 else _decode_chain(maxpos, N)
+        del maxpos
+        g = torch.Generator()
+        g.manual_seed(_ORDER_SEED + rank)
+        x = torch.randn(n, generator=g).to(device)
+        all_reduce(x)
+        calls += 1
+        entry = {"n": n, "runs": runs, "digest": _digest(x)}
+        if runs is None:
+            entry["why"] = why
+        out.append(entry)
+    return out, calls
+
+
 def _write_atomically(path, chunks):
     d, base = os.path.split(path)
     tmp = os.path.join(d, "." + base + ".tmp")
@@ -906,7 +1013,8 @@ class _IterState:
 class DDPTrace:
     """Records a DDP run for ddp_check. See the module docstring and docs/trace_format.md."""
 
-    def __init__(self, ddp_model, optimizer, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False, _lightning=None):
+    def __init__(self, ddp_model, optimizer, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False,
+                 measure_order="auto", _lightning=None):
         # The argument checks: the only errors DDPTrace raises.
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("DDPTrace: torch.distributed is not initialised (call init_process_group first)")
@@ -918,6 +1026,8 @@ class DDPTrace:
             raise ValueError("DDPTrace: every must be a positive integer, got %r" % (every,))
         if not max_bytes > 0:
             raise ValueError("DDPTrace: max_bytes must be positive, got %r" % (max_bytes,))
+        if measure_order not in ("auto", True, False):
+            raise ValueError("DDPTrace: measure_order must be 'auto', True or False, got %r" % (measure_order,))
         self.ddp = ddp_model
         self.optimizer = optimizer
         self.every = int(every)
@@ -928,6 +1038,11 @@ class DDPTrace:
         # .grad, a grad_step equal to .grad, a param_before equal to the last param_after) are left out.
         # full=True writes every tensor. docs/trace_format.md, "Digests".
         self.full = bool(full)
+        # measure_order: at close(), the all-reduce's addition order for each bucket size, measured on DDP's own
+        # process group ("allreduce_order"): "auto" where it is unknown (every backend but Gloo), True also on
+        # Gloo, False never. World sizes 1 and 2 need none (a + b = b + a).
+        self.measure_order = measure_order
+        self._order = None
         self._last_after_crc, self._last_after_step = None, None
         self._local_pool = {}        # (backward, parameter) -> a CPU buffer reused every step: no fresh pages
         self._writer = _StepWriter()
@@ -1746,6 +1861,8 @@ class DDPTrace:
         }
         if buckets:
             manifest["buckets"] = buckets
+        if self._order is not None:
+            manifest["allreduce_order"] = self._order
         return manifest
 
     def _data_json(self):
@@ -1809,7 +1926,49 @@ class DDPTrace:
         finally:
             if self in _OPEN:
                 _OPEN.remove(self)
+        self._measure_order_safe()
         self._write_manifest_safe(True)
+
+    # ----- the all-reduce's order (close()) -----
+    def _order_sizes(self):
+        """The distinct sizes of the buckets DDP all-reduced (both layouts), or None where unknown."""
+        if self._buckets_rebuilt is None and getattr(self.ddp, "_has_rebuilt_buckets", False):
+            self._buckets_rebuilt = self._bucket_layout()
+        layouts = [b for b in (self._buckets_initial, self._buckets_rebuilt) if b]
+        if not layouts:
+            return None
+        return sorted({sum(int(self._params[i].numel()) for i in bucket) for layout in layouts for bucket in layout})
+
+    def _measure_order_safe(self):
+        want = self.measure_order is True or (self.measure_order == "auto" and self.backend != "gloo")
+        if not want or self.world_size < 3:
+            return
+        t0 = time.monotonic()
+        try:
+            pg = getattr(self.ddp, "process_group", None)
+            device = self._params[0].device if self._params else (
+                torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu"))
+            sizes = None
+            try:
+                sizes = self._order_sizes()
+            except Exception:
+                pass
+            # The ranks agree first (every rank makes this call whatever it found): all measure, or none does.
+            mine = [1.0 if sizes else 0.0, float(len(sizes or [])), float(sum(sizes or []))]
+            agree = torch.tensor(mine + [-v for v in mine[1:]], dtype=torch.float64, device=device)
+            dist.all_reduce(agree, op=dist.ReduceOp.MIN, group=pg)
+            a = agree.cpu().tolist()
+            if a[0] != 1.0 or a[1] != -a[3] or a[2] != -a[4]:
+                self._order = {"measured": False, "why": "the ranks did not all know the same bucket sizes"}
+                return
+            N = dist.get_world_size(pg)
+            rank = dist.get_rank(pg)
+            sizes_out, calls = _measure_order(lambda t: dist.all_reduce(t, group=pg), sizes, N, rank, device)
+            self._order = {"measured": True, "seed": _ORDER_SEED, "sizes": sizes_out, "all_reduces": calls,
+                           "seconds": round(time.monotonic() - t0, 3)}
+        except Exception as e:  # one line; the trace itself is whole
+            self._order = {"measured": False, "why": _why(e, "measuring the all-reduce order")}
+            sys.stderr.write("ddplab_trace: the all-reduce order was not measured: %s\n" % _why(e, "close()"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1846,12 +2005,13 @@ def _lightning_callback_class():
     class _DDPTraceLightningCallback(Callback):
         """Traces the Trainer's DDP run into run_dir (the first optimizer only)."""
 
-        def __init__(self, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False):
+        def __init__(self, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False, measure_order="auto"):
             self.run_dir, self.every, self.max_bytes, self.full = run_dir, every, max_bytes, full
+            self.measure_order = measure_order
             self.trace = None
 
         def __reduce__(self):
-            return (LightningCallback, (self.run_dir, self.every, self.max_bytes, self.full))
+            return (LightningCallback, (self.run_dir, self.every, self.max_bytes, self.full, self.measure_order))
 
         def on_train_start(self, trainer, pl_module):
             try:
@@ -1872,7 +2032,7 @@ def _lightning_callback_class():
                 info = {"strategy": None}
             # DDPTrace raises only for its arguments (a directory holding a trace): on every rank alike.
             self.trace = DDPTrace(ddp, optimizer, self.run_dir, every=self.every, max_bytes=self.max_bytes,
-                                  full=self.full, _lightning=info)
+                                  full=self.full, measure_order=self.measure_order, _lightning=info)
 
         def on_train_end(self, trainer, pl_module):
             t, self.trace = self.trace, None
@@ -1896,9 +2056,9 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-def LightningCallback(run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False):
+def LightningCallback(run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False, measure_order="auto"):
     """A Lightning callback that traces the Trainer's DDP run into run_dir, as DDPTrace does a script's.
 
     Works with the DDP strategies that run on CPU ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook") and on GPUs.
     Traces the first optimizer (a LightningModule with several optimizers: the first one only)."""
-    return _lightning_callback_class()(run_dir, every, max_bytes, full)
+    return _lightning_callback_class()(run_dir, every, max_bytes, full, measure_order)

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "src/ddp/comm_hook.h"
+#include "src/data/torch_rng.h"
 
 namespace ddplab::check {
 namespace {
@@ -102,6 +103,26 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
                  : "unknown for backend '" + m.backend + "' (compared allclose)";
   }
   if (ws == 1) order_ = "one rank: nothing to add";
+  if (ws > 2 && m.allreduce_order.present) {  // measured on the run's own communicator: it decides
+    std::string why;
+    const bool all = use_measured_orders(m, &why);
+    const std::string known = order_;
+    if (all) {
+      exact_ = true;
+      order_ = fmt::format("measured on the run's own communicator ({} all-reduces at close(): each bucket size's "
+                           "chain of ranks, confirmed by a seeded all-reduce){}",
+                           m.allreduce_order.all_reduces, m.backend == "gloo" ? "" : "; " + m.backend + " not pinned");
+      if (m.backend == "nccl" && nccl_pinned(m.env)) order_ += "; NCCL was pinned too";
+    } else if (exact_) {
+      order_ = known + " (the measured order: " + why + ")";
+    } else {
+      order_ = "unknown: " + why + " (compared allclose)";
+    }
+    builtin_.measured = [this](size_t n) -> const collective::MeasuredOrder* {
+      auto it = measured_.find(n);
+      return it == measured_.end() ? nullptr : it->second;
+    };
+  }
   params_.resize(static_cast<size_t>(ws));
   bool hook_known = true;
   std::string hook_why;
@@ -176,6 +197,47 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
   } else if (hooked_) {
     order_ = "comm hook " + m.ddp.comm_hook + " (ddplab's port of torch's) over " + order_;
   }
+}
+
+bool GradReplay::use_measured_orders(const Manifest& m, std::string* why) {
+  const AllreduceOrder& ao = m.allreduce_order;
+  if (!ao.measured) {
+    *why = "not measured: " + ao.why;
+    return false;
+  }
+  const size_t ws = static_cast<size_t>(run_.world_size());
+  std::vector<std::string> unconfirmed;
+  for (const MeasuredSize& s : ao.sizes) {
+    if (s.order.runs.empty()) {
+      unconfirmed.push_back(fmt::format("n = {}: {}", s.order.n, s.why));
+      continue;
+    }
+    // The seeded all-reduce: rank r held torch.randn(n) from manual_seed(seed + r).
+    std::vector<std::vector<float>> x;
+    std::vector<float*> bufs;
+    for (size_t r = 0; r < ws; ++r) x.push_back(Generator(static_cast<uint64_t>(ao.seed) + r).randn(static_cast<int64_t>(s.order.n)));
+    for (auto& v : x) bufs.push_back(v.data());
+    collective::chain_allreduce(s.order, bufs, pool_);
+    if (fold64_of(x[0].data(), x[0].size()) == s.digest) {
+      measured_[s.order.n] = &s.order;
+    } else {
+      unconfirmed.push_back(fmt::format("n = {}: the probes' chain does not reproduce the seeded all-reduce", s.order.n));
+    }
+  }
+  // Every bucket size torch all-reduced (its layouts, as the recorder measured them) must have its order.
+  for (const auto* layout : {&m.torch_buckets_initial, &m.torch_buckets}) {
+    for (const auto& bucket : *layout) {
+      size_t n = 0;
+      for (size_t i : bucket) n += static_cast<size_t>(m.params[i].numel);
+      if (!measured_.count(n) && std::none_of(ao.sizes.begin(), ao.sizes.end(), [&](const MeasuredSize& s) { return s.order.n == n; }))
+        unconfirmed.push_back(fmt::format("n = {}: not measured", n));
+    }
+  }
+  if (measured_.empty() && unconfirmed.empty()) unconfirmed.push_back("no bucket size measured");
+  std::sort(unconfirmed.begin(), unconfirmed.end());
+  unconfirmed.erase(std::unique(unconfirmed.begin(), unconfirmed.end()), unconfirmed.end());
+  *why = fmt::format("{}", fmt::join(unconfirmed, "; "));
+  return unconfirmed.empty();
 }
 
 void GradReplay::sync(int64_t step) {

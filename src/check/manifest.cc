@@ -32,6 +32,46 @@ void check_param_groups(json& groups, size_t num_params, const std::string& path
   }
 }
 
+// "allreduce_order", every field checked: a malformed order is bad input, as any other field.
+AllreduceOrder parse_allreduce_order(const json& o, const std::string& path, int world_size) {
+  AllreduceOrder a;
+  a.present = true;
+  if (!o.is_object()) fail(path, "allreduce_order is not an object");
+  a.measured = boolean(o, "measured", path, false);
+  if (!a.measured) {
+    a.why = o.contains("why") && o.at("why").is_string() ? o.at("why").get<std::string>() : "not measured";
+    return a;
+  }
+  a.seed = integer(field(o, "seed", path), "allreduce_order.seed", path, 0, int64_t{1} << 62);
+  if (o.contains("all_reduces")) a.all_reduces = integer(o.at("all_reduces"), "allreduce_order.all_reduces", path, 0, int64_t{1} << 40);
+  if (o.contains("seconds") && o.at("seconds").is_number()) a.seconds = o.at("seconds").get<double>();
+  const json& sizes = field(o, "sizes", path);
+  if (!sizes.is_array() || sizes.size() > kMaxTensors) fail(path, "allreduce_order.sizes is not a list of sizes");
+  for (const json& e : sizes) {
+    MeasuredSize m;
+    m.order.n = static_cast<size_t>(integer(field(e, "n", path), "allreduce_order n", path, 1, int64_t{1} << 40));
+    m.digest = static_cast<uint32_t>(integer(field(e, "digest", path), "allreduce_order digest", path, 0, 0xffffffffLL));
+    const json& runs = field(e, "runs", path);
+    if (runs.is_null()) {
+      m.why = e.contains("why") && e.at("why").is_string() ? e.at("why").get<std::string>() : "no chain";
+    } else {
+      if (!runs.is_array() || runs.size() > (size_t{1} << 20)) fail(path, "allreduce_order runs is not a list of runs");
+      for (const json& r : runs) {
+        if (!r.is_array() || r.size() != 3 || !r[2].is_array()) fail(path, "an allreduce_order run is not [begin, end, [ranks]]");
+        collective::ChainRun run;
+        run.begin = static_cast<size_t>(integer(r[0], "a run's begin", path, 0, int64_t{1} << 40));
+        run.end = static_cast<size_t>(integer(r[1], "a run's end", path, 0, int64_t{1} << 40));
+        for (const json& p : r[2]) run.order.push_back(static_cast<int>(integer(p, "a run's rank", path, 0, kMaxWorldSize)));
+        m.order.runs.push_back(std::move(run));
+      }
+      if (std::string bad = collective::check_measured(m.order, static_cast<size_t>(world_size)); !bad.empty())
+        fail(path, fmt::format("allreduce_order for n = {}: {}", m.order.n, bad));
+    }
+    a.sizes.push_back(std::move(m));
+  }
+  return a;
+}
+
 // PowerSGDState's fields the replay reads: integers, booleans, a number.
 void check_hook_state(const json& s, const std::string& path) {
   if (!s.is_object()) fail(path, "ddp.comm_hook_state is not an object");
@@ -145,6 +185,8 @@ Manifest parse_manifest_fields(const std::string& path) {
     for (const json& bucket : b) layout.push_back(indices(bucket, "a bucket's entry", path, m.params.size()));
   }
   m.sqrt_exact = boolean(j, "sqrt_exact", path, true);
+  if (j.contains("allreduce_order") && !j.at("allreduce_order").is_null())
+    m.allreduce_order = parse_allreduce_order(j.at("allreduce_order"), path, m.world_size);
   if (j.contains("env") && j.at("env").is_object())
     for (const auto& [k, v] : j.at("env").items())
       if (v.is_string()) m.env[k] = v.get<std::string>();

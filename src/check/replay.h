@@ -4,6 +4,7 @@
 // state).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,9 @@ class GradReplay {
 
  private:
   void sync(int64_t step);
+  // The recorder's measured orders (Manifest::allreduce_order): each size whose chain reproduces the seeded
+  // all-reduce's digest is replayed in it; whether every bucket size torch used has one.
+  bool use_measured_orders(const Manifest& m, std::string* why);
   // torch's own layout (when recorded) against the replay's; the replay takes torch's, with a note.
   void check_layout(const std::vector<std::vector<size_t>>& torch, const char* when, int64_t step);
 
@@ -68,6 +72,7 @@ class GradReplay {
   ddp::InProcessAllreduce builtin_;
   ThreadPool* pool_ = nullptr;
   std::vector<std::string> notes_;
+  std::map<size_t, const collective::MeasuredOrder*> measured_;  // confirmed, by bucket size
 };
 
 // torch.optim's step for one rank from the recorded param_before, grad_step, state and lr; the predicted

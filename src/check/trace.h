@@ -16,6 +16,7 @@
 
 #include "src/base/errors.h"
 #include "src/base/safetensors.h"
+#include "src/collective/measured.h"
 
 namespace ddplab::check {
 
@@ -58,6 +59,21 @@ struct Averaging {
   int64_t group_size = 0;
 };
 
+// "allreduce_order": the all-reduce's addition order the recorder measured on the run's own communicator
+// (DDPTrace(measure_order=...), docs/trace_format.md), for each bucket size.
+struct MeasuredSize {
+  collective::MeasuredOrder order;  // order.runs empty: the probes found no chain (why)
+  std::string why;
+  uint32_t digest = 0;  // fold64 of the seeded all-reduce's result, which the order must reproduce
+};
+struct AllreduceOrder {
+  bool present = false, measured = false;
+  std::string why;  // not measured: why
+  int64_t seed = 0, all_reduces = 0;
+  double seconds = 0;
+  std::vector<MeasuredSize> sizes;
+};
+
 struct Manifest {
   std::string not_recorded;  // the recorder recorded nothing, and why (a model it does not check: FSDP, ...)
   std::string path;  // of manifest.json, for messages
@@ -86,6 +102,7 @@ struct Manifest {
   // The recorder's probe: torch.sqrt on float32 is IEEE's correctly rounded sqrt in this build (false for
   // pip builds whose CPU sqrt is MKL's VML, within 1 ulp): Adam's step is then compared allclose.
   bool sqrt_exact = true;
+  AllreduceOrder allreduce_order;
 };
 
 struct Backward {

@@ -17,10 +17,15 @@ void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::
   }
   for (size_t j = 0; j < std::min(layout.num_buckets(), num_buckets); ++j) {
     const size_t n = layout.bucket(j).numel;
+    const collective::MeasuredOrder* order = measured ? measured(n) : nullptr;
     if (before) {
       for (size_t r = 0; r < reducers.size(); ++r) reducers[r]->prepare_bucket(j, bufs[r]);
       before(j, bufs, n);
-      collective::allreduce_sum(algorithm, bufs, n, pool);
+      if (order) {
+        collective::chain_allreduce(*order, bufs, pool);
+      } else {
+        collective::allreduce_sum(algorithm, bufs, n, pool);
+      }
       for (size_t r = 0; r < reducers.size(); ++r) reducers[r]->finalize_bucket(j, bufs[r]);
       continue;
     }
@@ -36,7 +41,11 @@ void InProcessAllreduce::run(const std::vector<Reducer*>& reducers, collective::
       for (size_t r = 0; r < N; ++r) slices[r] = scratch.data() + r * block;
       const collective::Span span{k * block, std::min(n, (k + 1) * block)};
       for (size_t r = 0; r < N; ++r) reducers[r]->prepare_bucket(j, slices[r], span);
-      collective::allreduce_sum(algorithm, slices, n, span);
+      if (order) {
+        collective::chain_allreduce(*order, slices, span);
+      } else {
+        collective::allreduce_sum(algorithm, slices, n, span);
+      }
       for (size_t r = 0; r < N; ++r) reducers[r]->finalize_bucket(j, slices[r], span);
     });
   }

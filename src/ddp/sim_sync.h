@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/collective/allreduce.h"
+#include "src/collective/measured.h"
 #include "src/ddp/config.h"
 #include "src/ddp/hooked_sync.h"
 #include "src/ddp/loop.h"
@@ -30,6 +31,10 @@ class InProcessAllreduce {
   // at one that waits for a grad that never comes (find_unused_parameters=False with an unused parameter).
   void run(const std::vector<Reducer*>& reducers, collective::Algorithm algorithm, const Hook& before = nullptr,
            ThreadPool* pool = nullptr, size_t num_buckets = SIZE_MAX);
+
+  // ddp_check's measured orders: a bucket of n elements for which this returns an order is summed in that
+  // order (collective/measured.h) instead of `algorithm`'s.
+  std::function<const collective::MeasuredOrder*(size_t n)> measured;
 
  private:
   std::vector<std::vector<float>> workspace_;
