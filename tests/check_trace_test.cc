@@ -97,7 +97,10 @@ std::string make_trace(const std::string& dir, bool tamper = false, bool overflo
         {"params", {{{"name", "w"}, {"shape", {2, 2}}, {"dtype", "float32"}}, {{"name", "b"}, {"shape", {2}}, {"dtype", "float32"}}}},
         {"buffers", json::array()},
         {"optimizer", {{"class", "SGD"}, {"param_groups", {{{"params", {0, 1}}, {"lr", 0.5}, {"momentum", 0.0}}}}}},
-        {"first_ready_order", {1, 0}}};
+        {"first_ready_order", {1, 0}},
+        // Two ranks need no order (a + b = b + a): parsed and checked, not used; here for the fuzzer.
+        {"allreduce_order", {{"measured", true}, {"seed", 1}, {"all_reduces", 2},
+                             {"sizes", {{{"n", 6}, {"runs", {{0, 4, {1, 0}}, {4, 6, {0, 1}}}}, {"digest", 5}}}}}}};
     write(dir + "/rank" + std::to_string(r) + "/manifest.json", manifest.dump(1));
   }
   return dir;
@@ -242,6 +245,21 @@ TEST(CheckTrace, BadTracesGetOneLineNamingTheFile) {
     }
   }, "but the manifest says [4, 1, 2]");
   expect_refused("not_json", [](const std::string& d) { write(d + "/rank0/manifest.json", "{\"format\": "); }, "not valid JSON");
+  expect_refused("order_no_permutation", [](const std::string& d) {
+    json m = json::parse(slurp(d + "/rank0/manifest.json"));
+    m["allreduce_order"]["sizes"][0]["runs"][0][2] = {1, 1};
+    write(d + "/rank0/manifest.json", m.dump());
+  }, "allreduce_order for n = 6: run [0, 4) is no permutation of the 2 ranks");
+  expect_refused("order_gap", [](const std::string& d) {
+    json m = json::parse(slurp(d + "/rank0/manifest.json"));
+    m["allreduce_order"]["sizes"][0]["runs"][1][0] = 5;
+    write(d + "/rank0/manifest.json", m.dump());
+  }, "does not follow element 4");
+  expect_refused("order_too_large", [](const std::string& d) {
+    json m = json::parse(slurp(d + "/rank0/manifest.json"));
+    m["allreduce_order"]["sizes"][0]["n"] = int64_t{1} << 40;
+    write(d + "/rank0/manifest.json", m.dump());
+  }, "allreduce_order n = 1099511627776 is outside [1, 6]");
   expect_refused("huge_world", [](const std::string& d) {
     json m = json::parse(slurp(d + "/rank0/manifest.json"));
     m["world_size"] = 1000000000;

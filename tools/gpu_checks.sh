@@ -9,7 +9,9 @@
 # NCCL; 005-007 at 2 ranks print the simulator's every line, at 3 pinned they run); order
 # (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar.gz holding nccl/wsN.json, the goldens of tests/golden/nccl/);
 # check (the machine's torch 2.x DDP over NCCL, 3 ranks sharing the GPU, traced by verify/ddplab_trace.py with the
-# ring pinned and unpinned -> OUTDIR/check_{pinned,unpinned}.tar.xz; back here: bazel run //verify:ddp_check -- DIR for each);
+# ring pinned and unpinned -> OUTDIR/check_{pinned,unpinned}.tar.xz; unpinned, the recorder measures NCCL's order
+# at close() (measure_order, issue 41); back here: bazel run //verify:ddp_check -- DIR for each: pinned says
+# "pinned", unpinned "measured on the run's own communicator" and exact where NCCL summed along rings);
 # bench (//bench:gpu_step, both kernel tables); questions (sim/questions/*_gpu.py: SyncBatchNorm against one
 # device, non-deterministic kernels; their JSON lines in questions.log). Default: all, within BUDGET_S (480) seconds: each command's limit
 # is cut to what is left, and what the budget does not reach is listed as not run. Each step's log goes to

@@ -94,12 +94,13 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
     order_ = "Gloo's ring (each bucket chunked as Gloo chunks it), after grad * float(1/world_size)";
   } else if (m.backend == "nccl" && nccl_pinned(m.env)) {
     algorithm_ = collective::Algorithm::nccl_ring;
-    order_ = "NCCL's ring, pinned by NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MAX_NCHANNELS=1";
+    order_ = "pinned: NCCL's ring, by NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MAX_NCHANNELS=1";
   } else {
     exact_ = false;
     order_ = m.backend == "nccl"
-                 ? "unknown: NCCL picks its algorithm, protocol and channels by size and topology; run with "
-                   "NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MAX_NCHANNELS=1 to pin it (compared allclose)"
+                 ? "unknown: NCCL picks its algorithm, protocol and channels by size and topology, and this trace "
+                   "has no measured order (DDPTrace(..., measure_order=True) measures it at close(); or pin NCCL "
+                   "with NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MAX_NCHANNELS=1) (compared allclose)"
                  : "unknown for backend '" + m.backend + "' (compared allclose)";
   }
   if (ws == 1) order_ = "one rank: nothing to add";

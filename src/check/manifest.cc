@@ -1,4 +1,5 @@
 // Reading a run's manifests (rank*/manifest.json) into Manifests, and open_run: the ranks agree on one run.
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -33,7 +34,9 @@ void check_param_groups(json& groups, size_t num_params, const std::string& path
 }
 
 // "allreduce_order", every field checked: a malformed order is bad input, as any other field.
-AllreduceOrder parse_allreduce_order(const json& o, const std::string& path, int world_size) {
+// n at most `max_n`: the parameters' element count (no bucket is larger), so a trace cannot make the
+// replay's seeded check allocate what it likes.
+AllreduceOrder parse_allreduce_order(const json& o, const std::string& path, int world_size, int64_t max_n) {
   AllreduceOrder a;
   a.present = true;
   if (!o.is_object()) fail(path, "allreduce_order is not an object");
@@ -49,7 +52,7 @@ AllreduceOrder parse_allreduce_order(const json& o, const std::string& path, int
   if (!sizes.is_array() || sizes.size() > kMaxTensors) fail(path, "allreduce_order.sizes is not a list of sizes");
   for (const json& e : sizes) {
     MeasuredSize m;
-    m.order.n = static_cast<size_t>(integer(field(e, "n", path), "allreduce_order n", path, 1, int64_t{1} << 40));
+    m.order.n = static_cast<size_t>(integer(field(e, "n", path), "allreduce_order n", path, 1, std::max<int64_t>(1, max_n)));
     m.digest = static_cast<uint32_t>(integer(field(e, "digest", path), "allreduce_order digest", path, 0, 0xffffffffLL));
     const json& runs = field(e, "runs", path);
     if (runs.is_null()) {
@@ -185,8 +188,11 @@ Manifest parse_manifest_fields(const std::string& path) {
     for (const json& bucket : b) layout.push_back(indices(bucket, "a bucket's entry", path, m.params.size()));
   }
   m.sqrt_exact = boolean(j, "sqrt_exact", path, true);
-  if (j.contains("allreduce_order") && !j.at("allreduce_order").is_null())
-    m.allreduce_order = parse_allreduce_order(j.at("allreduce_order"), path, m.world_size);
+  if (j.contains("allreduce_order") && !j.at("allreduce_order").is_null()) {
+    int64_t numel = 0;
+    for (const TensorInfo& t : m.params) numel += t.numel;
+    m.allreduce_order = parse_allreduce_order(j.at("allreduce_order"), path, m.world_size, numel);
+  }
   if (j.contains("env") && j.at("env").is_object())
     for (const auto& [k, v] : j.at("env").items())
       if (v.is_string()) m.env[k] = v.get<std::string>();

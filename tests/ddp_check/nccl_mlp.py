@@ -4,9 +4,11 @@ own host, NCCL_HOSTID, so NCCL connects ranks that share one GPU over sockets), 
 
     python3 tests/ddp_check/nccl_mlp.py --out RUN_DIR [--world-size 3] [--steps 6]
 
-Pin NCCL's order in the environment (NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=1
-NCCL_MAX_NCHANNELS=1) for a run ddp_check predicts bit for bit; unpinned it compares allclose and says why.
-Not yet run: no GPU has been lent since it was written.
+Pinned (NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=1 NCCL_MAX_NCHANNELS=1 in the environment) ddp_check
+predicts it bit for bit in the order it knows; unpinned, DDPTrace measures NCCL's own order at close()
+(measure_order="auto") and ddp_check replays it where NCCL summed along rings, else compares allclose and says
+why. Run pinned and unpinned on an H200 (torch 2.11) before the order was measured: 108/108 exact pinned,
+90/108 unpinned; the measured order has not yet run on a GPU.
 """
 import argparse
 import os
