@@ -3,7 +3,9 @@
 // (tests/ddp_check/order_probe.py: rings of one or several channels and any chunking recovered; a tree and
 // pairs of pairs said to be no chain), and on real torch DDP runs over Gloo at 3, 5 and 8 ranks: the measured
 // order is Gloo's ring, chunk for chunk, and ddp_check, replaying it, predicts every gradient bit for bit.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -29,10 +31,10 @@ TEST(OrderProbe, HiddenOrdersRecoveredOrSaidSo) {
   EXPECT_NE(r.out.find("ok   tree at 8 ranks"), std::string::npos);
 }
 
-// The measured_order script traced at `ws` ranks over Gloo; its run directory.
-std::string traced_run(int ws) {
-  const std::string dir = testing::temp_dir() + "/order_ws" + std::to_string(ws);
-  const auto r = testing::run_command({"/usr/bin/timeout", "600", "/usr/bin/python3",
+// The measured_order script traced at `ws` ranks over Gloo by `python`; its run directory.
+std::string traced_run(int ws, const std::string& python = "/usr/bin/python3") {
+  const std::string dir = testing::temp_dir() + "/order_ws" + std::to_string(ws) + (python == "/usr/bin/python3" ? "" : "_t2");
+  const auto r = testing::run_command({"/usr/bin/timeout", "600", python,
                                        "tests/ddp_check/scripts/measured_order.py", "--out", dir, "--world-size",
                                        std::to_string(ws)});
   EXPECT_EQ(r.status, 0) << tail(r.err);
@@ -72,6 +74,20 @@ TEST(OrderProbe, GlooRunsCheckExactWithTheOrderMeasured) {
     std::printf("world size %d: %s; grads %d/%d exact\n", ws, order.c_str(), j["grads"]["exact"].get<int>(),
                 j["grads"]["checked"].get<int>());
   }
+}
+
+// The same on torch 2.x (tools/install_deps.sh --with-torch2's venv; CI has it), at 4 ranks.
+TEST(OrderProbe, Torch2GlooRunChecksExactWithTheOrderMeasured) {
+  const char* venv = std::getenv("DDPLAB_TORCH2_VENV");
+  const std::string py = std::string(venv && *venv ? venv : "/opt/ddplab-torch2") + "/bin/python";
+  if (testing::run_command({py, "-c", "import torch"}).status != 0) GTEST_SKIP() << py << " cannot import torch";
+  const std::string dir = traced_run(4, py), out = dir + "/check.json";
+  const auto check = testing::run_command({"verify/ddp_check", dir, "--json", out, "--quiet"});
+  ASSERT_EQ(check.status, 0) << tail(check.out + check.err);
+  const json j = testing::load_json(out);
+  EXPECT_EQ(j["order"].get<std::string>().rfind("measured on the run's own communicator", 0), 0u) << j["order"];
+  EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
+  EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
 }
 
 // A measured order whose seeded all-reduce does not come out as recorded is not used, and the output says so.
