@@ -1,7 +1,8 @@
 // Issue 41: ddp_check learns the all-reduce's addition order from the run itself. The recorder's probes
 // (DDPTrace(measure_order=...), verify/ddplab_trace.py) on in-process communicators whose order the test hides
 // (tests/ddp_check/order_probe.py: rings of one or several channels and any chunking recovered; a tree and
-// pairs of pairs said to be no chain), and on real torch DDP runs over Gloo at 3, 5 and 8 ranks: the measured
+// pairs of pairs said to be no chain; a rank whose decoding fails still takes part in every all-reduce, so none
+// hangs), and on real torch DDP runs over Gloo at 3, 5 and 8 ranks: the measured
 // order is Gloo's ring, chunk for chunk, and ddp_check, replaying it, predicts every gradient bit for bit.
 #include <algorithm>
 #include <cstdio>
@@ -29,6 +30,7 @@ TEST(OrderProbe, HiddenOrdersRecoveredOrSaidSo) {
   EXPECT_NE(r.out.find("all cases hold"), std::string::npos);
   EXPECT_NE(r.out.find("ok   eight ranks, four channels"), std::string::npos);
   EXPECT_NE(r.out.find("ok   tree at 8 ranks"), std::string::npos);
+  EXPECT_NE(r.out.find("ok   a rank whose decoding fails takes part in every all-reduce"), std::string::npos);
 }
 
 // The measured_order script traced at `ws` ranks over Gloo by `python`; its run directory.

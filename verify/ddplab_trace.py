@@ -710,34 +710,58 @@ def _decode_chain(maxpos, N):
     return [[b, e, f] for b, e, f in zip(begin, begin[1:] + [n], firsts)], ""
 
 
-def _measure_order(all_reduce, sizes, N, rank, device):
+def _measure_order(all_reduce, sizes, N, rank, device, buf=None):
     """The chain order of each size's SUM all-reduce, through `all_reduce(tensor)` (in place, every rank at
     once): [{"n", "runs" (or null and "why"), "digest" of the seeded sum}], and how many all-reduces it took.
-    Every rank makes the same calls whatever it finds (the probes pair up across ranks). Memory: n bytes per
-    pair of ranks, on `device`."""
+    Every rank makes the same all-reduces whatever goes wrong on it: the probes pair up across ranks, so a
+    rank that failed to decode (memory: n bytes per pair of ranks on `device`) still takes part, with the
+    preallocated `buf` (max(sizes) floats on `device`), and its entry says why."""
     out, calls = [], 0
     pairs = _order_pairs(N)
+    if buf is None:
+        buf = torch.empty(max(sizes), dtype=torch.float32, device=device)
     for n in sizes:
-        maxpos, bad = torch.empty((len(pairs), n), dtype=torch.int8, device=device), -1
-        t = torch.empty(n, dtype=torch.float32, device=device)
+        t = buf[:n]
+        maxpos, bad, why = None, -1, ""
+        try:
+            maxpos = torch.empty((len(pairs), n), dtype=torch.int8, device=device)
+        except Exception as e:
+            why = _why(e, "order probes")
         for k, (a, b) in enumerate(pairs):
             t.fill_(_probe_values(N, rank, a, b))
             all_reduce(t)
             calls += 1
-            mp, at = _probe_maxpos(t, N)
-            if mp is None:
-                bad = at if bad < 0 else min(bad, at)
-            else:
-                maxpos[k] = mp
-        del t
-        runs, why = (None, _NO_CHAIN % (bad, n)) if bad >= 0 else _decode_chain(maxpos, N)
+            if maxpos is None:
+                continue
+            try:
+                mp, at = _probe_maxpos(t, N)
+                if mp is None:
+                    bad = at if bad < 0 else min(bad, at)
+                else:
+                    maxpos[k] = mp
+            except Exception as e:
+                maxpos, why = None, _why(e, "order probes")
+        runs = None
+        if maxpos is not None:
+            try:
+                runs, why = (None, _NO_CHAIN % (bad, n)) if bad >= 0 else _decode_chain(maxpos, N)
+            except Exception as e:
+                runs, why = None, _why(e, "order probes")
         del maxpos
-        g = torch.Generator()
-        g.manual_seed(_ORDER_SEED + rank)
-        x = torch.randn(n, generator=g).to(device)
-        all_reduce(x)
+        digest = None
+        try:
+            g = torch.Generator()
+            g.manual_seed(_ORDER_SEED + rank)
+            t.copy_(torch.randn(n, generator=g))
+        except Exception as e:
+            runs, why = None, _why(e, "order probes")
+        all_reduce(t)
         calls += 1
-        entry = {"n": n, "runs": runs, "digest": _digest(x)}
+        try:
+            digest = _digest(t)
+        except Exception as e:
+            runs, why = None, _why(e, "order probes")
+        entry = {"n": n, "runs": runs, "digest": digest if digest is not None else 0}
         if runs is None:
             entry["why"] = why
         out.append(entry)
@@ -1948,13 +1972,14 @@ class DDPTrace:
             pg = getattr(self.ddp, "process_group", None)
             device = self._params[0].device if self._params else (
                 torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu"))
-            sizes = None
+            sizes, buf = None, None
             try:
                 sizes = self._order_sizes()
+                buf = torch.empty(max(sizes), dtype=torch.float32, device=device) if sizes else None
             except Exception:
-                pass
+                sizes = None
             # The ranks agree first (every rank makes this call whatever it found): all measure, or none does.
-            mine = [1.0 if sizes else 0.0, float(len(sizes or [])), float(sum(sizes or []))]
+            mine = [1.0 if sizes and buf is not None else 0.0, float(len(sizes or [])), float(sum(sizes or []))]
             agree = torch.tensor(mine + [-v for v in mine[1:]], dtype=torch.float64, device=device)
             dist.all_reduce(agree, op=dist.ReduceOp.MIN, group=pg)
             a = agree.cpu().tolist()
@@ -1963,7 +1988,7 @@ class DDPTrace:
                 return
             N = dist.get_world_size(pg)
             rank = dist.get_rank(pg)
-            sizes_out, calls = _measure_order(lambda t: dist.all_reduce(t, group=pg), sizes, N, rank, device)
+            sizes_out, calls = _measure_order(lambda t: dist.all_reduce(t, group=pg), sizes, N, rank, device, buf)
             self._order = {"measured": True, "seed": _ORDER_SEED, "sizes": sizes_out, "all_reduces": calls,
                            "seconds": round(time.monotonic() - t0, 3)}
         except Exception as e:  # one line; the trace itself is whole

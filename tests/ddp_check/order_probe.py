@@ -56,8 +56,8 @@ def pairs_sum(xs):
     return ((xs[0] + xs[1]).astype(np.float32) + (xs[2] + xs[3]).astype(np.float32)).astype(np.float32)
 
 
-def run_case(N, sizes, reduce):
-    """_measure_order on N threads whose all_reduce is reduce(xs [N, n]) -> [n]; rank 0's result."""
+def run_case(N, sizes, reduce, rank=0):
+    """_measure_order on N threads whose all_reduce is reduce(xs [N, n]) -> [n]; `rank`'s result."""
     deposits, results = [None] * N, {}
 
     def combine():
@@ -77,12 +77,14 @@ def run_case(N, sizes, reduce):
     def worker(rank):
         results[rank] = T._measure_order(lambda t: all_reduce(t, rank), sizes, N, rank, torch.device("cpu"))
 
-    threads = [threading.Thread(target=worker, args=(r,)) for r in range(N)]
+    threads = [threading.Thread(target=worker, args=(r,), name="rank%d" % r) for r in range(N)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
-    return results[0]
+        t.join(120)
+        if t.is_alive():
+            raise RuntimeError("a rank is still waiting in an all-reduce: the probes did not pair up")
+    return results[rank]
 
 
 def seeded(N, n):
@@ -127,6 +129,28 @@ def main():
         ok = entry["runs"] is None and "no chain" in entry.get("why", "")
         print("%s %s: N=%d n=%d: %s" % ("ok  " if ok else "FAIL", name, N, n, entry.get("why")))
         failures += not ok
+    # One rank fails to decode (its memory, say): it still takes part in every all-reduce, so no rank hangs;
+    # its entry says why, the others' are whole.
+    original = T._probe_maxpos
+
+    def failing(result, N):
+        if threading.current_thread().name == "rank1":
+            raise MemoryError("injected")
+        return original(result, N)
+
+    T._probe_maxpos = failing
+    try:
+        hidden = ring_orders(4, 500, 125, 1, [[0, 1, 2, 3]])
+        out0, _ = run_case(4, [500], lambda xs: chain_sum(xs, hidden), 0)
+        out1, _ = run_case(4, [500], lambda xs: chain_sum(xs, hidden), 1)
+        ok = out0[0]["runs"] is not None and out1[0]["runs"] is None and "MemoryError" in out1[0]["why"]
+    except RuntimeError as e:
+        ok, out1 = False, [{"why": str(e)}]
+    finally:
+        T._probe_maxpos = original
+    print("%s a rank whose decoding fails takes part in every all-reduce: %s" % ("ok  " if ok else "FAIL",
+                                                                                out1[0].get("why")))
+    failures += not ok
     if failures:
         print("%d cases FAILED" % failures)
         sys.exit(1)
