@@ -5,7 +5,8 @@
 // "default"; anything else ignored, as torch ignores it), or else AVX2 where cpuinfo (libcpuinfo, the library
 // Debian's torch links) reports avx2 and fma3. AVX-512 is opt-in for torch 1.13: measured on an AMD EPYC whose
 // libcpuinfo reports avx512vl, avx512bw and avx512dq, torch 1.13 says AVX2 (torch.__config__.show()) unless
-// ATEN_CPU_CAPABILITY=avx512; pip's torch 2.15 on the same machine says AVX512 by itself.
+// ATEN_CPU_CAPABILITY=avx512; pip's torch 2.15 on the same machine says AVX512 by itself. (PyTorch made
+// AVX-512 opt-in in 1.12, pytorch/pytorch#80253, "as it can be slower"; 2.1 re-enabled it for some kernels.)
 #pragma once
 
 #include <cstdint>
