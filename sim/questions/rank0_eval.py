@@ -117,7 +117,10 @@ def worker(rank, work, case):
         out['outcome'] = outcome(first_line(str(e)))
     with open(f'{work}/out{rank}.json', 'w') as f:
         json.dump(out, f)
-    deadline = time.monotonic() + 3 * TIMEOUT_S  # keep the group alive until the peer is done too
+    # Keep the group alive until the peer is done too: a rank that left early would turn its peer's timeout into
+    # a lost connection, so the wait is long (a loaded machine can take many seconds to reach the timeout);
+    # it ends as soon as the peer's outcome is written.
+    deadline = time.monotonic() + 12 * TIMEOUT_S
     while not os.path.exists(f'{work}/out{1 - rank}.json') and time.monotonic() < deadline:
         time.sleep(0.05)
     os._exit(0)  # no destroy_process_group: it could block on a peer stuck in a collective
@@ -137,7 +140,7 @@ def run(case):
     work = tempfile.mkdtemp(prefix='rank0_eval.')
     try:  # fork, not spawn: the parent runs no torch op, and a forked rank need not re-import torch
         ctx = mp.start_processes(worker, args=(work, case), nprocs=2, join=False, start_method='fork')
-        deadline = time.monotonic() + 25
+        deadline = time.monotonic() + 16 * TIMEOUT_S
         while any(p.exitcode is None for p in ctx.processes) and time.monotonic() < deadline:
             time.sleep(0.05)
         res = []
