@@ -3,6 +3,7 @@
 // such as Gloo's wording of a timeout). Skipped where /usr/bin/python3 cannot import torch.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,30 @@ TEST(QuestionsReference, SyncBatchNorm) {
   const size_t at = out.find("normalized output (this rank's rows), rank0: equal=");
   ASSERT_NE(at, std::string::npos) << out;
   EXPECT_NE(out.substr(at, out.find('\n', at) - at).find("allclose=True"), std::string::npos) << out;
+}
+
+// Question 22: FSDP2 against DDP, under torch 2.x (the venv tools/install_deps.sh --with-torch2 makes; CI has it).
+TEST(QuestionsReference, FsdpAgainstDdp) {
+  const char* venv = std::getenv("DDPLAB_TORCH2_VENV");
+  const std::string py = std::string(venv && *venv ? venv : "/opt/ddplab-torch2") + "/bin/python";
+  if (testing::run_command({py, "-c", "from torch.distributed.fsdp import fully_shard"}).status != 0)
+    GTEST_SKIP() << py << " has no torch with fully_shard: question 22 not run";
+  const testing::CommandResult r =
+      testing::run_command({"/usr/bin/env", "OPENBLAS_NUM_THREADS=1", py, "sim/questions/fsdp_vs_ddp.py"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  expect_lines(r.out, {"fact: world_size 3, rank 0 holds (floats): DDP parameters 3403 gradients 3403 momentum 3403 | "
+                       "FSDP parameters 1157 gradients 1157 momentum 1157",
+                       "fact: world_size 2: FSDP's trained model against DDP's: 3403/3403 floats bitwise equal",
+                       "fact: world_size 3: FSDP's trained model against DDP's:",
+                       "fact: world_size 4: FSDP's trained model against DDP's:"});
+  // From 3 ranks: allclose, and not every float equal (the division and the order differ).
+  for (const char* ws : {"3", "4"}) {
+    const size_t at = r.out.find(std::string("fact: world_size ") + ws + ": FSDP's trained model");
+    ASSERT_NE(at, std::string::npos);
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_NE(line.find("every parameter allclose=True"), std::string::npos) << line;
+    EXPECT_EQ(line.find("3403/3403"), std::string::npos) << line;
+  }
 }
 
 }  // namespace
