@@ -119,9 +119,10 @@ def worker(rank, work, case):
         json.dump(out, f)
     # Keep the group alive until the peer is done too: a rank that left early would turn its peer's timeout into
     # a lost connection, so the wait is long (a loaded machine can take many seconds to reach the timeout);
-    # it ends as soon as the peer's outcome is written.
+    # it ends as soon as the peer's outcome is written, or the parent saw the peer's process end (gone<peer>).
     deadline = time.monotonic() + 12 * TIMEOUT_S
-    while not os.path.exists(f'{work}/out{1 - rank}.json') and time.monotonic() < deadline:
+    while (not os.path.exists(f'{work}/out{1 - rank}.json') and not os.path.exists(f'{work}/gone{1 - rank}')
+           and time.monotonic() < deadline):
         time.sleep(0.05)
     os._exit(0)  # no destroy_process_group: it could block on a peer stuck in a collective
 
@@ -142,6 +143,9 @@ def run(case):
         ctx = mp.start_processes(worker, args=(work, case), nprocs=2, join=False, start_method='fork')
         deadline = time.monotonic() + 16 * TIMEOUT_S
         while any(p.exitcode is None for p in ctx.processes) and time.monotonic() < deadline:
+            for r, p in enumerate(ctx.processes):
+                if p.exitcode is not None and not os.path.exists(f'{work}/gone{r}'):
+                    open(f'{work}/gone{r}', 'w').close()  # its peer need not wait for it any longer
             time.sleep(0.05)
         res = []
         for r, p in enumerate(ctx.processes):
