@@ -92,6 +92,17 @@ TEST(OrderProbe, Torch2GlooRunChecksExactWithTheOrderMeasured) {
   EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
 }
 
+// Measuring the order at close() changes nothing of the run: traced with the probes and untraced, every rank's
+// final parameters are bitwise equal.
+TEST(OrderProbe, TracedWithTheProbesEqualsUntraced) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: no real run";
+  const auto r = testing::run_command({"/usr/bin/timeout", "600", "/usr/bin/python3",
+                                       "tests/ddp_check/traced_equals_untraced.py", "measured_order"});
+  std::printf("%s", r.out.c_str());
+  EXPECT_EQ(r.status, 0) << tail(r.err);
+  EXPECT_NE(r.out.find("ok   measured_order"), std::string::npos);
+}
+
 // A measured order whose seeded all-reduce does not come out as recorded is not used, and the output says so.
 TEST(OrderProbe, AnOrderThatDoesNotReproduceIsSaidSo) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: no real run";

@@ -20,7 +20,7 @@ SCRIPTS = os.path.join(HERE, "scripts")
 CLEAN = ["mlp_sgd", "cnn_bn_adam", "resnet_adamw", "transformer_sgd", "nosync", "find_unused", "bucket_view",
          "fp16_hook", "powersgd_hook", "small_buckets", "foreach_allreduce", "repeats_clean", "join_uneven",
          "fp16_wrapper", "hook_type", "noop_hook", "post_localsgd", "powersgd_rank4", "static_graph_unused",
-         "all_optimizers", "schedulers", "tutorial_peek", "nanogpt_batches", "dcgan"]
+         "all_optimizers", "schedulers", "tutorial_peek", "nanogpt_batches", "dcgan", "measured_order"]
 # torch 1.13 cannot run these on CPU (each script's docstring says why): skipped there.
 TORCH2_ONLY = ["bf16_hook", "bf16_wrapper", "quantization_pertensor", "quantization_perchannel"]
 MISTAKES = ["no_sampler", "no_set_epoch", "overlapping", "broadcast_buffers_off", "clip_grad", "unused",
