@@ -104,7 +104,9 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
                  : "unknown for backend '" + m.backend + "' (compared allclose)";
   }
   if (ws == 1) order_ = "one rank: nothing to add";
-  if (ws > 2 && m.allreduce_order.present) {  // measured on the run's own communicator: it decides
+  // Measured on the run's own communicator: it decides the built-in all-reduce's order (a comm hook's
+  // collectives are of other sizes and types: not measured).
+  if (ws > 2 && m.allreduce_order.present && m.ddp.comm_hook.empty()) {
     std::string why;
     const bool all = use_measured_orders(m, &why);
     const std::string known = order_;
