@@ -1965,7 +1965,7 @@ class DDPTrace:
 
     def _measure_order_safe(self):
         want = self.measure_order is True or (self.measure_order == "auto" and self.backend != "gloo")
-        if not want or self.world_size < 3:
+        if not want or self.world_size < 3 or self._not_recorded:  # the same on every rank: none measures
             return
         t0 = time.monotonic()
         try:
