@@ -85,6 +85,7 @@ TrainLog simulate_ranks(const Config& cfg, const std::vector<TrainingRank*>& loc
   InProcessSync in_process(cfg, pool, hooks.before_allreduce);
   LoopSync sync = in_process.sync(progress);
   sync.lockstep = lockstep;
+  if (hooks.replace_allreduce) sync.allreduce = hooks.replace_allreduce;
   if (hooks.on_allreduce) tell_allreduces(sync, hooks.on_allreduce);
   return run_training(cfg, local, sync, single);
 }

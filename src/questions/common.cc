@@ -32,12 +32,12 @@ double train_set_loss(const Run& run) {
 
 }  // namespace
 
-std::unique_ptr<Run> simulate(const std::string& label, const ddp::Config& cfg) {
+std::unique_ptr<Run> simulate(const std::string& label, const ddp::Config& cfg, const ddp::SimHooks& hooks) {
   auto run = std::make_unique<Run>();
   run->label = label;
   run->cfg = std::make_unique<ddp::Config>(cfg);
   ddp::validate(*run->cfg);
-  run->res = ddp::simulate(*run->cfg, false);
+  run->res = ddp::simulate(*run->cfg, false, hooks);
   if (run->res.error) {  // a stopped run answers nothing: say why, as ddp_sim does
     throw RunError(label + ": RuntimeError at " + ddp::unfinished_reduction_message(*run->res.error));
   }

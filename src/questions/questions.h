@@ -40,7 +40,7 @@ struct Run {
   ddp::SimResult res;
   double final_loss = 0;  // rank 0's model's loss on the whole training set after training (model.eval())
 };
-std::unique_ptr<Run> simulate(const std::string& label, const ddp::Config& cfg);
+std::unique_ptr<Run> simulate(const std::string& label, const ddp::Config& cfg, const ddp::SimHooks& hooks = {});
 
 // The same training on one device: world_size 1 (DistributedSampler with one replica takes the same
 // randperm as every world size, so one device at batch W x B steps through the very samples DDP's W ranks

@@ -17,6 +17,8 @@ const std::vector<Topic>& topics() {
        evaluation_defaults, evaluation_check, evaluation_run},
       {"accumulation", "Is no_sync() accumulation of K micro-batches the same as one K times larger batch?",
        accumulation_defaults, accumulation_check, accumulation_run},
+      {"fsdp", "What does FSDP change compared with DDP, and does it train the same model?", fsdp_defaults,
+       fsdp_check, fsdp_run},
   };
   return t;
 }

@@ -17,5 +17,8 @@ void accumulation_run(const ddp::Config& cfg);
 void evaluation_defaults(ddp::Config& cfg);  // evaluation.cc
 void evaluation_check(const ddp::Config& cfg);
 void evaluation_run(const ddp::Config& cfg);
+void fsdp_defaults(ddp::Config& cfg);  // fsdp.cc
+void fsdp_check(const ddp::Config& cfg);
+void fsdp_run(const ddp::Config& cfg);
 
 }  // namespace ddplab::questions
