@@ -80,7 +80,9 @@ TEST(FsdpReduce, ShardedGradientsAreTorchsBitForBit) {
                 "arithmetic in the same order: %lld/%lld\n",
                 ws, j["torch"].get<std::string>().c_str(), static_cast<long long>(equal), static_cast<long long>(total),
                 static_cast<long long>(ddp_equal), static_cast<long long>(total));
-    if (ws == 3) EXPECT_LT(ddp_equal, total) << "at 3 ranks the division after the sum must make a difference";
+    if (ws == 3) {
+      EXPECT_LT(ddp_equal, total) << "at 3 ranks the division after the sum must make a difference";
+    }
   }
 }
 

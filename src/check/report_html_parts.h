@@ -10,15 +10,16 @@
 #include <vector>
 
 #include "src/check/check.h"
+#include "src/report/svg.h"
 
 namespace ddplab::check::html {
 
-// &, <, >, " and ' as entities; other control characters (not tab/newline) as U+FFFD.
-std::string esc(const std::string& s);
+// &, <, >, " and ' as entities; other control characters (not tab/newline) as U+FFFD (svg::escape).
+inline std::string esc(const std::string& s) { return svg::escape(s); }
 std::string where(const Finding& f);
 std::string kind_cause(const Finding& f);
-// The ranks' colours (Okabe-Ito, then a few more), as src/report/svg.cc draws them.
-const char* rank_colour(size_t i);
+// The ranks' colours: the --report charts' (svg::series_colour).
+inline const char* rank_colour(size_t i) { return svg::series_colour(i); }
 // The step strip's and the data map's fills.
 inline constexpr const char* kExact = "#bfe6c6";
 inline constexpr const char* kClose = "#ffe08a";
@@ -33,9 +34,8 @@ inline constexpr size_t kMaxColumns = 240;  // the strip's columns at most: a lo
 inline constexpr size_t kMaxEpochs = 60;    // epochs drawn at most (the text output has every one)
 inline constexpr size_t kMaxRows = 400;     // the per-step table's rows at most (a longer run: those not all exact)
 
-// About `target` round ticks (1, 2 or 5 times a power of ten) covering [lo, hi].
-std::vector<double> ticks(double lo, double hi, int target);
-std::string num(double v);
+using svg::ticks;
+inline std::string num(double v) { return svg::tick_label(v); }
 // The first finding of severity "problem" on the step axis (lowest step; the first listed among equals), or null.
 const Finding* first_problem(const CheckResult& r);
 // The line (the x position) of a step: the last line whose step is at most `step`.

@@ -45,9 +45,6 @@ const char* series_colour(size_t i) {
   return kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
 }
 
-namespace {
-
-// About `target` round ticks (1, 2 or 5 times a power of ten) covering [lo, hi].
 std::vector<double> ticks(double lo, double hi, int target) {
   if (!(hi > lo)) hi = lo + 1.0;
   const double raw = (hi - lo) / target;
@@ -63,10 +60,11 @@ std::vector<double> ticks(double lo, double hi, int target) {
   return out;
 }
 
-// Tick labels: 0.25, 1.5, 12000 (no exponent below a billion).
-std::string num(double v) {
+std::string tick_label(double v) {
   return std::abs(v) >= 1000 && std::abs(v) < 1e9 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v);
 }
+
+namespace {
 
 // Dark text on a light fill, white on a dark one (fill as #RRGGBB).
 const char* text_on(const std::string& fill) {
@@ -108,14 +106,14 @@ std::string line_chart(const std::vector<Series>& series, const std::string& x_l
     out += fmt::format(
         "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#e3e3e3\"/>"
         "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\" class=\"tick\">{5}</text>\n",
-        left, left + pw, Y(t), left - 6, Y(t) + 4, num(t));
+        left, left + pw, Y(t), left - 6, Y(t) + 4, tick_label(t));
   }
   for (const double t : ticks(1, xmax, 10)) {
     if (t < 1 || t != std::floor(t)) continue;
     out += fmt::format(
         "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#999\"/>"
         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\" class=\"tick\">{4}</text>\n",
-        X(t), top + ph, top + ph + 5, top + ph + 19, num(t));
+        X(t), top + ph, top + ph + 5, top + ph + 19, tick_label(t));
   }
   out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"axis\">{}</text>\n", left + pw / 2,
                      height - 8, escape(x_label));
@@ -203,7 +201,7 @@ std::string gantt(const std::vector<std::string>& lanes, const std::vector<Bar>&
     out += fmt::format(
         "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#ccc\"/>"
         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\" class=\"tick\">{4}</text>\n",
-        X(t), top, axis_y + 5, axis_y + 19, num(t));
+        X(t), top, axis_y + 5, axis_y + 19, tick_label(t));
   }
   out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"axis\">time ({})</text>\n", left + pw / 2,
                      height - 6, escape(unit));
@@ -214,14 +212,14 @@ std::string gantt(const std::vector<std::string>& lanes, const std::vector<Bar>&
       out += fmt::format(
           "<path d=\"M{0:.1f} {1:.1f} l-5 -8 h10 z\" fill=\"{2}\" stroke=\"#333\" stroke-width=\"0.6\">"
           "<title>{3} at {4} {5}</title></path>\n",
-          x, y + 10, b.colour, escape(b.label), num(b.start), escape(unit));
+          x, y + 10, b.colour, escape(b.label), tick_label(b.start), escape(unit));
       continue;
     }
     const double x = X(b.start), w = std::max(1.0, b.duration / end * pw);
     out += fmt::format(
         "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\" stroke-width=\"0.8\">"
         "<title>{}: {} to {} {}</title></rect>\n",
-        x, y + 5, w, lane_h - 10, b.colour, escape(b.label), num(b.start), num(b.start + b.duration), escape(unit));
+        x, y + 5, w, lane_h - 10, b.colour, escape(b.label), tick_label(b.start), tick_label(b.start + b.duration), escape(unit));
     if (w > 7.0 * static_cast<double>(b.label.size()) + 6) {
       out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" class=\"bar\" fill=\"{}\">{}</text>\n",
                          x + w / 2, y + lane_h / 2 + 4, text_on(b.colour), escape(b.label));
@@ -268,7 +266,7 @@ std::string bar_chart(const std::vector<BarItem>& items, const std::string& x_la
     out += fmt::format(
         "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#ccc\"/>"
         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\" class=\"tick\">{4}</text>\n",
-        x, top, axis_y + 5, axis_y + 19, log_scale ? fmt::format("1e{}", static_cast<int>(t)) : num(t));
+        x, top, axis_y + 5, axis_y + 19, log_scale ? fmt::format("1e{}", static_cast<int>(t)) : tick_label(t));
   }
   out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"axis\">{}</text>\n", left + pw / 2,
                      height - 6, escape(x_label));
@@ -276,7 +274,7 @@ std::string bar_chart(const std::vector<BarItem>& items, const std::string& x_la
     const BarItem& b = items[i];
     const double y = top + bar_h * static_cast<double>(i);
     const std::string colour = b.colour.empty() ? series_colour(0) : b.colour;
-    const std::string text = b.text.empty() ? num(b.value) : b.text;
+    const std::string text = b.text.empty() ? tick_label(b.value) : b.text;
     const double w = (log_scale ? b.value > 0 : b.value != 0) ? std::max(1.0, X(b.value) - left) : 0.0;
     out += fmt::format(
         "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"lane\">{}</text>"

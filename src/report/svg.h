@@ -13,6 +13,11 @@ std::string escape(const std::string& s);
 // The colour of series i (ranks), from a palette that stays apart for colour-blind readers.
 const char* series_colour(size_t i);
 
+// About `target` round ticks (1, 2 or 5 times a power of ten) covering [lo, hi].
+std::vector<double> ticks(double lo, double hi, int target);
+// Tick labels: 0.25, 1.5, 12000 (no exponent below a billion).
+std::string tick_label(double v);
+
 struct Series {
   std::string name;
   std::vector<double> y;  // y[i] at x = i + 1
