@@ -56,7 +56,7 @@ std::vector<std::vector<std::vector<float>>> fsdp_reduce_scatter(
       const int64_t rows = shapes[i].empty() ? 1 : shapes[i][0], row = row_numel(shapes[i]);
       const ShardRows s = fsdp_shard_rows(rows, static_cast<int64_t>(ws), static_cast<int64_t>(r));
       const float* at = flat[r].data() + r * static_cast<size_t>(slot) + static_cast<size_t>(offset[i]);
-      for (int64_t k = 0; k < (s.end - s.begin) * row; ++k) out[r][i].push_back(div == 1.0f ? at[k] : at[k] / div);
+      for (int64_t k = 0; k < (s.end - s.begin) * row; ++k) out[r][i].push_back(at[k] / div);  // x / 1 is x
     }
   }
   return out;

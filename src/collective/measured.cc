@@ -1,7 +1,6 @@
 #include "src/collective/measured.h"
 
 #include <algorithm>
-#include <cctype>
 
 #include <fmt/format.h>
 
@@ -62,54 +61,32 @@ void chain_allreduce(const MeasuredOrder& o, const std::vector<float*>& bufs, Th
 
 namespace {
 
-// The ranks of a chain in the order they are added, from sym_text's "((x2 + x0) + x1)"; since a + b = b + a
-// bit for bit, a node whose leaf is on either side continues the chain (Gloo's ring writes x_k + partial).
-// Empty when the expression is no chain (two partial sums added together).
-struct ChainParser {
-  const std::string& t;
-  size_t at = 0;
-  bool ok = true;
-  // One operand: "x<rank>" or "(" expression ")"; its chain (a leaf: one rank).
-  std::vector<int> operand() {
-    if (at < t.size() && t[at] == 'x') {
-      size_t end = at + 1;
-      while (end < t.size() && std::isdigit(static_cast<unsigned char>(t[end]))) ++end;
-      const int r = std::stoi(t.substr(at + 1, end - at - 1));
-      at = end;
-      return {r};
-    }
-    if (at < t.size() && t[at] == '(') {
-      ++at;
-      std::vector<int> c = expression();
-      if (at < t.size() && t[at] == ')') ++at; else ok = false;
-      return c;
-    }
-    ok = false;
-    return {};
+// The ranks of a chain in the order they are added; since a + b = b + a bit for bit, a node whose leaf is on
+// either side continues the chain (Gloo's ring writes x_k + partial). False when two partial sums are added.
+bool chain_of(Sym s, std::vector<int>* order) {
+  int rank = 0;
+  Sym left, right;
+  if (sym_parts(s, &rank, &left, &right)) {
+    order->push_back(rank);
+    return true;
   }
-  std::vector<int> expression() {
-    std::vector<int> left = operand();
-    if (t.compare(at, 3, " + ") != 0) return left;
-    at += 3;
-    std::vector<int> right = operand();
-    if (left.size() > 1 && right.size() > 1) ok = false;  // two partial sums: no chain
-    if (left.size() < right.size()) std::swap(left, right);
-    left.insert(left.end(), right.begin(), right.end());
-    return left;
-  }
-};
+  std::vector<int> l, r;
+  if (!chain_of(left, &l) || !chain_of(right, &r) || (l.size() > 1 && r.size() > 1)) return false;
+  if (l.size() < r.size()) std::swap(l, r);
+  order->insert(order->end(), l.begin(), l.end());
+  order->insert(order->end(), r.begin(), r.end());
+  return true;
+}
 
 }  // namespace
 
 MeasuredOrder chain_order_of(Algorithm a, size_t N, size_t n) {
   MeasuredOrder o;
   o.n = n;
-  const auto syms = allreduce_symbols(a, N, n);  // its pool stays on this thread for sym_text
+  const auto syms = allreduce_symbols(a, N, n);  // its pool stays on this thread for sym_parts
   for (size_t i = 0; i < n; ++i) {
-    const std::string text = sym_text(syms[0][i]);
-    ChainParser p{text};
-    std::vector<int> order = p.expression();
-    if (!p.ok || p.at != text.size() || order.size() != N) return {n, {}};  // no chain
+    std::vector<int> order;
+    if (!chain_of(syms[0][i], &order) || order.size() != N) return {n, {}};  // no chain
     if (!o.runs.empty() && o.runs.back().order == order) {
       o.runs.back().end = i + 1;
     } else {

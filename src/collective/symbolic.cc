@@ -27,6 +27,16 @@ Sym operator+(Sym a, Sym b) {
   return Sym{static_cast<uint32_t>(pool.size() - 1)};
 }
 
+bool sym_parts(Sym s, int* rank, Sym* left, Sym* right) {
+  const auto& [l, r] = pool.at(s.id);
+  if (l == kLeaf) {
+    *rank = static_cast<int>(r);
+    return true;
+  }
+  *left = Sym{l}, *right = Sym{r};
+  return false;
+}
+
 std::string sym_text(Sym s) {
   const auto& [l, r] = pool.at(s.id);
   if (l == kLeaf) return "x" + std::to_string(r);

@@ -17,6 +17,9 @@ void sym_reset(int world_size);
 Sym sym_leaf(int rank);
 Sym operator+(Sym a, Sym b);  // records one addition, a + b (left operand first, as the algorithm wrote it)
 
+// A leaf: true and *rank its rank. An addition: false and its operands, left first.
+bool sym_parts(Sym s, int* rank, Sym* left, Sym* right);
+
 // "((x0 + x1) + x2)" (leaves unparenthesised); the ranks' values in the order they enter the sum.
 std::string sym_text(Sym s);
 // The same grouping evaluated on float values (one rounding per addition, as the algorithm rounds).
