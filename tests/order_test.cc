@@ -103,6 +103,37 @@ TEST(OrderProbe, TracedWithTheProbesEqualsUntraced) {
   EXPECT_NE(r.out.find("ok   measured_order"), std::string::npos);
 }
 
+// A fault inside the probes on one rank (tests/ddp_check/order_faults.py: its decoding fails, or it cannot tell its
+// bucket sizes) leaves the training bit for bit as untraced, says so in one stderr line, hangs no rank, and
+// raises no false alarm: ddp_check still finds the run as predicted.
+TEST(OrderProbe, AFaultInTheProbesLeavesTheRunAndTheCheck) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: no real run";
+  for (const std::string fault : {"decode", "sizes"}) {
+    const std::string dir = testing::temp_dir() + "/fault_" + fault, traced = dir + ".traced.json",
+                      untraced = dir + ".untraced.json";
+    const auto t = testing::run_command({"/usr/bin/timeout", "300", "/usr/bin/python3", "tests/ddp_check/order_faults.py",
+                                         "--fault", fault, "--out", dir, "--final", traced});
+    ASSERT_EQ(t.status, 0) << fault << ": " << tail(t.err);
+    const auto u = testing::run_command({"/usr/bin/timeout", "300", "/usr/bin/python3", "tests/ddp_check/order_faults.py",
+                                         "--fault", fault, "--no-trace", "--final", untraced});
+    ASSERT_EQ(u.status, 0) << fault << ": " << tail(u.err);
+    EXPECT_EQ(testing::load_json(traced), testing::load_json(untraced)) << fault << ": the training changed";
+    size_t lines = 0;
+    for (size_t at = t.err.find("ddplab_trace:"); at != std::string::npos; at = t.err.find("ddplab_trace:", at + 1)) ++lines;
+    EXPECT_EQ(lines, 1u) << fault << ":\n" << t.err;
+    EXPECT_NE(t.err.find("MemoryError: injected"), std::string::npos) << fault;
+    const std::string out = dir + "/check.json";
+    const auto check = testing::run_command({"verify/ddp_check", dir, "--json", out, "--quiet"});
+    EXPECT_EQ(check.status, 0) << fault << ": " << tail(check.out + check.err);
+    const json j = testing::load_json(out);
+    EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]) << fault;
+    EXPECT_EQ(j["verdict"], "as-predicted") << fault;
+    if (fault == "sizes") {
+      EXPECT_NE(j["order"].get<std::string>().find("not measured"), std::string::npos) << j["order"];
+    }
+  }
+}
+
 // A measured order whose seeded all-reduce does not come out as recorded is not used, and the output says so.
 TEST(OrderProbe, AnOrderThatDoesNotReproduceIsSaidSo) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: no real run";

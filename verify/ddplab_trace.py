@@ -1976,8 +1976,10 @@ class DDPTrace:
             try:
                 sizes = self._order_sizes()
                 buf = torch.empty(max(sizes), dtype=torch.float32, device=device) if sizes else None
-            except Exception:
+            except Exception as e:  # this rank says no: none measures (below), and this line says why
                 sizes = None
+                sys.stderr.write("ddplab_trace: the all-reduce order was not measured: %s\n"
+                                 % _why(e, "order probes"))
             # The ranks agree first (every rank makes this call whatever it found): all measure, or none does.
             mine = [1.0 if sizes and buf is not None else 0.0, float(len(sizes or [])), float(sum(sizes or []))]
             agree = torch.tensor(mine + [-v for v in mine[1:]], dtype=torch.float64, device=device)
@@ -1989,6 +1991,10 @@ class DDPTrace:
             N = dist.get_world_size(pg)
             rank = dist.get_rank(pg)
             sizes_out, calls = _measure_order(lambda t: dist.all_reduce(t, group=pg), sizes, N, rank, device, buf)
+            failed = [e for e in sizes_out if e["runs"] is None and e.get("why", "").startswith("internal error")]
+            if failed:  # this rank's own trouble (the others' entries are whole): one line
+                sys.stderr.write("ddplab_trace: the all-reduce order of %d size(s) was not measured on this rank: "
+                                 "%s\n" % (len(failed), failed[0]["why"]))
             self._order = {"measured": True, "seed": _ORDER_SEED, "sizes": sizes_out, "all_reduces": calls,
                            "seconds": round(time.monotonic() - t0, 3)}
         except Exception as e:  # one line; the trace itself is whole
