@@ -80,6 +80,13 @@ const Case kCases[] = {
     {"batched_powersgd", nullptr, "", -1, -1, "", 0, "", "", false, false, "", "", 1},
     // torch 2.x's composable replicate(): DDP's arithmetic, recorded through the module it was applied to.
     {"composable", nullptr, "", -1, -1, "", 0, "--api replicate", "replicate", true},
+    // FSDP2 (torch 2.x fully_shard, tests/ddp_check/scripts/fsdp2_mlp.py): every Linear and the root sharded, layers
+    // of 40, 33 and 5 rows (short shards; an empty one at 4 ranks); at 2, 3 and 4 ranks, SGD and AdamW, micro-batches
+    // under set_requires_gradient_sync(False), clip_grad_norm_, every=2; the root alone over a device mesh.
+    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 2", "fsdp2_ws2", true},
+    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 3 --optimizer adamw --every 2", "fsdp2_ws3_adamw", true},
+    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 4 --accumulate 2 --clip 1.0", "fsdp2_ws4_accumulate", true},
+    {"composable", nullptr, "", -1, -1, "", 0, "--api fully_shard", "fully_shard_root", true},
     // Lightning Fabric and accelerate as their docs use them: DDPTrace takes what fabric.setup / accelerator.prepare
     // return; accelerate's micro-batches under accumulate() that do not step are no steps.
     {"fabric_ddp", nullptr, "", -1, -1, "", 0, "", "", true},
@@ -116,6 +123,11 @@ const Case kCases[] = {
     {"ce_single_column", "nothing-trains", "zero-gradients", -1, -1, "", 1},
     {"deepcopy_optimizer", "optimizer-misses-parameters", "none", -1, -1, "", 1, "", "", false, true,
      "nothing-trains/parameters-unchanged"},
+    // FSDP2's own mistakes: the optimizer built before fully_shard replaced the parameters; gradient sync switched
+    // off for accumulation and never back on (no reduce-scatter ever runs: no gradient to compare).
+    {"fsdp2_mlp", "optimizer-misses-parameters", "before-fully-shard", -1, -1, "", 1,
+     "--mistake optimizer_before_shard", "fsdp2_optimizer_before_shard", true, true, "nothing-trains/parameters-unchanged"},
+    {"fsdp2_mlp", "not-reduced", "gradient-sync-off", -1, 0, "", 1, "--mistake sync_off", "fsdp2_sync_off", true},
 };
 
 // tools/install_deps.sh --with-torch2's virtual environment.
@@ -212,7 +224,7 @@ TEST_P(DdpCheck, RealRun) {
   // ranks did, not DDP's arithmetic (sum_hook's and diverge_grads' hooks are not DDP's average; under
   // nosync_always no all-reduce runs at all; after module_call's step 2 each all-reduce pairs different steps).
   const bool hooked = script == "sum_hook" || script == "diverge_grads" || script == "module_call";
-  if (c.modelled && script != "nosync_always") {
+  if (c.modelled && script != "nosync_always" && std::string(c.label) != "fsdp2_sync_off") {
     EXPECT_GT(j["grads"]["checked"].get<int64_t>(), 0);
   }
   if (c.modelled && !hooked && script != "bucket_view") {
@@ -356,20 +368,21 @@ TEST_P(Recorder, TracedRunEqualsUntracedRun) {
 }
 
 // The same for two DDP models in one loop (a GAN), a model that is not DDP at all, and on torch 2.x FSDP2's
-// fully_shard (which the recorder does not record) and accelerate's wrappers. A test of its own: the shards
-// of this suite stay even.
+// fully_shard (the root alone; every layer at 4 ranks with AdamW, micro-batches and clipping) and accelerate's
+// wrappers. A test of its own: the shards of this suite stay even.
 TEST_P(Recorder, TracedEqualsUntracedWithFrameworks) {
   const std::string torch = GetParam();
   SKIP_UNLESS_AVAILABLE(torch);
   setenv("DDPLAB_START_METHOD", "fork", 1);
   const auto r = testing::run_command({"/usr/bin/timeout", "600", python_for(torch), "tests/ddp_check/traced_equals_untraced.py",
-                                       "dcgan", "not_ddp", "fully_shard", "accelerate_ddp"});
+                                       "dcgan", "not_ddp", "fully_shard", "fsdp2_accumulate", "accelerate_ddp"});
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   EXPECT_EQ(r.status, 0);
   for (const char* name : {"dcgan", "not_ddp"})
     EXPECT_NE(r.out.find(std::string("ok   ") + name), std::string::npos) << name;
   if (torch == "torch2") {
     EXPECT_NE(r.out.find("ok   fully_shard"), std::string::npos);
+    EXPECT_NE(r.out.find("ok   fsdp2_accumulate"), std::string::npos);
     EXPECT_NE(r.out.find("ok   accelerate_ddp"), std::string::npos);
   }
 }
@@ -402,18 +415,19 @@ TEST(TwoModels, DcganBothAsPredicted) {
   }
 }
 
-// A model the recorder does not record (FSDP2's fully_shard; a module with no data-parallel wrapper): one line
+// A model the recorder does not record (fully_shard on the layers but not the model; a module with no
+// data-parallel wrapper): one line
 // per rank, the training goes on (TracedRunEqualsUntracedRun: bitwise), the trace says why, and ddp_check says
 // there is nothing to check, naming it.
 TEST(Recorder, ModelsItDoesNotRecordSayWhyInOneLine) {
   SKIP_UNLESS_AVAILABLE("torch2");
   setenv("DDPLAB_START_METHOD", "fork", 1);
-  for (const char* api : {"fully_shard", "none"}) {
+  for (const char* api : {"shard_children", "none"}) {
     const std::string dir = testing::temp_dir() + "/" + api;
     const auto run = testing::run_command({"/usr/bin/timeout", "300", torch2_python(),
                                            "tests/ddp_check/scripts/composable.py", "--api", api, "--out", dir});
     ASSERT_EQ(run.status, 0) << run.err;
-    const std::string want = std::string(api) == "none" ? "not DistributedDataParallel" : "sharded by FSDP";
+    const std::string want = std::string(api) == "none" ? "not DistributedDataParallel" : "but not on itself";
     size_t lines = 0;
     for (size_t at = run.err.find("ddplab_trace: "); at != std::string::npos; at = run.err.find("ddplab_trace: ", at + 1)) {
       ++lines;

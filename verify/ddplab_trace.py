@@ -119,6 +119,61 @@ class _Replicated:
         return self.module.register_forward_pre_hook(*args, **kwargs)
 
 
+def _fsdp_module_class():
+    for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        try:
+            mod = __import__(where, fromlist=["FSDPModule"])
+            return getattr(mod, "FSDPModule")
+        except Exception:
+            continue
+    return None
+
+
+def _fsdp_param_groups(module):
+    """An FSDP2 module's parameter groups (torch 2.15 keeps a list; earlier 2.x one group or None)."""
+    state = module._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is None:
+        group = getattr(state, "_fsdp_param_group", None)
+        groups = [group] if group is not None else []
+    return list(groups)
+
+
+class _NoDDP:
+    """What the manifest's "ddp" options are read from under FSDP2 (then dropped: "fsdp" says it all)."""
+    bucket_bytes_cap = 25 << 20
+    broadcast_buffers = find_unused_parameters = gradient_as_bucket_view = static_graph = False
+
+
+_NO_DDP = _NoDDP()
+
+
+class _Sharded:
+    """fully_shard(model) (FSDP2, torch 2.x) as the recorder reads it: .module is the learner's root module, whose
+    parameters are the sharded DTensors the optimizer steps; .groups are FSDP's parameter groups, one reduce-scatter
+    each per synchronised backward (docs/trace_format.md, "fsdp")."""
+
+    def __init__(self, module, fsdp_class):
+        self.module = module
+        self.groups = []  # (module name, module, FSDPParamGroup)
+        for name, sub in module.named_modules():
+            if isinstance(sub, fsdp_class):
+                for group in _fsdp_param_groups(sub):
+                    self.groups.append((name, sub, group))
+
+    @property
+    def require_backward_grad_sync(self):
+        """set_requires_gradient_sync(): whether the next backward reduce-scatters (all groups alike)."""
+        flags = {bool(getattr(g, "reduce_grads", True)) for _, _, g in self.groups}
+        if len(flags) > 1:
+            raise _Unrecordable("set_requires_gradient_sync differs between this model's FSDP modules, which ddp_check "
+                                "does not model")
+        return flags.pop() if flags else True
+
+    def register_forward_pre_hook(self, *args, **kwargs):
+        return self.module.register_forward_pre_hook(*args, **kwargs)
+
+
 def _replicate_state(m):
     try:
         from torch.distributed._composable import replicate
@@ -144,9 +199,16 @@ def _what_model(m):
     if st is not None:
         return _Replicated(m, st), None
     names = {type(x).__name__ for x in m.modules()} if hasattr(m, "modules") else set()
-    if any(n.startswith("FSDP") for n in names) or "FullyShardedDataParallel" in names:
-        return None, ("%s is sharded by FSDP (fully_shard or FullyShardedDataParallel), which ddp_check does not "
-                      "check yet: nothing recorded" % type(seen).__name__)
+    if "FullyShardedDataParallel" in names:
+        return None, ("%s is sharded by FullyShardedDataParallel (FSDP1), which ddp_check does not check (fully_shard, "
+                      "FSDP2, it does): nothing recorded" % type(seen).__name__)
+    fsdp_class = _fsdp_module_class()
+    if fsdp_class is not None and hasattr(m, "modules") and any(isinstance(x, fsdp_class) for x in m.modules()):
+        if not isinstance(m, fsdp_class):
+            return None, ("%s has fully_shard on some of its modules but not on itself, and the recorder needs it on "
+                          "the model it is given too (fully_shard(model) after its layers): nothing recorded"
+                          % type(seen).__name__)
+        return _Sharded(m, fsdp_class), None
     return None, ("the model given is a %s, not DistributedDataParallel (nor replicate(), Fabric's setup(), "
                   "accelerate's prepare() or torch.compile of one): nothing recorded"
                   % type(seen).__name__)
@@ -543,9 +605,16 @@ def _dtype_name(dt):
     return str(dt).replace("torch.", "")
 
 
+def _local(t):
+    """A DTensor's local shard (FSDP2's sharded parameters, their .grad and optimizer state); any other tensor
+    itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
 def _cpu_copy(t):
     """A CPU copy of t that shares no memory with it (and is not touched by the run again)."""
-    t = t.detach()
+    t = _local(t).detach()
     if t.device.type == "cpu":
         return t.clone()
     return t.to("cpu", copy=True)
@@ -616,7 +685,7 @@ def _digest(t):
     summed modulo 2^64 into 1021 columns (word j into column j mod 1021), then zlib's CRC-32 of the 1021 sums.
     Integer sums are exact in any order, so torch's own sum folds on the tensor's device (a GPU sends 8 KiB, not
     the tensor) at about half a CRC's cost over all the bytes (bench/README.md)."""
-    t = t.detach().reshape(-1)
+    t = _local(t).detach().reshape(-1)
     n = t.numel()
     words = n // 2
     if _HAVE_NUMPY and t.device.type == "cpu" and words >= _FOLD_COLUMNS:
@@ -886,11 +955,12 @@ class _StepWriter:
 
 def _bits(t):
     """A float32 tensor's bits as int32 (one flat view; a copy only where the tensor is not contiguous)."""
-    return t.detach().reshape(-1).view(torch.int32)
+    return _local(t).detach().reshape(-1).view(torch.int32)
 
 
 def _bits_equal(a, b):
     """Bit for bit the same float32 tensors (NaNs and the sign of zero included); b on the CPU."""
+    a = _local(a)
     if a.shape != b.shape:
         return False
     if a.device.type != "cpu":
@@ -1091,6 +1161,8 @@ class DDPTrace:
         self._float_buffers, self._int_buffers = [], []
         self._groups, self._opt_coverage = [], {}
         self._handles = []
+        self._fsdp = None            # fully_shard (FSDP2): the _Sharded model
+        self._unsharded_hooked = {}  # FSDP2: id -> each unsharded parameter given a hook (kept alive: ids stay unique)
         self._original_step, self._step_fn = None, None
         self.device = "cpu"
         self._sqrt_exact = None
@@ -1171,6 +1243,8 @@ class DDPTrace:
     def _classify(self, ddp_model, optimizer):
         """Which of DDP's parameters and the module's buffers are recorded; the optimizer's groups."""
         module = ddp_model.module
+        if isinstance(ddp_model, _Sharded):
+            self._fsdp = ddp_model
         # The parameters DDP's reducer manages, in its order (DDP's _build_params_for_reducer: the module's
         # parameters that require grad and are not in _ddp_params_and_buffers_to_ignore, shared ones once).
         # Those the format cannot hold (sparse gradients, not float32) are listed, not recorded.
@@ -1244,11 +1318,17 @@ class DDPTrace:
             first = ddp_model.bucket_bytes_cap
         self._first_bucket_bytes = int(first) if first is not None else None
 
-        # Hooks: on every DDP parameter (an unchecked one only says that a backward started).
-        for i, p in enumerate(self._params):
-            self._handles.append(p.register_hook(self._make_grad_hook(i)))
-        for p in self._unchecked_params:
-            self._handles.append(p.register_hook(self._make_grad_hook(None)))
+        # Hooks: on every DDP parameter (an unchecked one only says that a backward started). FSDP2's sharded
+        # parameters take no part in autograd: the hooks go on the unsharded parameters FSDP all-gathers, from a
+        # forward pre-hook on each FSDP module (it runs after FSDP's own, so they exist).
+        if self._fsdp is not None:
+            for _, sub, group in self._fsdp.groups:
+                self._handles.append(sub.register_forward_pre_hook(self._make_unshard_hook(group)))
+        else:
+            for i, p in enumerate(self._params):
+                self._handles.append(p.register_hook(self._make_grad_hook(i)))
+            for p in self._unchecked_params:
+                self._handles.append(p.register_hook(self._make_grad_hook(None)))
         try:
             self._handles.append(ddp_model.register_forward_pre_hook(self._forward_pre_hook, with_kwargs=True))
         except TypeError:  # torch 1.13: no with_kwargs
@@ -1274,7 +1354,7 @@ class DDPTrace:
         # netD.zero_grad()), the replay must clear .grad there too. Wrapped on the instance; the original runs.
         self._zero_grad_wrapped = []
         for obj in (optimizer, ddp_model, getattr(ddp_model, "module", None)):
-            if obj is None or any(o is obj for o, _, _ in self._zero_grad_wrapped):
+            if obj is None or isinstance(obj, _Sharded) or any(o is obj for o, _, _ in self._zero_grad_wrapped):
                 continue
             had_own = "zero_grad" in obj.__dict__
             original = obj.zero_grad
@@ -1398,6 +1478,23 @@ class DDPTrace:
                         fps.append(_fingerprint(xc[j]))
             self._inputs.append(fps)
 
+    def _make_unshard_hook(self, group):
+        def hook(module, args):
+            if self._stopped or self._closed:
+                return None
+            try:
+                for fp in group.fsdp_params:
+                    up = fp.unsharded_param
+                    if id(up) in self._unsharded_hooked or not up.requires_grad:
+                        continue
+                    self._unsharded_hooked[id(up)] = up
+                    self._handles.append(up.register_hook(self._make_grad_hook(self._index.get(id(fp.sharded_param)))))
+            except Exception as e:
+                self._stop_for(e, "FSDP forward pre-hook")
+            return None
+
+        return hook
+
     def _make_grad_hook(self, i):
         def hook(grad):
             if not (self._stopped or self._closed):
@@ -1467,6 +1564,8 @@ class DDPTrace:
         as the optimizer's input where the gradient is not predicted)."""
         if self._full_step() or self.backend != "gloo" or any(p.device.type != "cpu" for p in self._params):
             return False
+        if self._fsdp is not None:
+            return not self._fsdp_layout()["not_modelled"]
         info = _HookInfo(self.ddp, self._powersgd_cache)
         if info.kind in ("fp16_compress_wrapper", "bf16_compress_wrapper"):
             return info.inner == "allreduce"
@@ -1823,6 +1922,8 @@ class DDPTrace:
                     "world_size": self.world_size, "backend": self.backend, "torch_version": torch.__version__,
                     "complete": bool(complete), "not_recorded": self._not_recorded, "every": self.every, "steps": []}
         ddp = self.ddp
+        if self._fsdp is not None:
+            ddp = _NO_DDP
         info = _HookInfo(ddp, self._powersgd_cache)
         state = dict(info.fields)
         start = self._hook_at_start
@@ -1870,7 +1971,7 @@ class DDPTrace:
             "every": self.every,
             "steps": list(self._steps),
             "ddp": ddp_opts,
-            "params": [{"name": n, "shape": list(p.shape), "dtype": "float32"}
+            "params": [{"name": n, "shape": list(_local(p).shape), "dtype": "float32"}
                        for n, p in zip(self._names, self._params)],
             "unchecked_params": self._unchecked,
             "buffers": [{"name": n, "shape": list(b.shape), "dtype": "float32"} for n, b in self._float_buffers],
@@ -1887,7 +1988,56 @@ class DDPTrace:
             manifest["buckets"] = buckets
         if self._order is not None:
             manifest["allreduce_order"] = self._order
+        if self._fsdp is not None:
+            del manifest["ddp"]
+            manifest["fsdp"] = self._fsdp_layout()
         return manifest
+
+    def _fsdp_layout(self):
+        """The manifest's "fsdp" (docs/trace_format.md): FSDP2's parameter groups in their reduce-scatter order, each
+        parameter's full shape and shard dim, and what ddp_check does not model in this run (its gradients are then
+        compared by nothing but the optimizer step)."""
+        full, groups, not_modelled = [None] * len(self._names), [], []
+
+        def say(why):
+            if why not in not_modelled:
+                not_modelled.append(why)
+
+        for name, _, g in self._fsdp.groups:
+            idx = []
+            for fp in g.fsdp_params:
+                i = self._index.get(id(fp.sharded_param))
+                if i is None:
+                    continue
+                mp = getattr(fp, "mp_policy", None)
+                param_dtype, reduce_dtype = getattr(mp, "param_dtype", None), getattr(mp, "reduce_dtype", None)
+                if param_dtype not in (None, torch.float32):
+                    say("mixed precision (MixedPrecisionPolicy(param_dtype=%s))" % _dtype_name(param_dtype))
+                reduce_dtype = reduce_dtype or param_dtype or torch.float32
+                if reduce_dtype != torch.float32:
+                    say("a %s reduce-scatter (MixedPrecisionPolicy(reduce_dtype=...))" % _dtype_name(reduce_dtype))
+                dim = int(getattr(getattr(fp, "fsdp_placement", None), "dim", 0) or 0)
+                if dim != 0:
+                    say("sharding on dim %d (shard_placement_fn)" % dim)
+                if getattr(fp, "offload_to_cpu", False):
+                    say("CPU offload (CPUOffloadPolicy)")
+                full[i] = {"name": self._names[i], "shape": list(fp.sharded_param.shape), "shard_dim": dim}
+                idx.append(i)
+            mesh = type(getattr(g, "mesh_info", None)).__name__
+            if mesh != "FSDPMeshInfo":
+                say("HSDP (%s: a 2-D device mesh, reduce-scatter then all-reduce)" % mesh)
+            if getattr(g, "gradient_divide_factor", None) is not None:
+                say("set_gradient_divide_factor")
+            if getattr(g, "force_sum_reduction_for_comms", False):
+                say("set_force_sum_reduction_for_comms")
+            if idx:
+                groups.append({"module": name, "params": idx})
+        if self.backend != "gloo" or self.device != "cpu":
+            say("the reduce-scatter of %s on %s (only Gloo's on the CPU is modelled)" % (self.backend, self.device))
+        for i, f in enumerate(full):
+            if f is None:
+                raise _Unrecordable("'%s' is in none of FSDP's parameter groups" % self._names[i])
+        return {"params": full, "groups": groups, "not_modelled": not_modelled}
 
     def _data_json(self):
         return {"loaders": [lr.json for lr in self._loaders], "truncated": self._data_truncated}
@@ -1965,7 +2115,7 @@ class DDPTrace:
 
     def _measure_order_safe(self):
         want = self.measure_order is True or (self.measure_order == "auto" and self.backend != "gloo")
-        if not want or self.world_size < 3 or self._not_recorded:  # the same on every rank: none measures
+        if not want or self.world_size < 3 or self._not_recorded or self._fsdp is not None:  # the same on every rank
             return
         t0 = time.monotonic()
         try:

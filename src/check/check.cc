@@ -47,6 +47,7 @@ CheckResult check_run(const Run& run) {
   GradReplay replay(run);
   res.order_known = replay.exact_expected() && replay.grads_checked();
   res.order = replay.order();
+  res.sharded = replay.sharded();
   Findings found(run);
   run_findings(run, replay, found);
   const bool adam = m.optimizer_class == "Adam" || m.optimizer_class == "AdamW";
@@ -222,7 +223,7 @@ CheckResult check_run(const Run& run) {
               continue;
             }
             rows.push_back(c);
-            fill_in(mine, "grad/" + p.name, m.params[i].shape, p.grad.data(), static_cast<size_t>(p.grad.size()));
+            fill_in(mine, "grad/" + p.name, p.shape, p.grad.data(), static_cast<size_t>(p.grad.size()));
             continue;
           }
           if (!got) continue;
@@ -255,17 +256,18 @@ CheckResult check_run(const Run& run) {
       const StepRecord* rec = recs[r];
       if (!rec) return;
       RankStep& o = rs[r];
-      std::tie(o.ln, o.dn) = norms(m, *rec);
+      const Manifest& rm = run.ranks[r];  // its own shapes: under FSDP each rank holds its own shards
+      std::tie(o.ln, o.dn) = norms(rm, *rec);
       for (const auto& [key_name, t] : rec->tensors)
         if (key_name.rfind("local/", 0) == 0) {
           o.local = true;
           o.nonzero = o.nonzero || !all_zero(t.data);
         }
-      o.moved = !first_difference(m, *rec, "param_before", *rec, "param_after").empty();
+      o.moved = !first_difference(rm, *rec, "param_before", *rec, "param_after").empty();
       o.unknown = modelled_optimizer
-                      ? fill_in_inputs(m, *cur[r], carried_step[r] + 1 == rec->step ? &carried[r] : nullptr)
+                      ? fill_in_inputs(rm, *cur[r], carried_step[r] + 1 == rec->step ? &carried[r] : nullptr)
                       : "";
-      if (o.unknown.empty()) o.stepped = predict_step(m, *rec, &o.after, &o.opt_why, &o.state_after);
+      if (o.unknown.empty()) o.stepped = predict_step(rm, *rec, &o.after, &o.opt_why, &o.state_after);
     });
     std::vector<double> ln(static_cast<size_t>(ws), NAN), dn(static_cast<size_t>(ws), NAN);
     for (int r = 0; r < ws; ++r) {
@@ -276,6 +278,7 @@ CheckResult check_run(const Run& run) {
       seen.any_local = seen.any_local || o.local;
       seen.any_nonzero = seen.any_nonzero || o.nonzero;
       seen.any_moved = seen.any_moved || o.moved;
+      for (const Backward& b : rec->backwards) seen.any_sync = seen.any_sync || b.sync;
       StepRecord& mine = *cur[static_cast<size_t>(r)];
       const std::string& unknown = o.unknown;
       if (!unknown.empty()) {
@@ -303,7 +306,8 @@ CheckResult check_run(const Run& run) {
           CmpResult c = digest_row(name, after[i].size(), same);
           count(line.params, line.rank_params, r, c);
           if (same) {
-            fill_in(mine, "param_after/" + name, m.params[i].shape, after[i].data(), static_cast<size_t>(after[i].size()));
+            fill_in(mine, "param_after/" + name, run.ranks[static_cast<size_t>(r)].params[i].shape, after[i].data(),
+                    static_cast<size_t>(after[i].size()));
             rows.push_back(c);
           } else {
             found.digest_differs("param", step, r, name, res.step_exact, &res.first_divergence);
@@ -340,7 +344,7 @@ CheckResult check_run(const Run& run) {
           if (q && q->segment == p->segment && std::tie(q->index, q->rank) > std::tie(source->index, source->rank))
             source = q.get();
       }
-      moved[static_cast<size_t>(r)] = first_difference(m, *rec, "param_before", *source, "param_after");
+      moved[static_cast<size_t>(r)] = first_difference(run.ranks[static_cast<size_t>(r)], *rec, "param_before", *source, "param_after");
       seen.any_moved = seen.any_moved || !moved[static_cast<size_t>(r)].empty();  // something else trains them
     }
     if (after_averaging) {
@@ -373,7 +377,14 @@ CheckResult check_run(const Run& run) {
                               step, step - 1, who, differs, ref->rank));
       }
     }
-    line.replicas_equal = replay.local_gradients() ? !after_averaging || seen.averagings > 0 : found.replicas(recs, moved, first, &res.first_divergence);
+    if (replay.sharded()) {  // no replicas: each rank's shards, changed only by its optimizer step
+      line.replicas_equal = true;
+      for (int r = 0; r < ws; ++r)
+        if (!moved[static_cast<size_t>(r)].empty()) found.changed_outside_step(step, r, moved[static_cast<size_t>(r)]);
+    } else {
+      line.replicas_equal = replay.local_gradients() ? !after_averaging || seen.averagings > 0
+                                                     : found.replicas(recs, moved, first, &res.first_divergence);
+    }
     found.per_step(recs);
     res.grads.checked += line.grads.checked, res.grads.exact += line.grads.exact;
     res.grads.allclose += line.grads.allclose, res.grads.different += line.grads.different;

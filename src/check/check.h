@@ -55,7 +55,8 @@ struct CheckResult {
   std::vector<int64_t> steps;
   bool order_known = false;  // the run's addition order is known: gradients are predicted bit for bit
   std::string order;         // which order, or why it is unknown
-  std::string buckets;       // the layout the replay used, from iteration 1 on
+  std::string buckets;       // the layout the replay used, from iteration 1 on (FSDP2: its groups)
+  bool sharded = false;      // an FSDP2 run: each rank holds its own shards (no replicas to compare)
   bool step_exact = true;    // the optimizer step is predicted bit for bit
   std::string step_why;      // why not, when not
   Counts grads, params;

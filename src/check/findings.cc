@@ -181,6 +181,14 @@ void Findings::step_vs_prediction(int64_t step, int r, const std::vector<CmpResu
   }
 }
 
+void Findings::changed_outside_step(int64_t step, int r, const std::string& name) {
+  add("changed-outside-step", "problem", "outside-step", step, r, name,
+      fmt::format("step {}: rank {}'s shard of '{}' changed outside optimizer.step() (it differs from what the "
+                  "previous step left). Under FSDP each rank holds only its shard, so code that edits parameters "
+                  "(under torch.no_grad(), a load on some ranks only) changes the model for good",
+                  step, r, name));
+}
+
 bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::vector<std::string>& moved,
                         bool first_step, Divergence* div) {
   const Manifest& m = run_.first();

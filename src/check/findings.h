@@ -41,6 +41,8 @@ class Findings {
   // nothing DDP does explains it ("" : none). True when every rank's parameters after the step agree.
   bool replicas(const std::vector<const StepRecord*>& recs, const std::vector<std::string>& moved, bool first_step,
                 Divergence* div);
+  // FSDP2: rank r's shard `name` changed between its previous step and this one, outside optimizer.step().
+  void changed_outside_step(int64_t step, int r, const std::string& name);
   // Gradients changed before the step, buffers, unused parameters; collects the input fingerprints.
   void per_step(const std::vector<const StepRecord*>& recs);
   // The data findings from every step's fingerprints, where no sampler's indices were recorded; returns the
@@ -79,6 +81,7 @@ struct RunSeen {
   bool any_local = false;    // local gradients were recorded
   bool any_nonzero = false;  // one of them was not all zeros
   bool any_moved = false;    // a step, or something else, changed a parameter
+  bool any_sync = false;     // some recorded backward was synchronised (all-reduced, reduce-scattered)
   int64_t averagings = 0, averagings_exact = 0;  // post-local SGD's model averagings, and those bit for bit
 };
 // Post-local SGD's averagings, and a run that trains nothing (zero gradients, parameters never changed).

@@ -90,6 +90,28 @@ bool nccl_pinned(const std::map<std::string, std::string>& env) {
 GradReplay::GradReplay(const Run& run) : run_(run) {
   const Manifest& m = run.first();
   const int ws = run.world_size();
+  if (m.fsdp.present) {  // each rank's parameters are its shards
+    for (const Manifest& rm : run.ranks) {
+      params_.emplace_back();
+      for (const TensorInfo& t : rm.params) {
+        Parameter p;
+        p.name = t.name;
+        p.shape = t.shape;
+        params_.back().push_back(std::move(p));
+      }
+    }
+    fsdp_ = std::make_unique<FsdpReplay>(run);
+    if (!m.fsdp.not_modelled.empty()) {
+      grads_checked_ = exact_ = false;
+      grads_why_ = fmt::format("FSDP2 with {}, which ddp_check does not model", fmt::join(m.fsdp.not_modelled, ", "));
+      order_ = grads_why_ + ": the sharded gradients are not predicted";
+    } else {
+      order_ = ws == 1 ? "one rank: nothing to add"
+                       : "FSDP2's reduce-scatter over Gloo: Gloo's ring all-reduce over each group's padded flat buffer "
+                         "(every rank's shard slot, parameter by parameter), then / world_size";
+    }
+    return;
+  }
   if (m.backend == "gloo") {
     order_ = "Gloo's ring (each bucket chunked as Gloo chunks it), after grad * float(1/world_size)";
   } else if (m.backend == "nccl" && nccl_pinned(m.env)) {
@@ -295,6 +317,7 @@ void GradReplay::check_layout(const std::vector<std::vector<size_t>>& torch, con
 }
 
 bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string* why) {
+  if (fsdp_) return fsdp_->predict(recs, &params_, why);
   const Manifest& m = run_.first();
   const size_t np = m.params.size(), ws = recs.size();
   // The ranks that ran this iteration; the others have joined (Join): they shadow every all-reduce with zeros.

@@ -75,6 +75,45 @@ AllreduceOrder parse_allreduce_order(const json& o, const std::string& path, int
   return a;
 }
 
+// "fsdp", every field checked against the rank's shards: each parameter in one group, its shard the rows
+// ceil(rows / world_size) chunking gives this rank.
+Fsdp parse_fsdp(const json& f, const Manifest& m, const std::string& path) {
+  Fsdp out;
+  out.present = true;
+  if (!f.is_object()) fail(path, "fsdp is not an object");
+  out.full = tensor_infos(field(f, "params", path), "fsdp.params", path);
+  if (out.full.size() != m.params.size()) fail(path, "fsdp.params does not list the same parameters as params");
+  for (size_t i = 0; i < out.full.size(); ++i) {
+    const json& e = field(f, "params", path)[i];
+    out.shard_dim.push_back(e.contains("shard_dim") ? integer(e.at("shard_dim"), "fsdp shard_dim", path, 0, 7) : 0);
+    const TensorInfo &full = out.full[i], &shard = m.params[i];
+    if (full.name != shard.name) fail(path, fmt::format("fsdp.params[{}] is '{}', params[{}] '{}'", i, full.name, i, shard.name));
+    const size_t d = static_cast<size_t>(out.shard_dim[i]);
+    if (full.shape.empty() || d >= full.shape.size() || shard.shape.size() != full.shape.size())
+      fail(path, fmt::format("'{}': its shard's shape does not fit its full shape", full.name));
+    const int64_t chunk = (full.shape[d] + m.world_size - 1) / m.world_size;
+    const int64_t begin = std::min(full.shape[d], chunk * m.rank), end = std::min(full.shape[d], begin + chunk);
+    for (size_t k = 0; k < full.shape.size(); ++k)
+      if (shard.shape[k] != (k == d ? end - begin : full.shape[k]))
+        fail(path, fmt::format("'{}': rank {}'s shard is not the rows FSDP gives it of a {}-row parameter at world_size {}",
+                               full.name, m.rank, full.shape[d], m.world_size));
+  }
+  std::vector<int> seen(out.full.size(), 0);
+  const json& groups = field(f, "groups", path);
+  if (!groups.is_array() || groups.size() > kMaxTensors) fail(path, "fsdp.groups is not a list");
+  for (const json& g : groups) {
+    out.groups.push_back(indices(field(g, "params", path), "an FSDP group's params", path, out.full.size()));
+    out.group_modules.push_back(g.contains("module") && g.at("module").is_string() ? g.at("module").get<std::string>() : "");
+    for (size_t i : out.groups.back()) ++seen[i];
+  }
+  for (size_t i = 0; i < seen.size(); ++i)
+    if (seen[i] != 1) fail(path, fmt::format("'{}' is in {} FSDP groups (one expected)", out.full[i].name, seen[i]));
+  if (f.contains("not_modelled") && f.at("not_modelled").is_array())
+    for (const json& n : f.at("not_modelled"))
+      if (n.is_string()) out.not_modelled.push_back(n.get<std::string>());
+  return out;
+}
+
 // PowerSGDState's fields the replay reads: integers, booleans, a number.
 void check_hook_state(const json& s, const std::string& path) {
   if (!s.is_object()) fail(path, "ddp.comm_hook_state is not an object");
@@ -119,7 +158,8 @@ Manifest parse_manifest_fields(const std::string& path) {
     m.steps.push_back(integer(s, "a step", path, 0, kMaxSteps));
     if (m.steps.size() > 1 && m.steps.back() <= m.steps[m.steps.size() - 2]) fail(path, "\"steps\" is not ascending");
   }
-  const json& ddp = field(j, "ddp", path);
+  const bool fsdp = j.contains("fsdp") && !j.at("fsdp").is_null();
+  const json& ddp = fsdp && !j.contains("ddp") ? json::object() : field(j, "ddp", path);
   if (ddp.contains("bucket_cap_mb")) {
     if (!ddp.at("bucket_cap_mb").is_number()) fail(path, "ddp.bucket_cap_mb is not a number");
     m.ddp.bucket_cap_mb = ddp.at("bucket_cap_mb").get<double>();
@@ -193,6 +233,7 @@ Manifest parse_manifest_fields(const std::string& path) {
     for (const TensorInfo& t : m.params) numel += t.numel;
     m.allreduce_order = parse_allreduce_order(j.at("allreduce_order"), path, m.world_size, numel);
   }
+  if (fsdp) m.fsdp = parse_fsdp(j.at("fsdp"), m, path);
   if (j.contains("env") && j.at("env").is_object())
     for (const auto& [k, v] : j.at("env").items())
       if (v.is_string()) m.env[k] = v.get<std::string>();
@@ -231,9 +272,14 @@ Run open_run(const std::string& dir_in) {
     if (m.rank != r) fail(m.path, fmt::format("says rank {}, but lies in rank{}/", m.rank, r));
     if (m.world_size != m0.world_size) differs("world_size");
     if (m.params.size() != m0.params.size()) differs("number of parameters");
+    if (m.fsdp.present != m0.fsdp.present) differs("fsdp");
+    // Under FSDP each rank holds its own shard: the ranks agree on the full shapes.
+    const auto& shapes = m.fsdp.present ? m.fsdp.full : m.params;
+    const auto& shapes0 = m0.fsdp.present ? m0.fsdp.full : m0.params;
     for (size_t i = 0; i < m.params.size(); ++i)
-      if (m.params[i].name != m0.params[i].name || m.params[i].shape != m0.params[i].shape)
+      if (m.params[i].name != m0.params[i].name || shapes[i].shape != shapes0[i].shape)
         differs("parameter " + std::to_string(i) + " ('" + m.params[i].name + "')");
+    if (m.fsdp.groups != m0.fsdp.groups) differs("FSDP groups");
     if (m.backend != m0.backend) differs("backend");
     if (m.ddp.bucket_cap_mb != m0.ddp.bucket_cap_mb || m.ddp.comm_hook != m0.ddp.comm_hook ||
         m.ddp.find_unused_parameters != m0.ddp.find_unused_parameters ||

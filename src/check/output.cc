@@ -57,14 +57,15 @@ std::string format_text(const CheckResult& r) {
   std::string out = fmt::format("ddp_check {}: world_size {}, backend {}, torch {}, {} steps recorded\n", r.run_dir,
                                 r.world_size, r.backend, r.torch_version, r.steps.size());
   out += fmt::format("addition order: {}\n", r.order);
-  out += fmt::format("buckets (from iteration 1): {}\n", r.buckets);
+  out += fmt::format("{}: {}\n", r.sharded ? "sharding" : "buckets (from iteration 1)", r.buckets);
   if (!r.step_exact) out += fmt::format("optimizer step: {}\n", r.step_why);
   for (const StepLine& l : r.lines) {
     std::string idle;  // ranks with no record of this iteration: joined (Join), or their trace ended
     for (size_t k = 0; k < l.ran.size(); ++k)
       if (!l.ran[k]) idle += fmt::format("{}{}", idle.empty() ? "" : ",", k);
-    out += fmt::format("step {:>4} | {} | {} | replicas {}{}\n", l.step, counts_text(l.grads, "grads"),
-                       counts_text(l.params, "params"), l.replicas_equal ? "equal" : "DIFFER",
+    out += fmt::format("step {:>4} | {} | {} | {}{}\n", l.step, counts_text(l.grads, "grads"),
+                       counts_text(l.params, "params"),
+                       r.sharded ? "sharded" : l.replicas_equal ? "replicas equal" : "replicas DIFFER",
                        idle.empty() ? "" : " | no step on rank " + idle);
   }
   out += data_lines(r);
@@ -96,6 +97,7 @@ std::string format_json(const CheckResult& r) {
                      {"replicas_equal", l.replicas_equal}, {"ran", l.ran}});
   nlohmann::json j = {{"verdict", r.problems() ? "problems" : "as-predicted"},
                       {"world_size", r.world_size},
+                      {"sharded", r.sharded},
                       {"steps", r.steps.size()},
                       {"backend", r.backend},
                       {"torch_version", r.torch_version},

@@ -19,6 +19,26 @@
 
 namespace ddplab::check {
 
+// FSDP2's synchronised backward (torch 2.x fully_shard, manifest "fsdp"): each rank's unsharded local gradients
+// accumulated as autograd accumulates them on FSDP's unsharded parameters, reduce-scattered group by group at each
+// synchronised backward (collective::fsdp_reduce_scatter: Gloo's ring over the group's padded flat buffer, then a
+// true division by world_size), each rank's shard added to its sharded .grad (set, where .grad is None).
+class FsdpReplay {
+ public:
+  explicit FsdpReplay(const Run& run);
+  // params[r][i]: rank r's shard of parameter i, .grad predicted.
+  bool predict(const std::vector<const StepRecord*>& recs, std::vector<std::vector<Parameter>>* params,
+               std::string* why);
+  std::string groups() const;
+
+ private:
+  const Run& run_;
+  // [rank][param]: the unsharded gradient accumulated since the last reduce-scatter (backwards under
+  // set_requires_gradient_sync(False)), carried to the next step when its last backward did not reduce.
+  std::vector<std::vector<std::vector<float>>> unsharded_;
+  int64_t carried_from_ = -1;  // the step whose unreduced gradients unsharded_ holds (-1: none)
+};
+
 class GradReplay {
  public:
   explicit GradReplay(const Run& run);
@@ -44,7 +64,9 @@ class GradReplay {
            (local_sgd_switch_ >= 0 && syncs_ > local_sgd_switch_ && local_hook_ == "noop");
   }
   const std::string& order() const { return order_; }
-  std::string buckets() const { return reducers_[0]->describe(); }
+  std::string buckets() const { return fsdp_ ? fsdp_->groups() : reducers_[0]->describe(); }
+  // An FSDP2 run: each rank holds its own shard, so there are no replicas to compare.
+  bool sharded() const { return fsdp_ != nullptr; }
   // Notes from the replay (a layout that differed from torch's), drained by the caller.
   std::vector<std::string> take_notes() { return std::move(notes_); }
 
@@ -73,6 +95,7 @@ class GradReplay {
   ThreadPool* pool_ = nullptr;
   std::vector<std::string> notes_;
   std::map<size_t, const collective::MeasuredOrder*> measured_;  // confirmed, by bucket size
+  std::unique_ptr<FsdpReplay> fsdp_;
 };
 
 // torch.optim's step for one rank from the recorded param_before, grad_step, state and lr; the predicted

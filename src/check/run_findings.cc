@@ -65,6 +65,16 @@ void optimizer_findings(const Manifest& m, const std::vector<bool>& changed, Fin
     const bool none = held == 0 && m.missing_unchecked.size() == m.unchecked_params.size();
     const std::string first = !m.missing_params.empty() ? m.params[m.missing_params[0]].name : m.missing_unchecked[0];
     const size_t missing = m.missing_params.size() + m.missing_unchecked.size();
+    if (none && m.fsdp.present) {
+      found.add("optimizer-misses-parameters", "problem", "before-fully-shard", -1, -1, first,
+                fmt::format("the optimizer ({}) holds none of the {} sharded parameters FSDP trains{}: fully_shard "
+                            "replaces each parameter with a sharded DTensor, so an optimizer built before it steps the "
+                            "old, unsharded tensors and the model never changes. Build the optimizer after "
+                            "fully_shard(model), over model.parameters()",
+                            m.optimizer_class, missing,
+                            m.foreign_params ? fmt::format(" (it holds {} other tensors)", m.foreign_params) : ""));
+      return;
+    }
     found.add("optimizer-misses-parameters", "problem", none ? "none" : "some", -1, -1, first,
               none ? fmt::format("the optimizer ({}) holds none of DDP's {} parameters{}: optimizer.step() never "
                                  "changes the model DDP trains. Usually an optimizer built over another model's "
@@ -87,6 +97,14 @@ void what_the_run_did(const Manifest& m, const RunSeen& seen, Findings& found) {
                           "world_size, summed in Gloo's ring order); between them each rank steps with its own "
                           "gradient, so they differ by design and are not compared",
                           seen.averagings, seen.averagings_exact));
+  if (m.fsdp.present && seen.any_local && !seen.any_sync) {
+    found.add("not-reduced", "problem", "gradient-sync-off", 0, -1, "",
+              "no recorded backward reduce-scattered its gradients: set_requires_gradient_sync(False) stayed on, so "
+              "each rank's gradients stay in FSDP's unsharded parameters, never reach the reduce-scatter, and "
+              "optimizer.step() finds no sharded .grad. Set it back to True before each step's last backward "
+              "(model.set_requires_gradient_sync(is_last_micro_batch))");
+    return;
+  }
   if (seen.any_local && !seen.any_nonzero) {
     found.add("nothing-trains", "problem", "zero-gradients", 0, -1, "",
               "every gradient of every rank is exactly zero at every recorded step: the loss does not depend on the "
@@ -95,8 +113,11 @@ void what_the_run_did(const Manifest& m, const RunSeen& seen, Findings& found) {
               "tensors");
   } else if (!seen.any_moved && seen.steps && !m.params.empty()) {
     found.add("nothing-trains", "problem", "parameters-unchanged", 0, -1, "",
-              "optimizer.step() never changed a parameter of the DDP model at any recorded step: usually an optimizer "
-              "over other tensors than ddp_model.parameters(), or lr=0");
+              m.fsdp.present ? "optimizer.step() never changed a parameter of the FSDP model at any recorded step: "
+                               "usually an optimizer over other tensors than model.parameters() after fully_shard, "
+                               "or lr=0"
+                             : "optimizer.step() never changed a parameter of the DDP model at any recorded step: "
+                               "usually an optimizer over other tensors than ddp_model.parameters(), or lr=0");
   }
 }
 

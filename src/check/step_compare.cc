@@ -58,7 +58,7 @@ std::pair<double, double> norms(const Manifest& m, const StepRecord& rec) {
     if (parts.size() == 1) {  // one backward: its own gradient
       local += sum_of_squares(parts[0]->data.data(), parts[0]->data.size());
     } else if (!parts.empty()) {  // no_sync micro-steps: their sum
-      acc.assign(static_cast<size_t>(p.numel), 0.0);
+      acc.assign(parts[0]->data.size(), 0.0);  // FSDP: the unsharded gradient, not the rank's shard
       for (const safetensors::Tensor* g : parts)
         for (size_t i = 0; i < acc.size(); ++i) acc[i] += g->data[i];
       local += sum_of_squares(acc.data(), acc.size());

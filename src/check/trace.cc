@@ -162,8 +162,9 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     }
   }
   // Every tensor must name a known parameter or buffer and have its shape.
-  std::map<std::string, const TensorInfo*> params, buffers;
+  std::map<std::string, const TensorInfo*> params, buffers, unsharded;  // FSDP: local/ holds unsharded gradients
   for (const TensorInfo& t : m.params) params[t.name] = &t;
+  for (const TensorInfo& t : m.fsdp.full) unsharded[t.name] = &t;
   for (const TensorInfo& t : m.buffers) buffers[t.name] = &t;
   for (const auto& [key, t] : rec.tensors) {
     const size_t slash = key.find('/');
@@ -192,7 +193,7 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
       }
       auto it = params.find(name);
       if (it == params.end()) fail(rec.path, "tensor '" + key + "' names no parameter of the manifest");
-      info = it->second;
+      info = kind == "local" && m.fsdp.present ? unsharded.at(name) : it->second;
       if (kind == "state") continue;  // an optimizer's state may have any shape (LBFGS keeps flat history)
     }
     if (static_cast<int64_t>(t.data.size()) != info->numel)

@@ -74,6 +74,18 @@ struct AllreduceOrder {
   std::vector<MeasuredSize> sizes;
 };
 
+// "fsdp": a run of torch 2.x's fully_shard (FSDP2). Manifest::params are then this rank's shards (what the
+// optimizer steps); full[i] is parameter i unsharded (what local/ holds), sharded on shard_dim[i] in chunks of
+// ceil(rows / world_size); groups are FSDP's parameter groups, one reduce-scatter of a flat buffer each.
+struct Fsdp {
+  bool present = false;
+  std::vector<TensorInfo> full;
+  std::vector<int64_t> shard_dim;
+  std::vector<std::vector<size_t>> groups;
+  std::vector<std::string> group_modules;
+  std::vector<std::string> not_modelled;  // what ddp_check does not replay in this run (HSDP, offload, ...)
+};
+
 struct Manifest {
   std::string not_recorded;  // the recorder recorded nothing, and why (a model it does not check: FSDP, ...)
   std::string path;  // of manifest.json, for messages
@@ -103,6 +115,7 @@ struct Manifest {
   // pip builds whose CPU sqrt is MKL's VML, within 1 ulp): Adam's step is then compared allclose.
   bool sqrt_exact = true;
   AllreduceOrder allreduce_order;
+  Fsdp fsdp;
 };
 
 struct Backward {

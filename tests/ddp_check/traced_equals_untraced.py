@@ -32,8 +32,11 @@ MISTAKES = ["no_sampler", "no_set_epoch", "overlapping", "broadcast_buffers_off"
 EXTRA = {"mingpt_split": ["--seed", "1"]}
 # Names that run a script with options (torch 2.x's composable APIs; a model that is not DDP at all).
 VARIANTS = {"replicate": ("composable", ["--api", "replicate"]), "fully_shard": ("composable", ["--api", "fully_shard"]),
-            "not_ddp": ("composable", ["--api", "none"])}
-TORCH2_ONLY += ["replicate", "fully_shard", "fabric_ddp", "accelerate_ddp"]  # torch 2.x's APIs, Lightning, accelerate
+            "not_ddp": ("composable", ["--api", "none"]),
+            "fsdp2_accumulate": ("fsdp2_mlp", ["--world-size", "4", "--optimizer", "adamw", "--accumulate", "2",
+                                               "--clip", "1.0"])}
+TORCH2_ONLY += ["replicate", "fully_shard", "fabric_ddp", "accelerate_ddp", "fsdp2_mlp",
+                "fsdp2_accumulate"]  # torch 2.x's APIs, Lightning, accelerate
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
 

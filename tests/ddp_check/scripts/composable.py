@@ -1,11 +1,12 @@
 """torch 2.x's composable data-parallel APIs, traced as their docs use them: DDPTrace(model, optimizer) on the
 module itself. --api replicate (torch.distributed._composable.replicate: DDP's arithmetic, recorded and checked
-like DDP); --api fully_shard (FSDP2 over a CPU device mesh: the recorder says in one line that FSDP is not checked
-yet, records nothing, and the run trains as it would untraced); --api none (no data-parallel wrapper at all: the
-recorder says so in one line, and the run goes on). An MLP, SGD with momentum, DistributedSampler, 3 ranks. torch
+like DDP); --api fully_shard (FSDP2 on the root alone, over a CPU device mesh: one parameter group, recorded and
+checked as FSDP2); --api shard_children (fully_shard on the Linear layers but not on the root: the recorder says
+in one line that it needs the root, records nothing, and the run trains as it would untraced); --api none (no
+data-parallel wrapper at all: the recorder says so in one line, and the run goes on). An MLP, SGD with momentum, DistributedSampler, 3 ranks. torch
 1.13 has neither composable API.
 
-    python3 composable.py --out RUN_DIR --api replicate|fully_shard|none [...the common options]
+    python3 composable.py --out RUN_DIR --api replicate|fully_shard|shard_children|none [...the common options]
 """
 import torch
 import torch.nn as nn
@@ -28,6 +29,11 @@ def main(rank, world_size, args):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
         fully_shard(model, mesh=init_device_mesh("cpu", (world_size,)))
+    elif args.api == "shard_children":
+        from torch.distributed.fsdp import fully_shard
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     trace = DDPTrace(model, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
@@ -51,7 +57,7 @@ def main(rank, world_size, args):
 
 
 def options(p):
-    p.add_argument("--api", choices=["replicate", "fully_shard", "none"], default="replicate")
+    p.add_argument("--api", choices=["replicate", "fully_shard", "shard_children", "none"], default="replicate")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+"""FSDP2 (torch 2.x `fully_shard`) as a learner writes it: fully_shard on every Linear and on the root, an
+optimizer over the sharded parameters, DistributedSampler; traced with the same three lines as a DDP script.
+The layers have 40, 33 and 5 rows, so at 2, 3 and 4 ranks some shards are short, and the last layer's bias is
+empty on a rank at 4 (chunks of 2 rows: 2, 2, 1, none).
+
+    --optimizer sgd|adamw    SGD with momentum 0.9 and weight decay (default), or AdamW
+    --accumulate K           K micro-batches per step, set_requires_gradient_sync(False) on all but the last
+    --clip C                 torch.nn.utils.clip_grad_norm_(model.parameters(), C) before each step
+    --mistake optimizer_before_shard   the optimizer built over the parameters before fully_shard replaced them
+    --mistake sync_off       set_requires_gradient_sync(False) once, for accumulation, and never set back
+"""
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import common
+from ddplab_trace import DDPTrace
+
+
+def extra(p):
+    p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    p.add_argument("--accumulate", type=int, default=1)
+    p.add_argument("--clip", type=float, default=0.0)
+    p.add_argument("--mistake", choices=["", "optimizer_before_shard", "sync_off"], default="")
+
+
+def make_optimizer(params, args):
+    if args.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.05)
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3)
+
+
+def main(rank, world_size, args):
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(96, 12), torch.randint(0, 5, (96,)))
+    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=4, sampler=sampler)
+
+    model = nn.Sequential(nn.Linear(12, 40), nn.ReLU(), nn.Linear(40, 33), nn.Tanh(), nn.Linear(33, 5))
+    early = make_optimizer(model.parameters(), args) if args.mistake == "optimizer_before_shard" else None
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    optimizer = early or make_optimizer(model.parameters(), args)
+    loss_fn = nn.CrossEntropyLoss()
+
+    trace = DDPTrace(model, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
+    step, micro = 0, 0
+    for epoch in range(100):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            micro += 1
+            last = micro % args.accumulate == 0
+            model.set_requires_gradient_sync(last and args.mistake != "sync_off")
+            loss = loss_fn(model(x), y) / args.accumulate
+            loss.backward()
+            if not last:
+                continue
+            if args.clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+            if step == args.steps:
+                break
+        if step == args.steps:
+            break
+    if trace:
+        trace.close()
+    common.save_final_params({n: p.to_local().detach().clone() for n, p in model.named_parameters()}, args)
+
+
+if __name__ == "__main__":
+    common.launch(main, common.parse_args(world_size=3, steps=5, extra=extra))
