@@ -267,6 +267,49 @@ TEST(CheckTrace, BadTracesGetOneLineNamingTheFile) {
   }, "world_size = 1000000000 is outside");
 }
 
+// A real FSDP2 run (tests/golden/fsdp2_trace, its command in tests/golden/README.md): 3 ranks, layers of 40, 33
+// and 5 rows, two micro-batches per step. Every sharded gradient and every shard after the step bit for bit.
+std::string fsdp_trace() { return "tests/golden/fsdp2_trace"; }
+
+TEST(CheckTrace, RecordedFsdp2RunIsAsPredictedBitForBit) {
+  const check::CheckResult r = check::check_run(check::open_run(fsdp_trace()));
+  EXPECT_TRUE(r.sharded);
+  EXPECT_FALSE(r.problems());
+  EXPECT_EQ(r.grads.checked, 2 * 3 * 6);  // steps x ranks x parameters
+  EXPECT_EQ(r.grads.exact, r.grads.checked);
+  EXPECT_EQ(r.params.exact, 2 * 3 * 6);
+  EXPECT_NE(r.buckets.find("3 parameter groups"), std::string::npos) << r.buckets;
+}
+
+TEST(CheckTrace, BadFsdpManifestsGetOneLine) {
+  const auto refused = [](const char* label, const std::function<void(json&)>& tamper, const std::string& expect) {
+    const std::string dir = testing::temp_dir() + "/fsdp_" + label;
+    fs::remove_all(dir);
+    fs::copy(fsdp_trace(), dir, fs::copy_options::recursive);
+    for (auto& e : fs::directory_iterator(dir)) fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+    const std::string p = dir + "/rank1/manifest.json";
+    fs::permissions(p, fs::perms::owner_write, fs::perm_options::add);
+    json m = json::parse(slurp(p));
+    tamper(m);
+    write(p, m.dump());
+    try {
+      check::check_run(check::open_run(dir));
+      ADD_FAILURE() << label << ": accepted";
+    } catch (const check::TraceError& e) {
+      const std::string msg = e.what();
+      std::printf("%-22s %s\n", label, msg.c_str());
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << label;
+      EXPECT_NE(msg.find(expect), std::string::npos) << label << ": " << msg;
+    }
+  };
+  refused("shard_rows", [](json& m) { m["params"][2]["shape"] = {12, 40}; },
+          "'2.weight': rank 1's shard is not the rows FSDP gives it of a 33-row parameter at world_size 3");
+  refused("two_groups", [](json& m) { m["fsdp"]["groups"][1]["params"].push_back(0); }, "'0.weight' is in 2 FSDP groups");
+  refused("group_index", [](json& m) { m["fsdp"]["groups"][0]["params"] = {0, 99}; }, "outside");
+  refused("fewer_params", [](json& m) { m["fsdp"]["params"].erase(5); }, "fsdp.params does not list the same parameters");
+  refused("full_shape", [](json& m) { m["fsdp"]["params"][0]["shape"] = {41, 12}; }, "differs from rank 0's");
+}
+
 // The fuzzer: mutations of a valid trace's manifest (JSON-level) and step files (byte- and JSON-level).
 TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
   constexpr int kCases = 1500;
@@ -278,7 +321,11 @@ TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
   for (int c = 0; c < kCases; ++c) {
     const std::string dir = testing::temp_dir() + "/case";
     fs::remove_all(dir);
-    fs::copy(base, dir, fs::copy_options::recursive);
+    // One case in four mutates the recorded FSDP2 run (its "fsdp" section, local gradients of full shape).
+    const bool fsdp = fuzz::pick(rng, 4) == 0;
+    fs::copy(fsdp ? fsdp_trace() : base, dir, fs::copy_options::recursive);
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+      fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
     const std::string file = dir + fuzz::pick(rng, files);
     std::string bytes = slurp(file), what;
     if (file.find("manifest") != std::string::npos) {

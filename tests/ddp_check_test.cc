@@ -87,6 +87,12 @@ const Case kCases[] = {
     {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 3 --optimizer adamw --every 2", "fsdp2_ws3_adamw", true},
     {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 4 --accumulate 2 --clip 1.0", "fsdp2_ws4_accumulate", true},
     {"composable", nullptr, "", -1, -1, "", 0, "--api fully_shard", "fully_shard_root", true},
+    // A 16-bit reduce_dtype (micro-batches accumulated in it), weights sharded on dim 1 (shard_placement_fn).
+    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 3 --reduce-dtype bf16 --accumulate 3 --shard-dim1",
+     "fsdp2_ws3_bf16_dim1", true},
+    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 4 --reduce-dtype fp16 --accumulate 2", "fsdp2_ws4_fp16", true},
+    // Not modelled: param_dtype=bf16 (the sharded gradients are not predicted; a note says so, the step is checked).
+    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 3 --param-dtype bf16", "fsdp2_param_dtype", true, false},
     // Lightning Fabric and accelerate as their docs use them: DDPTrace takes what fabric.setup / accelerator.prepare
     // return; accelerate's micro-batches under accumulate() that do not step are no steps.
     {"fabric_ddp", nullptr, "", -1, -1, "", 0, "", "", true},

@@ -1537,6 +1537,8 @@ class DDPTrace:
                     else:
                         self._prior[j] = _cpu_copy(p.grad)
             if grad is not None:
+                if self._fsdp is not None and grad.dtype in (torch.bfloat16, torch.float16):
+                    grad = grad.float()  # FSDP2 under a 16-bit reduce_dtype: exact in float32 (not modelled: a note)
                 if grad.layout != torch.strided or grad.dtype != torch.float32:
                     raise _Unrecordable("the gradient of '%s' is %s %s (found mid-run), and the trace format holds "
                                         "dense float32 only" % (self._names[i], str(grad.layout).replace("torch.", ""),
@@ -2004,7 +2006,7 @@ class DDPTrace:
                 not_modelled.append(why)
 
         for name, _, g in self._fsdp.groups:
-            idx = []
+            idx, reduce = [], set()
             for fp in g.fsdp_params:
                 i = self._index.get(id(fp.sharded_param))
                 if i is None:
@@ -2014,11 +2016,10 @@ class DDPTrace:
                 if param_dtype not in (None, torch.float32):
                     say("mixed precision (MixedPrecisionPolicy(param_dtype=%s))" % _dtype_name(param_dtype))
                 reduce_dtype = reduce_dtype or param_dtype or torch.float32
-                if reduce_dtype != torch.float32:
+                if reduce_dtype not in (torch.float32, torch.bfloat16, torch.float16):
                     say("a %s reduce-scatter (MixedPrecisionPolicy(reduce_dtype=...))" % _dtype_name(reduce_dtype))
+                reduce.add(_dtype_name(reduce_dtype))
                 dim = int(getattr(getattr(fp, "fsdp_placement", None), "dim", 0) or 0)
-                if dim != 0:
-                    say("sharding on dim %d (shard_placement_fn)" % dim)
                 if getattr(fp, "offload_to_cpu", False):
                     say("CPU offload (CPUOffloadPolicy)")
                 full[i] = {"name": self._names[i], "shape": list(fp.sharded_param.shape), "shard_dim": dim}
@@ -2030,8 +2031,10 @@ class DDPTrace:
                 say("set_gradient_divide_factor")
             if getattr(g, "force_sum_reduction_for_comms", False):
                 say("set_force_sum_reduction_for_comms")
+            if len(reduce) > 1:
+                say("reduce dtypes that differ within a parameter group")
             if idx:
-                groups.append({"module": name, "params": idx})
+                groups.append({"module": name, "params": idx, "reduce_dtype": reduce.pop()})
         if self.backend != "gloo" or self.device != "cpu":
             say("the reduce-scatter of %s on %s (only Gloo's on the CPU is modelled)" % (self.backend, self.device))
         for i, f in enumerate(full):

@@ -104,6 +104,9 @@ Fsdp parse_fsdp(const json& f, const Manifest& m, const std::string& path) {
   for (const json& g : groups) {
     out.groups.push_back(indices(field(g, "params", path), "an FSDP group's params", path, out.full.size()));
     out.group_modules.push_back(g.contains("module") && g.at("module").is_string() ? g.at("module").get<std::string>() : "");
+    out.reduce_dtypes.push_back(g.contains("reduce_dtype") ? str(g, "reduce_dtype", path) : "float32");
+    if (out.reduce_dtypes.back() != "float32" && out.reduce_dtypes.back() != "bfloat16" && out.reduce_dtypes.back() != "float16")
+      fail(path, "an FSDP group's reduce_dtype is \"" + out.reduce_dtypes.back() + "\", not float32, bfloat16 or float16");
     for (size_t i : out.groups.back()) ++seen[i];
   }
   for (size_t i = 0; i < seen.size(); ++i)

@@ -37,6 +37,7 @@ class FsdpReplay {
   // set_requires_gradient_sync(False)), carried to the next step when its last backward did not reduce.
   std::vector<std::vector<std::vector<float>>> unsharded_;
   int64_t carried_from_ = -1;  // the step whose unreduced gradients unsharded_ holds (-1: none)
+  std::vector<size_t> group_of_;  // parameter -> its group
 };
 
 class GradReplay {

@@ -37,7 +37,11 @@ void run_findings(const Run& run, const GradReplay& replay, Findings& found) {
               "DDP's gradients are not predicted: LBFGS calls its closure several times per step and the closure "
               "zeroes .grad between the backwards, while the recorder reads .grad once, when the step's first backward "
               "starts; the replicas and the data are checked");
-  if (!replay.grads_checked())
+  if (!replay.grads_checked() && m.fsdp.present)
+    found.add("not-checked", "note", "fsdp", -1, -1, "",
+              "FSDP's sharded gradients are not predicted: " + replay.grads_why() +
+                  "; the optimizer step on each rank's shards and the data are checked");
+  else if (!replay.grads_checked())
     found.add("not-checked", "note", "comm-hook", -1, -1, "",
               "DDP's gradients are not predicted: " + replay.grads_why() +
                   ". torch ships this hook, so it is trusted; the replicas, the optimizer step and the data are checked");

@@ -83,6 +83,7 @@ struct Fsdp {
   std::vector<int64_t> shard_dim;
   std::vector<std::vector<size_t>> groups;
   std::vector<std::string> group_modules;
+  std::vector<std::string> reduce_dtypes;  // per group: "float32", "bfloat16" or "float16"
   std::vector<std::string> not_modelled;  // what ddp_check does not replay in this run (HSDP, offload, ...)
 };
 

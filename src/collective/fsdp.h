@@ -10,16 +10,27 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace ddplab::collective {
 
+//   - a bfloat16 reduce (MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)) is the same in bfloat16: each add and
+//     the division rounded to bfloat16; a float16 one is ReduceOp.SUM between two divisions in float16, by the
+//     power of two torch's _get_gradient_divide_factors picks before and the rest of world_size after (3 ranks:
+//     / 2, then / 1.5), against overflow.
+enum class ReduceDtype { float32, bfloat16, float16 };
+
 // shapes[i]: parameter i's full shape (dim 0 sharded); local[r][i]: rank r's unsharded local gradient of it
-// (row-major). Returns [r][i]: rank r's shard of the reduced gradient, its own rows only (possibly none), each
-// sum divided by `post_divide` (0: world_size, ReduceOp.AVG's; 1: a plain SUM).
+// (row-major; for a 16-bit reduce, values that dtype holds, as autograd gives them). Returns [r][i]: rank r's
+// shard of the reduced gradient, its own rows only (possibly none), in float32. post_divide 0: world_size's
+// divisions as above; otherwise the sum divided by post_divide alone (1: a plain SUM).
 std::vector<std::vector<std::vector<float>>> fsdp_reduce_scatter(
     const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::vector<const float*>>& local,
-    float post_divide = 0.0f);
+    float post_divide = 0.0f, ReduceDtype dtype = ReduceDtype::float32);
+
+// The divisions torch makes around a SUM for `dtype` at `ws` ranks: {before, after} (1: none).
+std::pair<float, float> fsdp_divide_factors(ReduceDtype dtype, int64_t ws);
 
 // Rows [begin, end) of dim 0 that rank r holds of a parameter with `rows` rows at world_size ws.
 struct ShardRows {

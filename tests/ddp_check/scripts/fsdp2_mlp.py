@@ -6,6 +6,9 @@ empty on a rank at 4 (chunks of 2 rows: 2, 2, 1, none).
     --optimizer sgd|adamw    SGD with momentum 0.9 and weight decay (default), or AdamW
     --accumulate K           K micro-batches per step, set_requires_gradient_sync(False) on all but the last
     --clip C                 torch.nn.utils.clip_grad_norm_(model.parameters(), C) before each step
+    --shard-dim1             shard_placement_fn: Shard(1) for each weight whose columns world_size divides
+    --reduce-dtype bf16|fp16 MixedPrecisionPolicy(reduce_dtype=torch.bfloat16 or torch.float16)
+    --param-dtype bf16       MixedPrecisionPolicy(param_dtype=torch.bfloat16): not modelled, a not-checked note
     --mistake optimizer_before_shard   the optimizer built over the parameters before fully_shard replaced them
     --mistake sync_off       set_requires_gradient_sync(False) once, for accumulation, and never set back
 """
@@ -21,6 +24,9 @@ def extra(p):
     p.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--clip", type=float, default=0.0)
+    p.add_argument("--shard-dim1", action="store_true")
+    p.add_argument("--param-dtype", choices=["float32", "bf16"], default="float32")
+    p.add_argument("--reduce-dtype", choices=["float32", "bf16", "fp16"], default="float32")
     p.add_argument("--mistake", choices=["", "optimizer_before_shard", "sync_off"], default="")
 
 
@@ -31,7 +37,8 @@ def make_optimizer(params, args):
 
 
 def main(rank, world_size, args):
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import Shard
 
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(96, 12), torch.randint(0, 5, (96,)))
@@ -40,10 +47,16 @@ def main(rank, world_size, args):
 
     model = nn.Sequential(nn.Linear(12, 40), nn.ReLU(), nn.Linear(40, 33), nn.Tanh(), nn.Linear(33, 5))
     early = make_optimizer(model.parameters(), args) if args.mistake == "optimizer_before_shard" else None
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.param_dtype == "bf16" else None,
+                              reduce_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.reduce_dtype))
+    def dim1(p):
+        return Shard(1) if p.dim() == 2 and p.shape[1] % world_size == 0 else None
+
+    placement = {"shard_placement_fn": dim1} if args.shard_dim1 else {}
     for layer in model:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+            fully_shard(layer, mp_policy=mp, **placement)
+    fully_shard(model, mp_policy=mp)
     optimizer = early or make_optimizer(model.parameters(), args)
     loss_fn = nn.CrossEntropyLoss()
 
