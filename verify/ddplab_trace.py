@@ -1,7 +1,7 @@
 """Records what PyTorch DistributedDataParallel did in a training script, for ddplab's ddp_check.
 
     from ddplab_trace import DDPTrace
-    trace = DDPTrace(ddp_model, optimizer, "runs/mine")   # after DDP(...), before the loop
+    trace = DDPTrace(ddp_model, optimizer, "runs/mine")   # after DDP(...) (or fully_shard(model)), before the loop
     ...                                                   # the training loop, unchanged
     trace.close()                                         # or: with DDPTrace(...) as trace: ...
 
@@ -27,6 +27,10 @@ must call close(), as with any collective).
 How each record is taken:
   local/{k}/{name}  a hook on each parameter (param.register_hook): it fires before AccumulateGrad and
                     so before DDP's reducer hook (a post hook of AccumulateGrad) sees the gradient.
+                    FSDP2 (fully_shard): the same hook on each unsharded parameter FSDP all-gathers, set by a
+                    forward pre-hook on every FSDP module (it runs after FSDP's own, which unshards); the
+                    sharded parameters, their .grad and the optimizer's state are DTensors, read through
+                    to_local() (this rank's shard). The manifest's "fsdp" says the groups and shard dims.
   prior/{name}      every p.grad, read in the first parameter hook of the step's first backward (before any
                     AccumulateGrad of the step ran).
   grad/{name}       the first parameter hook of a synchronised backward queues a callback on the autograd
@@ -2040,7 +2044,12 @@ class DDPTrace:
         for i, f in enumerate(full):
             if f is None:
                 raise _Unrecordable("'%s' is in none of FSDP's parameter groups" % self._names[i])
-        return {"params": full, "groups": groups, "not_modelled": not_modelled}
+        layout = {"params": full, "groups": groups, "not_modelled": not_modelled}
+        mesh = getattr(self._fsdp.groups[0][2], "mesh_info", None) if self._fsdp.groups else None
+        if getattr(mesh, "shard_mesh_size", None) is not None:  # HSDP shards within a group of the mesh's ranks
+            layout["shard_world_size"] = int(mesh.shard_mesh_size)
+            layout["shard_rank"] = int(mesh.shard_mesh_rank)
+        return layout
 
     def _data_json(self):
         return {"loaders": [lr.json for lr in self._loaders], "truncated": self._data_truncated}

@@ -82,6 +82,15 @@ Fsdp parse_fsdp(const json& f, const Manifest& m, const std::string& path) {
   out.present = true;
   if (!f.is_object()) fail(path, "fsdp is not an object");
   out.full = tensor_infos(field(f, "params", path), "fsdp.params", path);
+  out.shard_world_size = f.contains("shard_world_size")
+                             ? static_cast<int>(integer(f.at("shard_world_size"), "fsdp.shard_world_size", path, 1, m.world_size))
+                             : m.world_size;
+  out.shard_rank = f.contains("shard_rank")
+                       ? static_cast<int>(integer(f.at("shard_rank"), "fsdp.shard_rank", path, 0, out.shard_world_size - 1))
+                       : m.rank;
+  if (out.shard_world_size != m.world_size &&
+      !(f.contains("not_modelled") && f.at("not_modelled").is_array() && !f.at("not_modelled").empty()))
+    fail(path, "fsdp.shard_world_size differs from world_size, but nothing is said not modelled (HSDP)");
   if (out.full.size() != m.params.size()) fail(path, "fsdp.params does not list the same parameters as params");
   for (size_t i = 0; i < out.full.size(); ++i) {
     const json& e = field(f, "params", path)[i];
@@ -91,12 +100,12 @@ Fsdp parse_fsdp(const json& f, const Manifest& m, const std::string& path) {
     const size_t d = static_cast<size_t>(out.shard_dim[i]);
     if (full.shape.empty() || d >= full.shape.size() || shard.shape.size() != full.shape.size())
       fail(path, fmt::format("'{}': its shard's shape does not fit its full shape", full.name));
-    const int64_t chunk = (full.shape[d] + m.world_size - 1) / m.world_size;
-    const int64_t begin = std::min(full.shape[d], chunk * m.rank), end = std::min(full.shape[d], begin + chunk);
+    const int64_t chunk = (full.shape[d] + out.shard_world_size - 1) / out.shard_world_size;
+    const int64_t begin = std::min(full.shape[d], chunk * out.shard_rank), end = std::min(full.shape[d], begin + chunk);
     for (size_t k = 0; k < full.shape.size(); ++k)
       if (shard.shape[k] != (k == d ? end - begin : full.shape[k]))
         fail(path, fmt::format("'{}': rank {}'s shard is not the rows FSDP gives it of a {}-row parameter at world_size {}",
-                               full.name, m.rank, full.shape[d], m.world_size));
+                               full.name, m.rank, full.shape[d], out.shard_world_size));
   }
   std::vector<int> seen(out.full.size(), 0);
   const json& groups = field(f, "groups", path);

@@ -85,6 +85,7 @@ struct Fsdp {
   std::vector<std::string> group_modules;
   std::vector<std::string> reduce_dtypes;  // per group: "float32", "bfloat16" or "float16"
   std::vector<std::string> not_modelled;  // what ddp_check does not replay in this run (HSDP, offload, ...)
+  int shard_world_size = 0, shard_rank = 0;  // the ranks a parameter is sharded over (HSDP: fewer than all)
 };
 
 struct Manifest {

@@ -9,6 +9,7 @@ empty on a rank at 4 (chunks of 2 rows: 2, 2, 1, none).
     --shard-dim1             shard_placement_fn: Shard(1) for each weight whose columns world_size divides
     --reduce-dtype bf16|fp16 MixedPrecisionPolicy(reduce_dtype=torch.bfloat16 or torch.float16)
     --param-dtype bf16       MixedPrecisionPolicy(param_dtype=torch.bfloat16): not modelled, a not-checked note
+    --hsdp                   HSDP over a (2, world_size / 2) CPU device mesh: not modelled, a not-checked note
     --mistake optimizer_before_shard   the optimizer built over the parameters before fully_shard replaced them
     --mistake sync_off       set_requires_gradient_sync(False) once, for accumulation, and never set back
 """
@@ -25,6 +26,7 @@ def extra(p):
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--clip", type=float, default=0.0)
     p.add_argument("--shard-dim1", action="store_true")
+    p.add_argument("--hsdp", action="store_true")
     p.add_argument("--param-dtype", choices=["float32", "bf16"], default="float32")
     p.add_argument("--reduce-dtype", choices=["float32", "bf16", "fp16"], default="float32")
     p.add_argument("--mistake", choices=["", "optimizer_before_shard", "sync_off"], default="")
@@ -53,10 +55,13 @@ def main(rank, world_size, args):
         return Shard(1) if p.dim() == 2 and p.shape[1] % world_size == 0 else None
 
     placement = {"shard_placement_fn": dim1} if args.shard_dim1 else {}
+    if args.hsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        placement["mesh"] = init_device_mesh("cpu", (2, world_size // 2), mesh_dim_names=("replicate", "shard"))
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mp_policy=mp, **placement)
-    fully_shard(model, mp_policy=mp)
+    fully_shard(model, mp_policy=mp, **{k: v for k, v in placement.items() if k == "mesh"})
     optimizer = early or make_optimizer(model.parameters(), args)
     loss_fn = nn.CrossEntropyLoss()
 
