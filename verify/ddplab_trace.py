@@ -1542,7 +1542,7 @@ class DDPTrace:
                         self._prior[j] = _cpu_copy(p.grad)
             if grad is not None:
                 if self._fsdp is not None and grad.dtype in (torch.bfloat16, torch.float16):
-                    grad = grad.float()  # FSDP2 under a 16-bit reduce_dtype: exact in float32 (not modelled: a note)
+                    grad = grad.float()  # FSDP2 under a 16-bit reduce_dtype: exact in float32; ddp_check reduces in it
                 if grad.layout != torch.strided or grad.dtype != torch.float32:
                     raise _Unrecordable("the gradient of '%s' is %s %s (found mid-run), and the trace format holds "
                                         "dense float32 only" % (self._names[i], str(grad.layout).replace("torch.", ""),

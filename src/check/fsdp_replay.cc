@@ -181,6 +181,11 @@ bool FsdpReplay::predict(const std::vector<const StepRecord*>& recs, std::vector
       for (size_t r = 0; r < ws; ++r)
         for (size_t j = 0; j < with_grad.size(); ++j) {
           Parameter& p = (*params)[r][with_grad[j]];
+          if (static_cast<int64_t>(shards[r][j].size()) != p.numel()) {  // the manifests said other shards
+            *why = fmt::format("rank {}'s shard of '{}' holds {} values, its manifest says {}", r, p.name,
+                               shards[r][j].size(), p.numel());
+            return false;
+          }
           const Eigen::Map<const Matrix> shard(shards[r][j].data(), 1, static_cast<Eigen::Index>(shards[r][j].size()));
           if (p.has_grad) {
             p.grad += shard;

@@ -97,6 +97,7 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
         Parameter p;
         p.name = t.name;
         p.shape = t.shape;
+        p.value = Matrix::Zero(1, t.numel);  // its size only: the rank's shard
         params_.back().push_back(std::move(p));
       }
     }

@@ -291,7 +291,10 @@ Run open_run(const std::string& dir_in) {
     for (size_t i = 0; i < m.params.size(); ++i)
       if (m.params[i].name != m0.params[i].name || shapes[i].shape != shapes0[i].shape)
         differs("parameter " + std::to_string(i) + " ('" + m.params[i].name + "')");
-    if (m.fsdp.groups != m0.fsdp.groups) differs("FSDP groups");
+    if (m.fsdp.groups != m0.fsdp.groups || m.fsdp.shard_dim != m0.fsdp.shard_dim ||
+        m.fsdp.reduce_dtypes != m0.fsdp.reduce_dtypes || m.fsdp.not_modelled != m0.fsdp.not_modelled ||
+        m.fsdp.shard_world_size != m0.fsdp.shard_world_size)
+      differs("FSDP layout");
     if (m.backend != m0.backend) differs("backend");
     if (m.ddp.bucket_cap_mb != m0.ddp.bucket_cap_mb || m.ddp.comm_hook != m0.ddp.comm_hook ||
         m.ddp.find_unused_parameters != m0.ddp.find_unused_parameters ||
