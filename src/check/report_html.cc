@@ -48,8 +48,9 @@ std::string format_html(const CheckResult& r) {
   out += fmt::format("<h1>ddp_check: {}</h1>\n", r.problems() ? "problems" : "as predicted");
   out += fmt::format("<p class=\"sub\"><code>{}</code>: world_size {}, backend {}, torch {}, {} steps recorded.</p>\n",
                      esc(r.run_dir), r.world_size, esc(r.backend), esc(r.torch_version), r.steps.size());
-  out += fmt::format("<p class=\"sub\">Addition order: {}.<br>Buckets from iteration 1: <code>{}</code>{}</p>\n",
-                     esc(r.order), esc(r.buckets), r.step_exact ? "" : "<br>Optimizer step: " + esc(r.step_why));
+  out += fmt::format("<p class=\"sub\">Addition order: {}.<br>{}: <code>{}</code>{}</p>\n", esc(r.order),
+                     r.sharded ? "Sharding" : "Buckets from iteration 1", esc(r.buckets),
+                     r.step_exact ? "" : "<br>Optimizer step: " + esc(r.step_why));
 
   // 1. Where the run first left DDP's semantics.
   out += "<section id=\"first-problem\"><h2>Where the run first left DDP's semantics</h2>\n"
@@ -186,7 +187,7 @@ std::string format_html(const CheckResult& r) {
                          "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
                          l.replicas_equal && !g.different && !p.different ? "ok" : "bad", l.step, k, g.exact,
                          g.checked, g.allclose, g.different, p.exact, p.checked, p.allclose, p.different,
-                         l.replicas_equal ? "equal" : "differ");
+                         r.sharded ? "sharded" : l.replicas_equal ? "equal" : "differ");
     }
   }
   out += "</table>\n";

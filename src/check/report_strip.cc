@@ -90,7 +90,7 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
   for (size_t k = 0; k <= ws; ++k) {
     const double y = top + lane * static_cast<double>(k);
     out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" class=\"lane\">{}</text>\n", left - 8,
-                       y + lane / 2 + 4, k < ws ? fmt::format("rank {}", k) : "replicas");
+                       y + lane / 2 + 4, k < ws ? fmt::format("rank {}", k) : r.sharded ? "shards" : "replicas");
     for (size_t c = 0; c < cols.size(); ++c) {
       std::string fill, what;
       if (k < ws) {
@@ -103,6 +103,9 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
         fill = fill_of(worst);
         what = found ? fmt::format("rank {}: {} ({})", k, word_of(worst), kind_cause(*found))
                      : fmt::format("rank {}: {}", k, word_of(worst));
+      } else if (r.sharded) {  // FSDP2: each rank holds its own shards, no replicas to compare
+        fill = fill_of(Cell::kAbsent);
+        what = "FSDP2: each rank holds its own shards; there are no replicas to compare";
       } else {
         bool equal = true;
         for (size_t i = cols[c].first; i <= cols[c].second; ++i) equal = equal && r.lines[i].replicas_equal;
