@@ -91,9 +91,11 @@ const Case kCases[] = {
     {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 3 --reduce-dtype bf16 --accumulate 3 --shard-dim1",
      "fsdp2_ws3_bf16_dim1", true},
     {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 4 --reduce-dtype fp16 --accumulate 2", "fsdp2_ws4_fp16", true},
-    // Not modelled: param_dtype=bf16 (the sharded gradients are not predicted; a note says so, the step is checked).
-    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 3 --param-dtype bf16", "fsdp2_param_dtype", true, false},
-    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 4 --hsdp", "fsdp2_hsdp", true, false},  // HSDP, a 2x2 mesh
+    // param_dtype=bf16: the forward in bf16, the gradients reduced in float32 (torch 2.15's default).
+    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 3 --param-dtype bf16 --accumulate 2", "fsdp2_param_dtype",
+     true},
+    // Not modelled: HSDP over a 2x2 mesh (the sharded gradients are not predicted; a note says so, the step is checked).
+    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 4 --hsdp", "fsdp2_hsdp", true, false},
     // Lightning Fabric and accelerate as their docs use them: DDPTrace takes what fabric.setup / accelerator.prepare
     // return; accelerate's micro-batches under accumulate() that do not step are no steps.
     {"fabric_ddp", nullptr, "", -1, -1, "", 0, "", "", true},

@@ -2017,9 +2017,16 @@ class DDPTrace:
                     continue
                 mp = getattr(fp, "mp_policy", None)
                 param_dtype, reduce_dtype = getattr(mp, "param_dtype", None), getattr(mp, "reduce_dtype", None)
-                if param_dtype not in (None, torch.float32):
+                if param_dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
                     say("mixed precision (MixedPrecisionPolicy(param_dtype=%s))" % _dtype_name(param_dtype))
-                reduce_dtype = reduce_dtype or param_dtype or torch.float32
+                # The dtype the gradient is reduced (and accumulated) in. torch 2.15 says it once FSDP is initialised
+                # (the first forward): unsharded_grad_dtype, reduce_dtype or else the parameter's own. Before 2.15,
+                # reduce_dtype=None meant param_dtype (2.15's MixedPrecisionPolicy docstring says so).
+                try:
+                    reduce_dtype = fp.unsharded_grad_dtype or torch.float32
+                except AttributeError:
+                    reduce_dtype = reduce_dtype or (None if hasattr(type(fp), "unsharded_grad_dtype") else param_dtype)
+                    reduce_dtype = reduce_dtype or torch.float32
                 if reduce_dtype not in (torch.float32, torch.bfloat16, torch.float16):
                     say("a %s reduce-scatter (MixedPrecisionPolicy(reduce_dtype=...))" % _dtype_name(reduce_dtype))
                 reduce.add(_dtype_name(reduce_dtype))

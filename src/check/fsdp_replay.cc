@@ -5,11 +5,11 @@
 //     while set_requires_gradient_sync(False) holds;
 //   - at a synchronised backward each group with gradients is reduce-scattered: the parameters that have an
 //     unsharded gradient, in the group's order, in one padded flat buffer; their unsharded gradients are then None;
-//   - a 16-bit reduce_dtype: autograd's gradients come in that dtype, and an accumulation over backwards is
-//     rounded to it after each add (FSDP casts the unreduced gradient back at each post-backward without
-//     reduce, and the reduce-scatter's copy-in casts the last sum); the flat buffer, the ring's adds and the
-//     divisions are in that dtype (fsdp.h). Measured on torch 2.15: 1, 2 and 3 micro-batches, bf16 and fp16,
-//     2-4 ranks, bit for bit;
+//   - a 16-bit reduce_dtype: the unsharded parameter's grad_dtype is that dtype (torch 2.15 sets it), so each
+//     backward's gradient comes in it and an accumulation over backwards rounds each sum to it; the flat buffer,
+//     the ring's adds and the divisions are in it too (fsdp.h). With param_dtype alone the reduce is in float32
+//     over 16-bit-valued gradients (the recorder says which dtype, manifest "reduce_dtype"). Measured on torch
+//     2.15 at 2-4 ranks, 1-3 micro-batches, bf16 and fp16, with and without param_dtype: bit for bit;
 //   - a parameter sharded on dim d > 0 (shard_placement_fn, even sharding only) enters the flat buffer as its chunks
 //     along d stacked on dim 0;
 //   - each rank's shard is added to its sharded .grad (`grad._local_tensor += shard`), or becomes it when None.

@@ -8,7 +8,7 @@ empty on a rank at 4 (chunks of 2 rows: 2, 2, 1, none).
     --clip C                 torch.nn.utils.clip_grad_norm_(model.parameters(), C) before each step
     --shard-dim1             shard_placement_fn: Shard(1) for each weight whose columns world_size divides
     --reduce-dtype bf16|fp16 MixedPrecisionPolicy(reduce_dtype=torch.bfloat16 or torch.float16)
-    --param-dtype bf16       MixedPrecisionPolicy(param_dtype=torch.bfloat16): not modelled, a not-checked note
+    --param-dtype bf16       MixedPrecisionPolicy(param_dtype=torch.bfloat16)
     --hsdp                   HSDP over a (2, world_size / 2) CPU device mesh: not modelled, a not-checked note
     --mistake optimizer_before_shard   the optimizer built over the parameters before fully_shard replaced them
     --mistake sync_off       set_requires_gradient_sync(False) once, for accumulation, and never set back
