@@ -137,6 +137,10 @@ const Case kCases[] = {
     {"fsdp2_mlp", "optimizer-misses-parameters", "before-fully-shard", -1, -1, "", 1,
      "--mistake optimizer_before_shard", "fsdp2_optimizer_before_shard", true, true, "nothing-trains/parameters-unchanged"},
     {"fsdp2_mlp", "not-reduced", "gradient-sync-off", -1, 0, "", 1, "--mistake sync_off", "fsdp2_sync_off", true},
+    // Sync on each step's first micro-batch instead of its last: the step runs before the last backward's gradients
+    // are reduce-scattered (they land a step later, which the replay follows bit for bit).
+    {"fsdp2_mlp", "not-reduced", "before-step", -1, 0, "", 1, "--accumulate 2 --mistake sync_first", "fsdp2_sync_first",
+     true},
 };
 
 // tools/install_deps.sh --with-torch2's virtual environment.

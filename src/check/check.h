@@ -18,7 +18,8 @@ namespace ddplab::check {
 // grad-not-as-predicted, step-not-as-predicted, not-all-reduced, uneven-steps, optimizer-misses-parameters,
 // nothing-trains, same-data-on-all-ranks, same-order-every-epoch, overlapping-data,
 // validation-overlaps-training, buffers-differ, grads-changed-before-step, unused-parameters,
-// buckets-not-as-predicted, model-averaging, recording-stopped, not-checked, nonfinite.
+// buckets-not-as-predicted, model-averaging, recording-stopped, not-checked, nonfinite; under FSDP2 also
+// changed-outside-step (outside-step) and not-reduced (gradient-sync-off | before-step).
 // severity: "problem" or "note". docs/checking_a_real_run.md has the table.
 struct Finding {
   std::string kind, severity, cause, name, message;

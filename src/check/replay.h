@@ -30,6 +30,9 @@ class FsdpReplay {
   bool predict(const std::vector<const StepRecord*>& recs, std::vector<std::vector<Parameter>>* params,
                std::string* why);
   std::string groups() const;
+  // The last predicted step ended with gradients not yet reduce-scattered: a backward after the step's last
+  // synchronised one (they reach the shards at a later step's reduce-scatter).
+  bool unreduced() const { return carried_from_ >= 0; }
 
  private:
   const Run& run_;
@@ -68,6 +71,7 @@ class GradReplay {
   std::string buckets() const { return fsdp_ ? fsdp_->groups() : reducers_[0]->describe(); }
   // An FSDP2 run: each rank holds its own shard, so there are no replicas to compare.
   bool sharded() const { return fsdp_ != nullptr; }
+  bool unreduced_at_step() const { return fsdp_ && fsdp_->unreduced(); }
   // Notes from the replay (a layout that differed from torch's), drained by the caller.
   std::vector<std::string> take_notes() { return std::move(notes_); }
 

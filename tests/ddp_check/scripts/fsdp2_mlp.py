@@ -12,6 +12,7 @@ empty on a rank at 4 (chunks of 2 rows: 2, 2, 1, none).
     --hsdp                   HSDP over a (2, world_size / 2) CPU device mesh: not modelled, a not-checked note
     --mistake optimizer_before_shard   the optimizer built over the parameters before fully_shard replaced them
     --mistake sync_off       set_requires_gradient_sync(False) once, for accumulation, and never set back
+    --mistake sync_first     with --accumulate K: sync on each step's first micro-batch instead of its last
 """
 import torch
 import torch.nn as nn
@@ -29,7 +30,7 @@ def extra(p):
     p.add_argument("--hsdp", action="store_true")
     p.add_argument("--param-dtype", choices=["float32", "bf16"], default="float32")
     p.add_argument("--reduce-dtype", choices=["float32", "bf16", "fp16"], default="float32")
-    p.add_argument("--mistake", choices=["", "optimizer_before_shard", "sync_off"], default="")
+    p.add_argument("--mistake", choices=["", "optimizer_before_shard", "sync_off", "sync_first"], default="")
 
 
 def make_optimizer(params, args):
@@ -72,7 +73,9 @@ def main(rank, world_size, args):
         for x, y in loader:
             micro += 1
             last = micro % args.accumulate == 0
-            model.set_requires_gradient_sync(last and args.mistake != "sync_off")
+            first = micro % args.accumulate == 1 % args.accumulate
+            sync = first if args.mistake == "sync_first" else last and args.mistake != "sync_off"
+            model.set_requires_gradient_sync(sync)
             loss = loss_fn(model(x), y) / args.accumulate
             loss.backward()
             if not last:
