@@ -190,14 +190,7 @@ CheckResult check_run(const Run& run) {
       for (const std::string& note : replay.take_notes()) found.add("buckets-not-as-predicted", "note", "", step, -1, "", note);
       if (!predicted) found.add("not-checked", "note", "", step, -1, "", "gradients of step " + std::to_string(step) + " not predicted: " + why);
       const bool synced = std::any_of(ref->backwards.begin(), ref->backwards.end(), [](const Backward& b) { return b.sync; });
-      if (predicted && synced && replay.unreduced_at_step())
-        found.add("not-reduced", "problem", "before-step", step, -1, "",
-                  fmt::format("step {}: optimizer.step() ran with gradients of the step's last backward(s) not yet "
-                              "reduce-scattered: gradient sync was on for an earlier micro-batch and off for the last, "
-                              "so the step used a partial gradient and the rest reaches the shards a step later. "
-                              "Switch sync on for the last micro-batch of each step "
-                              "(model.set_requires_gradient_sync(is_last_micro_batch))",
-                              step));
+      if (predicted && synced && replay.unreduced_at_step()) found.unreduced_before_step(step);
       // Each rank's digests and comparisons side by side, then said in rank order.
       std::vector<std::vector<std::pair<bool, CmpResult>>> cmp_of(static_cast<size_t>(ws));  // (digest same, row)
       parallel_for(&pool, predicted ? static_cast<size_t>(ws) : 0, 1e9, [&](size_t r) {

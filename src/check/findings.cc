@@ -189,6 +189,15 @@ void Findings::changed_outside_step(int64_t step, int r, const std::string& name
                   step, r, name));
 }
 
+void Findings::unreduced_before_step(int64_t step) {
+  add("not-reduced", "problem", "before-step", step, -1, "",
+      fmt::format("step {}: optimizer.step() ran with gradients of the step's last backward(s) not yet reduce-scattered: "
+                  "gradient sync was on for an earlier micro-batch and off for the last, so the step used a partial "
+                  "gradient and the rest reaches the shards a step later. Switch sync on for the last micro-batch of "
+                  "each step (model.set_requires_gradient_sync(is_last_micro_batch))",
+                  step));
+}
+
 bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::vector<std::string>& moved,
                         bool first_step, Divergence* div) {
   const Manifest& m = run_.first();

@@ -43,6 +43,8 @@ class Findings {
                 Divergence* div);
   // FSDP2: rank r's shard `name` changed between its previous step and this one, outside optimizer.step().
   void changed_outside_step(int64_t step, int r, const std::string& name);
+  // FSDP2: the step ran before its last backward's gradients were reduce-scattered.
+  void unreduced_before_step(int64_t step);
   // Gradients changed before the step, buffers, unused parameters; collects the input fingerprints.
   void per_step(const std::vector<const StepRecord*>& recs);
   // The data findings from every step's fingerprints, where no sampler's indices were recorded; returns the
