@@ -141,6 +141,10 @@ const Case kCases[] = {
     // are reduce-scattered (they land a step later, which the replay follows bit for bit).
     {"fsdp2_mlp", "not-reduced", "before-step", -1, 0, "", 1, "--accumulate 2 --mistake sync_first", "fsdp2_sync_first",
      true},
+    // Each rank clips by its own shards' norm: the ranks' factors differ (clip_grad_norm_ over model.parameters(),
+    // fsdp2_ws4_accumulate, is one factor everywhere and no problem).
+    {"fsdp2_mlp", "grads-changed-before-step", "per-rank", -1, 0, "", 1, "--clip 0.2 --mistake clip_local",
+     "fsdp2_clip_local", true},
 };
 
 // tools/install_deps.sh --with-torch2's virtual environment.

@@ -19,7 +19,8 @@ namespace ddplab::check {
 // nothing-trains, same-data-on-all-ranks, same-order-every-epoch, overlapping-data,
 // validation-overlaps-training, buffers-differ, grads-changed-before-step, unused-parameters,
 // buckets-not-as-predicted, model-averaging, recording-stopped, not-checked, nonfinite; under FSDP2 also
-// changed-outside-step (outside-step) and not-reduced (gradient-sync-off | before-step).
+// changed-outside-step (outside-step), not-reduced (gradient-sync-off | before-step) and
+// grads-changed-before-step (per-rank: a problem).
 // severity: "problem" or "note". docs/checking_a_real_run.md has the table.
 struct Finding {
   std::string kind, severity, cause, name, message;

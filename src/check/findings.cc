@@ -276,6 +276,7 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
   for (const StepRecord* p : present)
     if (p) recs.push_back(p);
   const int64_t step = recs[0]->step;
+  std::vector<std::pair<int, double>> factors;  // FSDP2: each rank's one factor, which must be the same everywhere
   for (const StepRecord* rec_p : recs) {
     const StepRecord& rec = *rec_p;
     // .grad changed between the end of backward and the step: the factor, and whether it is one factor.
@@ -295,6 +296,7 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
     if (!first.empty()) {
       const double factor = gg > 0 ? gs / gg : 0.0;
       const bool uniform = gg > 0 && std::abs(ss - factor * factor * gg) <= 1e-6 * ss + 1e-30;
+      if (uniform) factors.push_back({rec.rank, factor});
       add("grads-changed-before-step", "note", "", step, rec.rank, first,
           uniform ? fmt::format("step {}, rank {}: .grad was scaled by {:.6g} between backward and optimizer.step() "
                                 "(first '{}'): clip_grad_norm_, or a manual rescale such as loss scaling",
@@ -322,6 +324,18 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
     for (const auto& fwd : rec.inputs)
       for (const std::string& fp : fwd) seq_[static_cast<size_t>(rec.rank)].push_back({step, fp});
   }
+  // Under FSDP2 a clip scales every rank's shards by one factor from the norm over all shards; ranks that scaled
+  // by different factors clipped by their own shards' norm, so the model took a step no single gradient gives.
+  for (const auto& [rank, factor] : factors)
+    if (m.fsdp.present && std::abs(factor - factors[0].second) > 1e-6 * std::abs(factors[0].second)) {
+      add("grads-changed-before-step", "problem", "per-rank", step, rank, "",
+          fmt::format("step {}: rank {} scaled its shards of .grad by {:.6g}, rank {} by {:.6g}: under FSDP each rank "
+                      "holds only its shard, and one gradient scaled by one factor would be the same on all. Usually a clip "
+                      "by the rank's own norm (over p.grad.to_local()); torch.nn.utils.clip_grad_norm_("
+                      "model.parameters(), ...) takes the norm over every rank's shards",
+                      step, rank, factor, factors[0].first, factors[0].second));
+      break;
+    }
   // With broadcast_buffers=True ranks differ at the step by design (each forward updates rank 0's broadcast
   // buffers with its own batch); the finding is for broadcast_buffers=False, where they never meet again.
   for (size_t r = 1; r < recs.size() && !m.ddp.broadcast_buffers; ++r)

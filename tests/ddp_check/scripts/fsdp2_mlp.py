@@ -13,6 +13,7 @@ empty on a rank at 4 (chunks of 2 rows: 2, 2, 1, none).
     --mistake optimizer_before_shard   the optimizer built over the parameters before fully_shard replaced them
     --mistake sync_off       set_requires_gradient_sync(False) once, for accumulation, and never set back
     --mistake sync_first     with --accumulate K: sync on each step's first micro-batch instead of its last
+    --mistake clip_local     with --clip C: each rank clips by the norm of its own shards (p.grad.to_local())
 """
 import torch
 import torch.nn as nn
@@ -30,7 +31,7 @@ def extra(p):
     p.add_argument("--hsdp", action="store_true")
     p.add_argument("--param-dtype", choices=["float32", "bf16"], default="float32")
     p.add_argument("--reduce-dtype", choices=["float32", "bf16", "fp16"], default="float32")
-    p.add_argument("--mistake", choices=["", "optimizer_before_shard", "sync_off", "sync_first"], default="")
+    p.add_argument("--mistake", choices=["", "optimizer_before_shard", "sync_off", "sync_first", "clip_local"], default="")
 
 
 def make_optimizer(params, args):
@@ -80,7 +81,13 @@ def main(rank, world_size, args):
             loss.backward()
             if not last:
                 continue
-            if args.clip:
+            if args.clip and args.mistake == "clip_local":
+                with torch.no_grad():
+                    shards = [p.grad.to_local() for p in model.parameters() if p.grad is not None]
+                    norm = torch.sqrt(sum((g * g).sum() for g in shards))
+                    for g in shards:
+                        g.mul_(torch.clamp(args.clip / (norm + 1e-6), max=1.0))
+            elif args.clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             optimizer.step()
             optimizer.zero_grad()
