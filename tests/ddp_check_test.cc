@@ -458,6 +458,42 @@ TEST(Recorder, ModelsItDoesNotRecordSayWhyInOneLine) {
   }
 }
 
+// The recorder's own faults at its FSDP2 points (its gradient hook on the unsharded parameters, its forward pre-hook
+// on the FSDP modules, the manifest's "fsdp"), injected from step 2 by fsdp2_mlp.py --fault: one line per rank
+// naming the place, the steps before it checked as predicted, and every rank's final shards bitwise the untraced
+// run's.
+TEST(Recorder, FsdpFaultsAreOneLineAndTheTrainingGoesOn) {
+  SKIP_UNLESS_AVAILABLE("torch2");
+  setenv("DDPLAB_START_METHOD", "fork", 1);
+  const std::string script = "tests/ddp_check/scripts/fsdp2_mlp.py", plain = testing::temp_dir() + "/plain.json";
+  const auto untraced = testing::run_command({"/usr/bin/timeout", "300", torch2_python(), script, "--no-trace",
+                                              "--final", plain});
+  ASSERT_EQ(untraced.status, 0) << untraced.err;
+  for (const auto& [fault, place] : std::vector<std::pair<std::string, std::string>>{
+           {"hook", "parameter hook"}, {"pre_hook", "FSDP forward pre-hook"}, {"layout", "manifest writer"}}) {
+    SCOPED_TRACE(fault);
+    const std::string dir = testing::temp_dir() + "/fault_" + fault, final = dir + ".json";
+    const auto run = testing::run_command({"/usr/bin/timeout", "300", torch2_python(), script, "--fault", fault,
+                                           "--out", dir, "--final", final});
+    ASSERT_EQ(run.status, 0) << run.err;
+    size_t lines = 0;
+    for (size_t at = run.err.find("ddplab_trace: "); at != std::string::npos; at = run.err.find("ddplab_trace: ", at + 1)) {
+      ++lines;
+      EXPECT_NE(run.err.substr(at, run.err.find('\n', at) - at).find("internal error in the " + place), std::string::npos)
+          << run.err;
+    }
+    EXPECT_EQ(lines, 3u) << run.err;  // one per rank
+    EXPECT_EQ(testing::load_json(final), testing::load_json(plain)) << "the traced run's shards differ";
+    const std::string json_path = dir + "/check.json";
+    const auto check = testing::run_command({"verify/ddp_check", dir, "--json", json_path, "--quiet"});
+    ASSERT_EQ(check.status, 0) << check.out << check.err;
+    const json j = testing::load_json(json_path);
+    EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
+    EXPECT_EQ(j["grads"]["checked"], 2 * 3 * 6);  // steps 0 and 1 of 3 ranks, 6 parameters
+    EXPECT_NE(find_finding(j, "recording-stopped", ""), nullptr) << j["findings"].dump();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Torches, Recorder, ::testing::Values("torch1.13", "torch2"),
                          [](const auto& info) { return info.param == "torch2" ? "torch2" : "torch1_13"; });
 

@@ -1571,7 +1571,7 @@ class DDPTrace:
         if self._full_step() or self.backend != "gloo" or any(p.device.type != "cpu" for p in self._params):
             return False
         if self._fsdp is not None:
-            return not self._fsdp_layout()["not_modelled"]
+            return not self._fsdp_layout_safe()["not_modelled"]
         info = _HookInfo(self.ddp, self._powersgd_cache)
         if info.kind in ("fp16_compress_wrapper", "bf16_compress_wrapper"):
             return info.inner == "allreduce"
@@ -1996,8 +1996,19 @@ class DDPTrace:
             manifest["allreduce_order"] = self._order
         if self._fsdp is not None:
             del manifest["ddp"]
-            manifest["fsdp"] = self._fsdp_layout()
+            manifest["fsdp"] = self._fsdp_layout_safe()
         return manifest
+
+    def _fsdp_layout_safe(self):
+        """The layout; where reading it fails (after one good read), the last good one and one line: the steps
+        recorded so far stay checkable."""
+        try:
+            self._fsdp_last = self._fsdp_layout()
+        except Exception as e:
+            if getattr(self, "_fsdp_last", None) is None:
+                raise
+            self._stop_for(e, "manifest writer")
+        return self._fsdp_last
 
     def _fsdp_layout(self):
         """The manifest's "fsdp" (docs/trace_format.md): FSDP2's parameter groups in their reduce-scatter order, each

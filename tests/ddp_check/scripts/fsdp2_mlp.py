@@ -14,6 +14,8 @@ empty on a rank at 4 (chunks of 2 rows: 2, 2, 1, none).
     --mistake sync_off       set_requires_gradient_sync(False) once, for accumulation, and never set back
     --mistake sync_first     with --accumulate K: sync on each step's first micro-batch instead of its last
     --mistake clip_local     with --clip C: each rank clips by the norm of its own shards (p.grad.to_local())
+    --fault hook|pre_hook|layout   (tests only) the recorder fails at step 2 in its gradient hook, its FSDP forward
+                             pre-hook or its manifest's "fsdp": one line per rank, and the training goes on
 """
 import torch
 import torch.nn as nn
@@ -31,6 +33,7 @@ def extra(p):
     p.add_argument("--hsdp", action="store_true")
     p.add_argument("--param-dtype", choices=["float32", "bf16"], default="float32")
     p.add_argument("--reduce-dtype", choices=["float32", "bf16", "fp16"], default="float32")
+    p.add_argument("--fault", choices=["", "hook", "pre_hook", "layout"], default="")
     p.add_argument("--mistake", choices=["", "optimizer_before_shard", "sync_off", "sync_first", "clip_local"], default="")
 
 
@@ -38,6 +41,34 @@ def make_optimizer(params, args):
     if args.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.05)
     return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3)
+
+
+def inject_fault(where):
+    """Makes the recorder's own code raise from step 2 on, at one of its FSDP2 points."""
+    import ddplab_trace as T
+    name = {"hook": "_on_grad_locked", "pre_hook": "_make_unshard_hook", "layout": "_fsdp_layout"}[where]
+    original = getattr(T.DDPTrace, name)
+
+    def bad(self, *a, **k):
+        if self._step >= 2:
+            raise RuntimeError("injected fault")
+        return original(self, *a, **k)
+
+    if where == "pre_hook":  # the hook the method makes fails, not the making
+        def make(self, group):
+            hook = original(self, group)
+
+            def failing(module, args):
+                if self._step >= 2 and not self._stopped:
+                    try:
+                        raise RuntimeError("injected fault")
+                    except RuntimeError as e:
+                        self._stop_for(e, "FSDP forward pre-hook")
+                return hook(module, args)
+            return failing
+        setattr(T.DDPTrace, name, make)
+    else:
+        setattr(T.DDPTrace, name, bad)
 
 
 def main(rank, world_size, args):
@@ -67,6 +98,8 @@ def main(rank, world_size, args):
     optimizer = early or make_optimizer(model.parameters(), args)
     loss_fn = nn.CrossEntropyLoss()
 
+    if args.fault:
+        inject_fault(args.fault)
     trace = DDPTrace(model, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step, micro = 0, 0
     for epoch in range(100):
