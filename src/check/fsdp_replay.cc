@@ -1,6 +1,6 @@
 // The gradient half of ddp_check's prediction for an FSDP2 run (torch 2.x fully_shard, issue 42): FsdpReplay.
-// What it models was measured on torch 2.11 and 2.15 over Gloo (../docs/trace_format.md, "fsdp";
-// tests/fsdp_reduce_test.cc, tests/ddp_check_test.cc's FSDP2 cases):
+// What it models was measured on torch 2.15 over Gloo (docs/trace_format.md, "fsdp"; tests/fsdp_reduce_test.cc,
+// tests/ddp_check_test.cc's FSDP2 cases):
 //   - autograd accumulates each backward's gradient on FSDP's unsharded parameter (grad = g, then grad += g)
 //     while set_requires_gradient_sync(False) holds;
 //   - at a synchronised backward each group with gradients is reduce-scattered: the parameters that have an
