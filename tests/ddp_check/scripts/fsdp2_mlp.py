@@ -14,8 +14,9 @@ empty on a rank at 4 (chunks of 2 rows: 2, 2, 1, none).
     --mistake sync_off       set_requires_gradient_sync(False) once, for accumulation, and never set back
     --mistake sync_first     with --accumulate K: sync on each step's first micro-batch instead of its last
     --mistake clip_local     with --clip C: each rank clips by the norm of its own shards (p.grad.to_local())
-    --fault hook|pre_hook|layout   (tests only) the recorder fails at step 2 in its gradient hook, its FSDP forward
-                             pre-hook or its manifest's "fsdp": one line per rank, and the training goes on
+    --fault hook,pre_hook,layout   (tests only) rank r's recorder fails at step 2 at the r-th point of the list (its
+                             gradient hook, its FSDP forward pre-hook, its manifest's "fsdp"): one line per rank,
+                             and the training goes on
 """
 import torch
 import torch.nn as nn
@@ -33,7 +34,7 @@ def extra(p):
     p.add_argument("--hsdp", action="store_true")
     p.add_argument("--param-dtype", choices=["float32", "bf16"], default="float32")
     p.add_argument("--reduce-dtype", choices=["float32", "bf16", "fp16"], default="float32")
-    p.add_argument("--fault", choices=["", "hook", "pre_hook", "layout"], default="")
+    p.add_argument("--fault", default="", help="comma-separated: hook, pre_hook, layout")
     p.add_argument("--mistake", choices=["", "optimizer_before_shard", "sync_off", "sync_first", "clip_local"], default="")
 
 
@@ -99,7 +100,8 @@ def main(rank, world_size, args):
     loss_fn = nn.CrossEntropyLoss()
 
     if args.fault:
-        inject_fault(args.fault)
+        faults = args.fault.split(",")
+        inject_fault(faults[rank % len(faults)])
     trace = DDPTrace(model, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step, micro = 0, 0
     for epoch in range(100):
