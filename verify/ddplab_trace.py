@@ -143,15 +143,6 @@ def _fsdp_param_groups(module):
     return list(groups)
 
 
-class _NoDDP:
-    """What the manifest's "ddp" options are read from under FSDP2 (then dropped: "fsdp" says it all)."""
-    bucket_bytes_cap = 25 << 20
-    broadcast_buffers = find_unused_parameters = gradient_as_bucket_view = static_graph = False
-
-
-_NO_DDP = _NoDDP()
-
-
 class _Sharded:
     """fully_shard(model) (FSDP2, torch 2.x) as the recorder reads it: .module is the learner's root module, whose
     parameters are the sharded DTensors the optimizer steps; .groups are FSDP's parameter groups, one reduce-scatter
@@ -1922,14 +1913,9 @@ class DDPTrace:
         except Exception:
             return None
 
-    def _manifest(self, complete):
-        if self._not_recorded:  # a model it cannot record: the reason, and nothing else
-            return {"format": FORMAT, "version": VERSION, "run_id": self.run_id, "rank": self.rank,
-                    "world_size": self.world_size, "backend": self.backend, "torch_version": torch.__version__,
-                    "complete": bool(complete), "not_recorded": self._not_recorded, "every": self.every, "steps": []}
+    def _ddp_options(self):
+        """The manifest's "ddp" options and torch's bucket layouts (DDP, not FSDP2)."""
         ddp = self.ddp
-        if self._fsdp is not None:
-            ddp = _NO_DDP
         info = _HookInfo(ddp, self._powersgd_cache)
         state = dict(info.fields)
         start = self._hook_at_start
@@ -1964,6 +1950,14 @@ class DDPTrace:
             self._buckets_rebuilt = self._bucket_layout()  # once: it allocates a zero copy of every gradient
         if self._buckets_rebuilt is not None:
             buckets["rebuilt"] = self._buckets_rebuilt
+        return ddp_opts, buckets
+
+    def _manifest(self, complete):
+        if self._not_recorded:  # a model it cannot record: the reason, and nothing else
+            return {"format": FORMAT, "version": VERSION, "run_id": self.run_id, "rank": self.rank,
+                    "world_size": self.world_size, "backend": self.backend, "torch_version": torch.__version__,
+                    "complete": bool(complete), "not_recorded": self._not_recorded, "every": self.every, "steps": []}
+        ddp_opts, buckets = self._ddp_options() if self._fsdp is None else (None, {})
         optimizer = {"class": type(self.optimizer).__name__, "param_groups": self._groups}
         optimizer.update(self._opt_coverage)
         manifest = {
@@ -1976,7 +1970,6 @@ class DDPTrace:
             "sqrt_exact": self._sqrt_exact,
             "every": self.every,
             "steps": list(self._steps),
-            "ddp": ddp_opts,
             "params": [{"name": n, "shape": list(_local(p).shape), "dtype": "float32"}
                        for n, p in zip(self._names, self._params)],
             "unchecked_params": self._unchecked,
@@ -1990,13 +1983,14 @@ class DDPTrace:
             "env": {k: v for k, v in sorted(os.environ.items())
                     if k.startswith("NCCL_") or k == "TORCH_DISTRIBUTED_DEBUG"},
         }
+        if ddp_opts is not None:
+            manifest["ddp"] = ddp_opts
+        else:
+            manifest["fsdp"] = self._fsdp_layout_safe()
         if buckets:
             manifest["buckets"] = buckets
         if self._order is not None:
             manifest["allreduce_order"] = self._order
-        if self._fsdp is not None:
-            del manifest["ddp"]
-            manifest["fsdp"] = self._fsdp_layout_safe()
         return manifest
 
     def _fsdp_layout_safe(self):
