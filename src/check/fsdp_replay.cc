@@ -17,7 +17,6 @@
 
 #include "src/check/replay.h"
 #include "src/collective/fsdp.h"
-#include "src/collective/half.h"
 
 namespace ddplab::check {
 
@@ -123,15 +122,11 @@ bool FsdpReplay::predict(const std::vector<const StepRecord*>& recs, std::vector
         const safetensors::Tensor* g = recs[r]->find(kind, f.full[i].name);
         if (!g) continue;
         std::vector<float>& acc = unsharded_[r][i];
-        const std::string& dt = f.reduce_dtypes[group_of_[i]];
+        const collective::ReduceDtype dt = f.reduce_dtypes[group_of_[i]];
         if (acc.empty()) {
           acc = g->data;
-        } else if (dt == "bfloat16") {  // each sum rounded to the reduce dtype (see the header comment)
-          for (size_t e = 0; e < acc.size(); ++e) acc[e] = to_float(to_bfloat16(acc[e] + g->data[e]));
-        } else if (dt == "float16") {
-          for (size_t e = 0; e < acc.size(); ++e) acc[e] = to_float(to_half(acc[e] + g->data[e]));
-        } else {
-          for (size_t e = 0; e < acc.size(); ++e) acc[e] += g->data[e];
+        } else {  // each sum rounded to the reduce dtype (see the header comment)
+          for (size_t e = 0; e < acc.size(); ++e) acc[e] = collective::fsdp_round(dt, acc[e] + g->data[e]);
         }
       }
     }
@@ -173,11 +168,7 @@ bool FsdpReplay::predict(const std::vector<const StepRecord*>& recs, std::vector
         if (d != 0) shape[0] *= static_cast<int64_t>(ws), shape[static_cast<size_t>(d)] /= static_cast<int64_t>(ws);
         shapes.push_back(shape);
       }
-      const std::string& dt = f.reduce_dtypes[gi];
-      const auto shards = collective::fsdp_reduce_scatter(
-          shapes, local, 0.0f,
-          dt == "bfloat16" ? collective::ReduceDtype::bfloat16
-                           : dt == "float16" ? collective::ReduceDtype::float16 : collective::ReduceDtype::float32);
+      const auto shards = collective::fsdp_reduce_scatter(shapes, local, 0.0f, f.reduce_dtypes[gi]);
       for (size_t r = 0; r < ws; ++r)
         for (size_t j = 0; j < with_grad.size(); ++j) {
           Parameter& p = (*params)[r][with_grad[j]];

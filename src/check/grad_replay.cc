@@ -76,6 +76,19 @@ std::unique_ptr<ddp::CommHook> known_hook(const DdpOptions& d, bool* known, std:
   return ddp::make_comm_hook(o);
 }
 
+// The replay's parameters of a manifest: names and shapes (the value only sizes them).
+std::vector<Parameter> parameters_of(const Manifest& m) {
+  std::vector<Parameter> ps;
+  for (const TensorInfo& t : m.params) {
+    Parameter p;
+    p.name = t.name;
+    p.shape = t.shape;
+    p.value = Matrix::Zero(1, t.numel);
+    ps.push_back(std::move(p));
+  }
+  return ps;
+}
+
 // NCCL's order is ddplab's nccl_ring only when the run pinned it to one ring channel and the Simple protocol.
 bool nccl_pinned(const std::map<std::string, std::string>& env) {
   const auto is = [&](const char* k, const char* v) {
@@ -91,16 +104,7 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
   const Manifest& m = run.first();
   const int ws = run.world_size();
   if (m.fsdp.present) {  // each rank's parameters are its shards
-    for (const Manifest& rm : run.ranks) {
-      params_.emplace_back();
-      for (const TensorInfo& t : rm.params) {
-        Parameter p;
-        p.name = t.name;
-        p.shape = t.shape;
-        p.value = Matrix::Zero(1, t.numel);  // its size only: the rank's shard
-        params_.back().push_back(std::move(p));
-      }
-    }
+    for (const Manifest& rm : run.ranks) params_.push_back(parameters_of(rm));
     fsdp_ = std::make_unique<FsdpReplay>(run);
     if (!m.fsdp.not_modelled.empty()) {
       grads_checked_ = exact_ = false;
@@ -154,13 +158,7 @@ GradReplay::GradReplay(const Run& run) : run_(run) {
   std::string hook_why;
   for (int r = 0; r < ws; ++r) {
     auto& ps = params_[static_cast<size_t>(r)];
-    for (const TensorInfo& t : m.params) {
-      Parameter p;
-      p.name = t.name;
-      p.shape = t.shape;
-      p.value = Matrix::Zero(1, t.numel);
-      ps.push_back(std::move(p));
-    }
+    ps = parameters_of(m);
     std::vector<Parameter*> ptrs;
     for (Parameter& p : ps) ptrs.push_back(&p);
     auto red = std::make_unique<ddp::Reducer>(ptrs, ws, m.ddp.bucket_cap_mb, ddp::Average::predivide);

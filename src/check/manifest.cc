@@ -6,6 +6,7 @@
 
 #include "src/check/trace.h"
 #include "src/check/trace_json.h"
+#include "src/collective/fsdp.h"
 
 namespace ddplab::check {
 
@@ -100,10 +101,9 @@ Fsdp parse_fsdp(const json& f, const Manifest& m, const std::string& path) {
     const size_t d = static_cast<size_t>(out.shard_dim[i]);
     if (full.shape.empty() || d >= full.shape.size() || shard.shape.size() != full.shape.size())
       fail(path, fmt::format("'{}': its shard's shape does not fit its full shape", full.name));
-    const int64_t chunk = (full.shape[d] + out.shard_world_size - 1) / out.shard_world_size;
-    const int64_t begin = std::min(full.shape[d], chunk * out.shard_rank), end = std::min(full.shape[d], begin + chunk);
+    const collective::ShardRows rows = collective::fsdp_shard_rows(full.shape[d], out.shard_world_size, out.shard_rank);
     for (size_t k = 0; k < full.shape.size(); ++k)
-      if (shard.shape[k] != (k == d ? end - begin : full.shape[k]))
+      if (shard.shape[k] != (k == d ? rows.end - rows.begin : full.shape[k]))
         fail(path, fmt::format("'{}': rank {}'s shard is not the rows FSDP gives it of a {}-row parameter at world_size {}",
                                full.name, m.rank, full.shape[d], out.shard_world_size));
   }
@@ -113,9 +113,12 @@ Fsdp parse_fsdp(const json& f, const Manifest& m, const std::string& path) {
   for (const json& g : groups) {
     out.groups.push_back(indices(field(g, "params", path), "an FSDP group's params", path, out.full.size()));
     out.group_modules.push_back(g.contains("module") && g.at("module").is_string() ? g.at("module").get<std::string>() : "");
-    out.reduce_dtypes.push_back(g.contains("reduce_dtype") ? str(g, "reduce_dtype", path) : "float32");
-    if (out.reduce_dtypes.back() != "float32" && out.reduce_dtypes.back() != "bfloat16" && out.reduce_dtypes.back() != "float16")
-      fail(path, "an FSDP group's reduce_dtype is \"" + out.reduce_dtypes.back() + "\", not float32, bfloat16 or float16");
+    const std::string dtype = g.contains("reduce_dtype") ? str(g, "reduce_dtype", path) : "float32";
+    if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16")
+      fail(path, "an FSDP group's reduce_dtype is \"" + dtype + "\", not float32, bfloat16 or float16");
+    out.reduce_dtypes.push_back(dtype == "bfloat16"  ? collective::ReduceDtype::bfloat16
+                                : dtype == "float16" ? collective::ReduceDtype::float16
+                                                     : collective::ReduceDtype::float32);
     for (size_t i : out.groups.back()) ++seen[i];
   }
   for (size_t i = 0; i < seen.size(); ++i)

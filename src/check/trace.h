@@ -16,6 +16,7 @@
 
 #include "src/base/errors.h"
 #include "src/base/safetensors.h"
+#include "src/collective/fsdp.h"
 #include "src/collective/measured.h"
 
 namespace ddplab::check {
@@ -83,7 +84,7 @@ struct Fsdp {
   std::vector<int64_t> shard_dim;
   std::vector<std::vector<size_t>> groups;
   std::vector<std::string> group_modules;
-  std::vector<std::string> reduce_dtypes;  // per group: "float32", "bfloat16" or "float16"
+  std::vector<collective::ReduceDtype> reduce_dtypes;  // per group
   std::vector<std::string> not_modelled;  // what ddp_check does not replay in this run (HSDP, offload, ...)
   int shard_world_size = 0, shard_rank = 0;  // the ranks a parameter is sharded over (HSDP: fewer than all)
 };

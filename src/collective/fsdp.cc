@@ -88,6 +88,17 @@ std::vector<std::vector<std::vector<float>>> reduce_scatter(const std::vector<st
 
 }  // namespace
 
+float fsdp_round(ReduceDtype dtype, float x) {
+  switch (dtype) {
+    case ReduceDtype::bfloat16:
+      return widen(to_bfloat16(x));
+    case ReduceDtype::float16:
+      return widen(to_half(x));
+    default:
+      return x;
+  }
+}
+
 std::vector<std::vector<std::vector<float>>> fsdp_reduce_scatter(
     const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::vector<const float*>>& local,
     float post_divide, ReduceDtype dtype) {

@@ -29,6 +29,9 @@ std::vector<std::vector<std::vector<float>>> fsdp_reduce_scatter(
     const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::vector<const float*>>& local,
     float post_divide = 0.0f, ReduceDtype dtype = ReduceDtype::float32);
 
+// x rounded to `dtype` and back to float (float32: x itself).
+float fsdp_round(ReduceDtype dtype, float x);
+
 // The divisions torch makes around a SUM for `dtype` at `ws` ranks: {before, after} (1: none).
 std::pair<float, float> fsdp_divide_factors(ReduceDtype dtype, int64_t ws);
 
