@@ -634,6 +634,17 @@ def _fingerprint(sample):
     return hashlib.blake2b(bytes(_tensor_bytes(sample))).digest()[:8].hex()
 
 
+def _nonfinite(named):
+    """The names of [(name, tensor)] holding a NaN or an infinity: one isfinite pass each on the tensor's own
+    device, and one transfer of a flag per tensor."""
+    named = [(n, _local(t).detach()) for n, t in named if t is not None]
+    named = [(n, t) for n, t in named if t.is_floating_point() and t.numel()]
+    if not named:
+        return []
+    flags = torch.stack([torch.isfinite(t).all().to("cpu") for _, t in named]).tolist()
+    return [n for (n, _), ok in zip(named, flags) if not ok]
+
+
 def _first_tensor(obj, depth=0):
     if isinstance(obj, torch.Tensor):
         return obj
@@ -1167,7 +1178,8 @@ class DDPTrace:
         self._first_bucket_bytes = None
         self._first_ready = None
         self._fwd_sync = None        # require_backward_grad_sync at the last DDP forward since the last backward
-        self._seen_forward = False
+        self._in_ddp_forward = False  # DDP's forward pre-hook ran, the module's has not yet
+        self._module_forward = False  # the wrapped module's forward ran on its own since the last backward
         self._join_base = _JOIN_EVENTS[0]  # segments count the Join contexts entered and exited since DDPTrace()
         self._seg_c, self._seg_k = 0, 0
         self._averaging = []
@@ -1179,6 +1191,10 @@ class DDPTrace:
         self._data_count = 0
         self._data_truncated = False
         self._data_written = (-1, 0)  # (epoch records, indices) at the last data.json write
+        self._nonfinite_first = None  # the first NaN/inf seen, any step: {"step", "kind", "name"}
+        self._outside = []           # (name, parameter): the module's float32 parameters DDP does not reduce
+        self._outside_info = []      # their manifest entries
+        self._outside_first = {}     # name -> digest at the first recorded step
         self._reset_step()
 
         internal = None
@@ -1247,6 +1263,11 @@ class DDPTrace:
         sparse = _sparse_grad_params(module)
         for name, p in module.named_parameters():
             if not p.requires_grad or name in ignore:
+                # Not DDP's: never all-reduced. Unfrozen later and stepped, it trains on each rank's own gradient.
+                if p.dtype == torch.float32 and p.layout == torch.strided:
+                    self._outside.append((name, p))
+                    self._outside_info.append({"name": name, "shape": list(p.shape),
+                                               "why": "parameters_to_ignore" if name in ignore else "frozen"})
                 continue
             why = None
             if id(p) in sparse or p.layout != torch.strided:
@@ -1289,6 +1310,8 @@ class DDPTrace:
             self._groups.append(entry)
             in_groups.update(id(p) for p in g["params"])
         module_ids = {id(p) for p in module.parameters()}
+        for info, (_, p) in zip(self._outside_info, self._outside):
+            info["in_optimizer"] = id(p) in in_groups
         self._opt_coverage = {
             "missing_params": [i for i, p in enumerate(self._params) if id(p) not in in_groups],
             "missing_unchecked": [u["name"] for u, p in zip(self._unchecked, self._unchecked_params)
@@ -1328,6 +1351,9 @@ class DDPTrace:
             self._handles.append(ddp_model.register_forward_pre_hook(self._forward_pre_hook, with_kwargs=True))
         except TypeError:  # torch 1.13: no with_kwargs
             self._handles.append(ddp_model.register_forward_pre_hook(self._forward_pre_hook))
+        inner = getattr(ddp_model, "module", None)
+        if isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel) and isinstance(inner, torch.nn.Module):
+            self._handles.append(inner.register_forward_pre_hook(self._module_pre_hook))
 
         # optimizer.step, wrapped on the instance as a bound method (LR schedulers re-wrap it through
         # __func__/__self__); the original is called unchanged.
@@ -1435,6 +1461,15 @@ class DDPTrace:
         self._grad_crc = None  # digest mode: {i: digest of .grad after DDP}, in place of _grad_snap
         self._before = None
         self._step_join = None
+        self._nf = {}          # kind -> names (or forward indices, for "input") holding a NaN or an infinity
+
+    def _note_nonfinite(self, kind, names):
+        """Keeps which tensors of this step are not finite, and the run's first."""
+        if not names:
+            return
+        self._nf.setdefault(kind, []).extend(names)
+        if self._nonfinite_first is None:
+            self._nonfinite_first = {"step": self._step, "kind": kind, "name": str(names[0])}
 
     def _forward_pre_hook(self, module, args, kwargs=None):
         if self._stopped or self._closed:
@@ -1446,17 +1481,21 @@ class DDPTrace:
         return None
 
     def _forward_pre_hook_body(self, args, kwargs):
+        self._in_ddp_forward = True
         if not torch.is_grad_enabled():
             return  # evaluation forwards build no graph and are not recorded
         self._fwd_sync = bool(getattr(self.ddp, "require_backward_grad_sync", True))
-        self._seen_forward = True
-        if self._last_epoch is not None:
-            self._last_epoch["training"] = True
         cfg = getattr(self.ddp, "_join_config", None)
         if cfg is not None and getattr(cfg, "enable", False):
             self._join_seen = True
             self._step_join = {"divide_by_initial_world_size":
                                bool(getattr(self.ddp, "_divide_by_initial_world_size", True))}
+        self._note_input(args, kwargs)
+
+    def _note_input(self, args, kwargs):
+        """A training forward's batch: one fingerprint per sample, and whether it holds a NaN or an infinity."""
+        if self._last_epoch is not None:
+            self._last_epoch["training"] = True
         if self._recording():
             x = _first_tensor(args)
             if x is None and kwargs:
@@ -1466,12 +1505,27 @@ class DDPTrace:
                 xc = x.detach()
                 if xc.device.type != "cpu":
                     xc = xc.cpu()
+                if _nonfinite([("x", xc)]):
+                    self._note_nonfinite("input", [len(self._inputs)])
                 if xc.dim() == 0:
                     fps.append(_fingerprint(xc))
                 else:
                     for j in range(xc.shape[0]):
                         fps.append(_fingerprint(xc[j]))
             self._inputs.append(fps)
+
+    def _module_pre_hook(self, module, args):
+        """On DDP's wrapped module: a forward that did not come through DDP's is ddp_model.module(x)."""
+        if self._stopped or self._closed:
+            return None
+        try:
+            via_ddp, self._in_ddp_forward = self._in_ddp_forward, False
+            if not via_ddp and torch.is_grad_enabled():
+                self._module_forward = True
+                self._note_input(args, None)  # its batch is still the rank's data
+        except Exception as e:
+            self._stop_for(e, "module forward pre-hook")
+        return None
 
     def _make_unshard_hook(self, group):
         def hook(module, args):
@@ -1507,11 +1561,14 @@ class DDPTrace:
         if self._cur_bw is None:  # the first parameter this backward reached
             # DDP decides at forward whether the backward reduces (Reducer.prepare_for_backward): a backward
             # with no DDP forward since the previous one (ddp_model.module called directly) is not reduced.
+            # No forward through DDP since the last backward (the wrapped module called itself, or a second
+            # backward of one graph): DDP's hooks expect no gradients, nothing is reduced.
             sync = self._fwd_sync
-            if sync is None:
-                sync = False if self._seen_forward else bool(getattr(self.ddp, "require_backward_grad_sync", True))
             self._fwd_sync = None
-            self._cur_bw = {"sync": sync, "ready": []}
+            self._cur_bw = {"sync": bool(sync), "ready": []}
+            if sync is None:  # "module": the wrapped module's own forward ran; "none": no forward at all
+                self._cur_bw["forward"] = "module" if self._module_forward else "none"
+            self._module_forward = False
             self._backwards.append(self._cur_bw)
             self._locals.append({})
             self._engine.queue_callback(self._end_of_backward)
@@ -1607,6 +1664,7 @@ class DDPTrace:
             self._stop_for(e, "after-DDP callback")
 
     def _after_ddp_body(self):
+        self._note_nonfinite("grad", _nonfinite((self._names[i], p.grad) for i, p in enumerate(self._params)))
         if self._digest_grads():
             self._grad_crc = {i: _digest(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
             self._grad_snap = None
@@ -1632,6 +1690,10 @@ class DDPTrace:
             snap = self._grad_snap or {}
             same = set(live) == set(snap) and all(_bits_equal(g.detach(), snap[i]) for i, g in live.items())
         grads = "grad" if same else {i: _cpu_copy(g) for i, g in live.items()}
+        if params != "previous":
+            self._note_nonfinite("param_before", _nonfinite((self._names[i], t) for i, t in params.items()))
+        if grads != "grad":
+            self._note_nonfinite("grad_step", _nonfinite((self._names[i], t) for i, t in grads.items()))
         # The state before this step is what the optimizer left after the previous one: a digest where ddp_check
         # predicted that step (it replays the optimizer from the first recorded step's state).
         state_digest = follows and self._digest_params()
@@ -1732,8 +1794,15 @@ class DDPTrace:
         if rec and self._before is not None:
             with torch.no_grad():
                 self._write_step()
-        elif self._in_flight is not None and self._writer.done():
-            self._finish_write()  # with every=K: the manifest lists a finished file at the next step
+        else:
+            if self._nonfinite_first is None:  # a step not recorded: its parameters' health still is
+                with torch.no_grad():
+                    bad = _nonfinite(zip(self._names, self._params))
+                if bad:
+                    self._nonfinite_first = {"step": self._step, "kind": "param_after", "name": bad[0]}
+                    self._write_manifest_safe(False)
+            if self._in_flight is not None and self._writer.done():
+                self._finish_write()  # with every=K: the manifest lists a finished file at the next step
         self._step += 1
         self._seg_k += 1
         self._reset_step()
@@ -1763,6 +1832,8 @@ class DDPTrace:
             for i in self._backwards[k]["ready"]:  # each parameter is reached once per backward
                 if i in loc:
                     tensors.append(("local/%d/%s" % (k, names[i]), loc[i]))
+        self._note_nonfinite("local", _nonfinite((key[len("local/"):], t) for key, t in tensors))
+        self._note_nonfinite("param_after", _nonfinite(zip(names, self._params)))
         elided = {}
         for i in sorted(self._prior):
             tensors.append(("prior/" + names[i], self._prior[i]))
@@ -1800,10 +1871,17 @@ class DDPTrace:
             else:
                 tensors.append((key, v))
         tensors.extend(b["buffers"])
+        # The parameters DDP does not reduce: a digest each step, and their values once they have changed.
+        outside = {}
+        for name, p in self._outside:
+            d = _digest(p)
+            outside[name] = d
+            if self._outside_first.setdefault(name, d) != d or self.full:
+                tensors.append(("outside/" + name, _cpu_copy(p)))
         meta = {
             "step": self._step, "rank": self.rank, "run_id": self.run_id,
             "segment": [self._seg_c, self._seg_k],
-            "backwards": [{"sync": bw["sync"], "ready": list(bw["ready"])} for bw in self._backwards],
+            "backwards": [dict(bw, ready=list(bw["ready"])) for bw in self._backwards],
             "inputs": self._inputs,
             "state_steps": b["steps"],
             "lr": b["lr"],
@@ -1818,6 +1896,10 @@ class DDPTrace:
             meta["state_skipped"] = b["skipped"]
         if elided:
             meta["elided"] = elided
+        if self._nf:
+            meta["nonfinite"] = self._nf
+        if outside:
+            meta["outside"] = outside
         meta["digest"] = "fold64"  # how "crc32" below and ddp_check's digests of this file's tensors are taken
         if crc:
             meta["crc32"] = crc  # the key's name predates fold64
@@ -1973,6 +2055,8 @@ class DDPTrace:
             "params": [{"name": n, "shape": list(_local(p).shape), "dtype": "float32"}
                        for n, p in zip(self._names, self._params)],
             "unchecked_params": self._unchecked,
+            "outside_params": self._outside_info,
+            "nonfinite_first": self._nonfinite_first,
             "buffers": [{"name": n, "shape": list(b.shape), "dtype": "float32"} for n, b in self._float_buffers],
             "unchecked_buffers": self._unchecked_buffers,
             "optimizer": optimizer,

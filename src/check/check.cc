@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "src/check/findings.h"
+#include "src/check/health.h"
 #include "src/check/replay.h"
 #include "src/check/step_compare.h"
 #include "src/base/parallel.h"
@@ -49,6 +50,7 @@ CheckResult check_run(const Run& run) {
   res.order = replay.order();
   res.sharded = replay.sharded();
   Findings found(run);
+  Health health(run);
   run_findings(run, replay, found);
   const bool adam = m.optimizer_class == "Adam" || m.optimizer_class == "AdamW";
   const bool modelled_optimizer = adam || m.optimizer_class == "SGD";
@@ -172,16 +174,22 @@ CheckResult check_run(const Run& run) {
                                            "for uneven inputs, or give every rank as many batches (DistributedSampler "
                                            "does)"));
     }
+    // 0. The run's health: NaN, parameters DDP does not reduce, .grad not cleared, forwards not through DDP.
+    {
+      std::vector<const StepRecord*> before(static_cast<size_t>(ws));
+      for (int r = 0; r < ws; ++r) before[static_cast<size_t>(r)] = prev[static_cast<size_t>(r)].get();
+      health.step(recs, before, found);
+    }
     // 1. DDP's synchronised backward: predicted .grad against what each rank recorded.
     if (!pairing_lost) {
       const std::vector<int> unsynced = unsynced_ranks(recs);
-      for (int r : unsynced)
-        found.add("not-all-reduced", "problem", "module-call", step, r, "",
+      for (int r : unsynced)  // module(x) and a second backward are named by health.step, under this same kind
+        if (why_not_reduced(*recs[static_cast<size_t>(r)]).find("no_sync") != std::string::npos)
+          found.add("not-all-reduced", "problem", "no-sync", step, r, "",
                   fmt::format("step {}, rank {}: the backward ran without DDP's all-reduce while the other ranks "
-                              "all-reduced: usually `ddp_model.module(x)` (the wrapped model) instead of "
-                              "`ddp_model(x)`, or no_sync() on this rank only. From here on this rank's all-reduces "
-                              "pair with the other ranks' of another step, so the gradients are not predicted",
-                              step, r));
+                              "all-reduced: {} on this rank only. From here on this rank's all-reduces pair with the "
+                              "other ranks' of another step, so the gradients are not predicted",
+                              step, r, why_not_reduced(*recs[static_cast<size_t>(r)])));
       pairing_lost = !unsynced.empty();
     }
     if (replay.grads_checked() && !pairing_lost && !missing && m.optimizer_class != "LBFGS") {
@@ -221,7 +229,7 @@ CheckResult check_run(const Run& run) {
             CmpResult c = digest_row(p.name, p.grad.size(), same);
             count(line.grads, line.rank_grads, r, c);
             if (!same) {
-              found.digest_differs("grad", step, r, p.name, res.order_known, &res.first_divergence);
+              found.digest_differs("grad", step, r, p.name, res.order_known, mine.fold64, &res.first_divergence);
               continue;
             }
             rows.push_back(c);
@@ -312,7 +320,7 @@ CheckResult check_run(const Run& run) {
                     static_cast<size_t>(after[i].size()));
             rows.push_back(c);
           } else {
-            found.digest_differs("param", step, r, name, res.step_exact, &res.first_divergence);
+            found.digest_differs("param", step, r, name, res.step_exact, mine.fold64, &res.first_divergence);
           }
           continue;
         }
@@ -392,11 +400,7 @@ CheckResult check_run(const Run& run) {
     res.grads.allclose += line.grads.allclose, res.grads.different += line.grads.different;
     res.params.checked += line.params.checked, res.params.exact += line.params.exact;
     res.params.allclose += line.params.allclose, res.params.different += line.params.different;
-    if (line.nonfinite > 0)
-      found.add("nonfinite", "note", "", step, -1, "",
-                fmt::format("step {}: {} NaN/Inf values in the recorded gradients (an overflow; a NaN where DDP's "
-                            "arithmetic also gives one counts as agreeing with the prediction)",
-                            step, line.nonfinite));
+    if (!health.outside_equal()) line.replicas_equal = false;
     res.lines.push_back(line);
     // The next step needs only where this one left the parameters: memory stays two steps of all ranks.
     for (int r = 0; r < ws; ++r) {
@@ -415,6 +419,7 @@ CheckResult check_run(const Run& run) {
       changed[i] = !prev[0]->digest("param_after", m.params[m.missing_params[i]].name, &d) || d != missing_first[i];
     optimizer_findings(m, changed, found);
   }
+  health.after_run(found);
   seen.steps = !res.lines.empty();
   what_the_run_did(m, seen, found);
   res.buckets = replay.buckets();

@@ -14,7 +14,9 @@
 
 namespace ddplab::check {
 
-// kinds: replicas-diverged (cause: gradients | gradients-changed | optimizer | outside-step),
+// kinds: nonfinite (uninitialised | parameter | input | overflow | all-reduce | changed-before-step |
+// step-overflow | unrecorded-step), not-reduced-by-ddp (frozen | parameters_to_ignore), grads-not-cleared,
+// not-all-reduced (module-call | second-backward | no-sync), replicas-diverged (cause: gradients | gradients-changed | optimizer | outside-step),
 // grad-not-as-predicted, step-not-as-predicted, not-all-reduced, uneven-steps, optimizer-misses-parameters,
 // nothing-trains, same-data-on-all-ranks, same-order-every-epoch, overlapping-data,
 // validation-overlaps-training, buffers-differ, grads-changed-before-step, unused-parameters,
@@ -26,6 +28,7 @@ struct Finding {
   std::string kind, severity, cause, name, message;
   int64_t step = -1;
   int rank = -1;
+  int64_t repeats = 0;  // later steps where the same finding (kind, cause, rank) was seen again
 };
 
 struct Counts {

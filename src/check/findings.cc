@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "src/check/health.h"
+
 namespace ddplab::check {
 namespace {
 
@@ -38,7 +40,7 @@ std::string first_difference(const Manifest& m, const StepRecord& a, const char*
       if (!same_values(*x, *y)) return p.name;
       continue;
     }
-    // A digest on either side (the recorder kept a CRC-32 of it): compared bit for bit.
+    // A digest on either side (the recorder kept one in place of the tensor): compared bit for bit.
     uint32_t dx = 0, dy = 0;
     const bool hx = a.digest(kind_a, p.name, &dx), hy = b.digest(kind_b, p.name, &dy);
     if (hx != hy || (hx && dx != dy)) return p.name;
@@ -47,17 +49,18 @@ std::string first_difference(const Manifest& m, const StepRecord& a, const char*
 }
 
 void Findings::digest_differs(const char* what, int64_t step, int r, const std::string& name, bool exact_expected,
-                              Divergence* div) {
+                              bool fold64, Divergence* div) {
   const bool grad = std::string(what) == "grad";
   const std::string title = grad ? fmt::format("rank {}'s .grad after backward vs DDP's predicted average", r)
                                  : fmt::format("rank {}'s parameters after optimizer.step() vs torch.optim's arithmetic", r);
   if (div->step < 0) {
     *div = {step, r, title, {}, ""};
-    div->missing = "the trace keeps CRC-32 digests of these tensors after its first step, so it says which differ, "
+    div->missing = "the trace keeps digests of these tensors after its first step, so it says which differ, "
                    "not by how much: record again with DDPTrace(..., full=True) for this table";
   }
-  const std::string how = fmt::format("its CRC-32 digest differs from the prediction's (the trace keeps digests, not "
-                                      "values: DDPTrace(..., full=True) records them, to see by how much)");
+  const std::string how = fmt::format("its {} digest differs from the prediction's (the trace keeps digests, not "
+                                      "values: DDPTrace(..., full=True) records them, to see by how much)",
+                                      fold64 ? "fold64" : "CRC-32");
   if (grad)
     add("grad-not-as-predicted", exact_expected ? "problem" : "note", exact_expected ? "" : "bits", step, r, name,
         fmt::format("step {}, rank {}: '{}'.grad after backward is not bit for bit DDP's average of the ranks' local "
@@ -140,8 +143,7 @@ void Findings::add(const std::string& kind, const std::string& severity, const s
 }
 
 std::vector<Finding> Findings::take() {
-  for (const auto& [i, n] : repeats_)
-    list_[i].message += fmt::format(" (and {} more time{} later)", n, n == 1 ? "" : "s");
+  for (const auto& [i, n] : repeats_) list_[i].repeats = n;
   repeats_.clear();
   return std::move(list_);
 }
@@ -209,6 +211,11 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
       if (b.sync) return true;
     return false;
   };
+  const auto unreduced = [](const StepRecord& rec) {  // a backward after no forward through DDP
+    for (const Backward& b : rec.backwards)
+      if (!b.forward.empty()) return true;
+    return false;
+  };
   bool equal = true;
   for (const StepRecord* rec : recs) {
     if (!rec || rec == ref) continue;
@@ -233,17 +240,20 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
                       "step left{}), so the replicas no longer agree. Usually code that edits parameters on some "
                       "ranks only (under torch.no_grad(), a rank-dependent init or load after DDP(...))",
                       ref->step, who, changed, first_step ? ", or from rank " + std::to_string(r0) + "'s at the first recorded step" : ""));
-    } else if (!synced(*rec) || !synced(*ref)) {
-      // No all-reduce ran in this step on one of the two: the gradients were never averaged.
-      const int who = !synced(*rec) ? rank : r0;
+    } else if (!synced(*rec) || !synced(*ref) || unreduced(*rec) || unreduced(*ref)) {
+      // A backward of this step ran without DDP's all-reduce on one of the two: its gradient was never averaged.
+      const int who = !synced(*rec) || unreduced(*rec) ? rank : r0;
+      const std::string why = why_not_reduced(who == rank ? *rec : *ref);
+      if (why.find("no_sync") == std::string::npos) continue;  // module(x), a second backward: not-all-reduced says it
       name = first_difference(m, *rec, "grad_step", *ref, "grad_step");
       note_div(fmt::format("rank {}'s .grad at optimizer.step() vs rank {}'s", rank, r0), "grad_step");
       add("replicas-diverged", "problem", "gradients", ref->step, who, name.empty() ? after : name,
-          fmt::format("step {}: no all-reduce ran on rank {} in this step (every backward ran under no_sync(), or "
-                      "without DDP's forward), so its gradient was never averaged with the other ranks' and the "
-                      "replicas step apart. no_sync() is for accumulating: leave the last micro-batch of each step "
-                      "outside it",
-                      ref->step, who));
+          fmt::format("step {}: rank {}'s gradient was not averaged with the other ranks' in this step ({}), so the "
+                      "replicas step apart{}",
+                      ref->step, who, why,
+                      why.find("no_sync") != std::string::npos
+                          ? ". no_sync() is for accumulating: leave the last micro-batch of each step outside it"
+                          : ""));
     } else if (const Stage* stage = first_stage_differing(m, *rec, *ref, &name)) {
       note_div(fmt::format("rank {}'s {} vs rank {}'s", rank, stage->what, r0), stage->kind);
       add("replicas-diverged", "problem", stage->cause, ref->step, rank, name,
@@ -293,7 +303,13 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
         ss += double((*s)[k]) * (*s)[k];
       }
     }
-    if (!first.empty()) {
+    // A backward after the step's last all-reduce (a second backward of one graph) changed .grad: said as such.
+    bool late_backward = false;
+    for (size_t k = 0, synced = 0; k < rec.backwards.size(); ++k) {
+      synced += rec.backwards[k].sync;
+      late_backward = late_backward || (synced && !rec.backwards[k].sync);
+    }
+    if (!first.empty() && !late_backward) {
       const double factor = gg > 0 ? gs / gg : 0.0;
       const bool uniform = gg > 0 && std::abs(ss - factor * factor * gg) <= 1e-6 * ss + 1e-30;
       if (uniform) factors.push_back({rec.rank, factor});

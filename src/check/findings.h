@@ -35,7 +35,7 @@ class Findings {
   // A tensor the trace keeps as a digest (`what`: "grad" after backward, or "param" after the step) whose
   // digest is not the prediction's: which one differs is known, by how much is not.
   void digest_differs(const char* what, int64_t step, int r, const std::string& name, bool exact_expected,
-                      Divergence* div);
+                      bool fold64, Divergence* div);
   // The replica invariant over the ranks that ran this iteration (recs[r] null: rank r has joined).
   // moved[r] names rank r's first parameter that changed between its previous step and this one where
   // nothing DDP does explains it ("" : none). True when every rank's parameters after the step agree.

@@ -365,7 +365,19 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
   }
   const bool unused_zeros = m.ddp.find_unused_parameters || m.ddp.static_graph;
   std::vector<std::vector<bool>> used(ws, std::vector<bool>(np, false));
+  // The recorded .grad after DDP is taken right after the last synchronised backward: backwards after it (a
+  // second backward of one graph, which DDP does not reduce) change .grad, not what DDP left.
+  size_t last_sync = nb;
+  for (size_t k = 0; k < nb; ++k)
+    if (ref->backwards[k].sync) last_sync = k;
+  std::vector<std::vector<std::pair<bool, Matrix>>> left_by_ddp;
   for (size_t k = 0; k < nb; ++k) {
+    if (k == last_sync + 1) {
+      left_by_ddp.assign(ws, {});
+      for (size_t r = 0; r < ws; ++r)
+        for (size_t i = 0; i < np && recs[r]; ++i)
+          left_by_ddp[r].emplace_back(params_[r][i].has_grad, params_[r][i].grad);
+    }
     const std::string kind = "local/" + std::to_string(k);
     for (size_t r = 0; r < ws; ++r)  // zero_grad() between the previous backward and this one
       for (const StepRecord::ZeroGrad& z : recs[r] ? recs[r]->zero_grads : std::vector<StepRecord::ZeroGrad>{}) {
@@ -418,6 +430,11 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
     sync(ref->step);
     for (auto& u : used) std::fill(u.begin(), u.end(), false);  // local_used_map resets per sync
   }
+  for (size_t r = 0; r < left_by_ddp.size(); ++r)
+    for (size_t i = 0; i < left_by_ddp[r].size(); ++i) {
+      params_[r][i].has_grad = left_by_ddp[r][i].first;
+      params_[r][i].grad = std::move(left_by_ddp[r][i].second);
+    }
   return true;
 }
 

@@ -203,6 +203,17 @@ Manifest parse_manifest_fields(const std::string& path) {
       m.unchecked_params.push_back({str(t, "name", path), t.value("dtype", std::string("?")), t.value("why", std::string("?"))});
   }
   if (m.params.empty() && m.unchecked_params.empty()) fail(path, "\"params\" is empty");
+  if (j.contains("outside_params") && !j.at("outside_params").is_null()) {
+    const json& o = j.at("outside_params");
+    const std::vector<TensorInfo> infos = tensor_infos(o, "outside_params", path);
+    for (size_t i = 0; i < infos.size(); ++i)
+      m.outside_params.push_back({infos[i], o[i].value("why", std::string("frozen")), boolean(o[i], "in_optimizer", path, false)});
+  }
+  if (j.contains("nonfinite_first") && j.at("nonfinite_first").is_object()) {
+    const json& n = j.at("nonfinite_first");
+    m.nonfinite_first = {integer(field(n, "step", path), "nonfinite_first.step", path, 0, kMaxSteps), str(n, "kind", path),
+                         str(n, "name", path)};
+  }
   if (j.contains("buffers")) m.buffers = tensor_infos(j.at("buffers"), "buffers", path);
   const json& opt = field(j, "optimizer", path);
   m.optimizer_class = str(opt, "class", path);

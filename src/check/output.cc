@@ -19,6 +19,7 @@ std::string where(const Finding& f) {
   std::string s = f.step >= 0 ? fmt::format("step {}", f.step) : "";
   if (f.rank >= 0) s += fmt::format("{}rank {}", s.empty() ? "" : ", ", f.rank);
   if (!f.name.empty()) s += fmt::format("{}'{}'", s.empty() ? "" : ", ", f.name);
+  if (f.repeats > 0) s += fmt::format("; again at {} later step{}", f.repeats, f.repeats == 1 ? "" : "s");
   return s;
 }
 
@@ -89,7 +90,7 @@ std::string format_json(const CheckResult& r) {
   nlohmann::json findings = nlohmann::json::array();
   for (const Finding& f : r.findings) {
     findings.push_back({{"kind", f.kind}, {"severity", f.severity}, {"step", f.step}, {"rank", f.rank},
-                        {"name", f.name}, {"cause", f.cause}, {"message", f.message}});
+                        {"name", f.name}, {"cause", f.cause}, {"message", f.message}, {"repeats", f.repeats}});
   }
   nlohmann::json steps = nlohmann::json::array();
   for (const StepLine& l : r.lines)

@@ -69,6 +69,11 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
   for (const json& b : field(meta, "backwards", rec.path)) {
     Backward bw;
     bw.sync = boolean(b, "sync", rec.path, true);
+    if (b.contains("forward")) {
+      bw.forward = str(b, "forward", rec.path);
+      if (bw.forward != "module" && bw.forward != "none")
+        fail(rec.path, "a backward's \"forward\" is '" + bw.forward + "', not \"module\" or \"none\"");
+    }
     bw.ready = indices(field(b, "ready", rec.path), "a backward's ready order", rec.path, np);
     rec.backwards.push_back(std::move(bw));
   }
@@ -127,6 +132,22 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     for (const auto& [k, v] : meta.at("int_buffers").items())
       if (v.is_number_integer()) rec.int_buffers[k] = v.get<int64_t>();
 
+  if (meta.contains("nonfinite") && meta.at("nonfinite").is_object())
+    for (const auto& [kind, names] : meta.at("nonfinite").items()) {
+      if (!names.is_array()) fail(rec.path, "\"nonfinite\"." + kind + " is not a list");
+      auto& out = rec.nonfinite[kind];
+      for (const json& n : names) {
+        const std::string name = n.is_string() ? n.get<std::string>() : n.dump();
+        if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+      }
+    }
+  if (meta.contains("outside") && meta.at("outside").is_object())
+    for (const auto& [name, d] : meta.at("outside").items()) {
+      if (!std::any_of(m.outside_params.begin(), m.outside_params.end(), [&](const OutsideParam& o) { return o.info.name == name; }))
+        fail(rec.path, "\"outside\" names '" + name + "', which is not among the manifest's outside_params");
+      rec.outside[name] = static_cast<uint32_t>(integer(d, "outside digest of '" + name + "'", rec.path, 0, 0xffffffffLL));
+    }
+
   // Tensors the recorder left out because they are implied (docs/trace_format.md, "elided").
   std::set<std::string> zero_priors;
   bool grad_step_is_grad = false;
@@ -171,7 +192,12 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     if (slash == std::string::npos) fail(rec.path, "tensor '" + key + "' has no kind (expected <kind>/<name>)");
     std::string kind = key.substr(0, slash), name = key.substr(slash + 1);
     const TensorInfo* info = nullptr;
-    if (kind == "buffer") {
+    if (kind == "outside") {
+      auto it = std::find_if(m.outside_params.begin(), m.outside_params.end(),
+                             [&](const OutsideParam& o) { return o.info.name == name; });
+      if (it == m.outside_params.end()) fail(rec.path, "tensor '" + key + "' names no outside parameter of the manifest");
+      info = &it->info;
+    } else if (kind == "buffer") {
       auto it = buffers.find(name);
       if (it == buffers.end()) fail(rec.path, "tensor '" + key + "' names no buffer of the manifest");
       info = it->second;

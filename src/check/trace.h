@@ -54,6 +54,22 @@ struct UncheckedParam {
   std::string name, dtype, why;
 };
 
+// A float32 parameter of the module that DDP does not reduce: requires_grad was False when DDP(...) was built
+// ("frozen"), or DDP was told to ignore it ("parameters_to_ignore"). The recorder keeps its digest each step and
+// its values once it has changed: unfrozen and stepped, it trains on each rank's own gradient.
+struct OutsideParam {
+  TensorInfo info;
+  std::string why;
+  bool in_optimizer = false;
+};
+
+// The first NaN or infinity the recorder saw, at any step (recorded or not): its step, the kind of tensor
+// ("input", "local", "grad", "grad_step", "param_before", "param_after") and the tensor's name.
+struct NonfiniteFirst {
+  int64_t step = -1;
+  std::string kind, name;
+};
+
 // A model averager (post-local SGD) averaged every rank's parameters after optimizer step `after_step`.
 struct Averaging {
   int64_t after_step = 0;
@@ -110,6 +126,8 @@ struct Manifest {
   std::string lightning_strategy;   // LightningCallback's Trainer strategy ("" : not Lightning)
   bool join = false;                // some recorded forward ran with DDP's Join enabled
   std::vector<UncheckedParam> unchecked_params;
+  std::vector<OutsideParam> outside_params;
+  NonfiniteFirst nonfinite_first;
   std::vector<size_t> missing_params;          // DDP's parameters in no optimizer param group
   std::vector<std::string> missing_unchecked;  // unchecked ones in no param group
   int64_t foreign_params = 0;                  // optimizer parameters that are not the DDP module's
@@ -123,6 +141,9 @@ struct Manifest {
 
 struct Backward {
   bool sync = true;
+  // What forward preceded it since the previous backward: "" DDP's; "module": the wrapped module's alone
+  // (ddp_model.module(x)); "none": no forward (a second backward of one graph). Only DDP's arms the all-reduce.
+  std::string forward;
   std::vector<size_t> ready;  // parameter indices in the order their gradients became ready
 };
 
@@ -148,6 +169,10 @@ struct StepRecord {
   };
   std::vector<ZeroGrad> zero_grads;
   std::map<std::string, int64_t> int_buffers;
+  // Which tensors held a NaN or an infinity, by kind ("input": the forwards' indices; "local": "<k>/<name>").
+  std::map<std::string, std::vector<std::string>> nonfinite;
+  // The parameters DDP does not reduce: their digests after the step (their values, outside/<name>, once changed).
+  std::map<std::string, uint32_t> outside;
   // Which DDP iteration this is: steps of all ranks with equal (segment, index) paired their all-reduces.
   // A segment is the stretch between two Join context boundaries (without Join: one segment, index = step).
   int64_t segment = 0, index = 0;

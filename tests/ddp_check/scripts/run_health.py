@@ -1,0 +1,81 @@
+"""A learner's MLP on DistributedSampler, SGD with momentum, and one mistake of the kind that leaves DDP's arithmetic
+intact but the run broken (issue 50): ddp_check must say what went wrong, at its step and rank, not "as-predicted".
+
+    python3 run_health.py --out RUN_DIR [--mistake M] [--world-size N] [...the common options]
+
+--mistake:
+  none            the clean counterpart: no problem finding
+  nan_init        a layer whose weight was never initialised (torch.empty, filled here with NaN so that the run
+                  is the same on every machine): NaN from step 0
+  nan_input       rank 1's batch at step 2 holds a NaN (a corrupt sample): it spreads through the all-reduce to
+                  every rank's weights
+  overflow        lr=1e30: finite inputs and weights, the step overflows to inf
+  unfreeze        the first layer frozen before DDP(), unfrozen at step 2 (the optimizer holds it from the
+                  start): DDP never reduces it, so each rank trains it on its own gradient
+  frozen          the clean counterpart of unfreeze: the first layer frozen before DDP() and never unfrozen
+  no_zero_grad    optimizer.zero_grad() never called: each .grad is the running sum of every step's average
+  module_call     ddp_model.module(x) on every rank, every step: no forward through DDP, no all-reduce
+  second_backward a second backward of the same loss (retain_graph=True) in every step
+"""
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import common
+from ddplab_trace import DDPTrace
+
+MISTAKE_STEP, MISTAKE_RANK = 2, 1
+
+
+def main(rank, world_size, args):
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(96, 10), torch.randint(0, 3, (96,)))
+    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=4, sampler=sampler)
+
+    model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3))
+    if args.mistake == "nan_init":
+        model[2].weight = nn.Parameter(torch.empty(64, 64).fill_(float("nan")))  # torch.empty, never initialised
+    if args.mistake in ("unfreeze", "frozen"):
+        model[0].requires_grad_(False)  # frozen before DDP(): DDP's reducer leaves it out for good
+    ddp = DDP(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e30 if args.mistake == "overflow" else 0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
+    step = 0
+    for epoch in range(100):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            if args.mistake == "unfreeze" and step == MISTAKE_STEP:
+                model[0].requires_grad_(True)  # "fine-tune the whole model from here"
+            if args.mistake == "nan_input" and step == MISTAKE_STEP and rank == MISTAKE_RANK:
+                x = x.clone()
+                x[0, 3] = float("nan")
+            if args.mistake != "no_zero_grad":
+                optimizer.zero_grad()
+            out = (ddp.module if args.mistake == "module_call" else ddp)(x)
+            loss = loss_fn(out, y)
+            if args.mistake == "second_backward":
+                loss.backward(retain_graph=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            if step == args.steps:
+                break
+        if step == args.steps:
+            break
+    if trace:
+        trace.close()
+    common.save_final(ddp, args)
+
+
+def options(p):
+    p.add_argument("--mistake", default="none",
+                   choices=["none", "nan_init", "nan_input", "overflow", "unfreeze", "frozen", "no_zero_grad",
+                            "module_call", "second_backward"])
+
+
+if __name__ == "__main__":
+    common.launch(main, common.parse_args(world_size=3, steps=5, extra=options))
