@@ -209,6 +209,18 @@ def _what_model(m):
                   % type(seen).__name__)
 
 
+def _framework(model, optimizer):
+    """The training framework whose wrappers the script passed ("fabric", "accelerate"), or None: its advice is
+    given in its own words."""
+    for obj in (model, optimizer):
+        mod = type(obj).__module__ or ""
+        if mod.startswith(("lightning.fabric", "lightning_fabric")):
+            return "fabric"
+        if mod.startswith("accelerate"):
+            return "accelerate"
+    return None
+
+
 def _torch_optimizer(opt):
     """The torch.optim optimizer inside Fabric's, accelerate's or Lightning's wrapper (or opt itself)."""
     for _ in range(8):  # Fabric's wrapper is also an instance of the optimizer's class (FabricSGD): look inside first
@@ -632,6 +644,16 @@ def _tensor_bytes(t):
 def _fingerprint(sample):
     """First 8 bytes of BLAKE2b (64-byte digest) over the sample's raw bytes, as 16 hex digits."""
     return hashlib.blake2b(bytes(_tensor_bytes(sample))).digest()[:8].hex()
+
+
+def _param_entry(name, p):
+    """A parameter's manifest entry; "strides" where its memory is not row-major (channels_last): DDP's reducer
+    lays its gradient into the bucket in the parameter's own strides, so the ring chunks it in memory order."""
+    t = _local(p)
+    entry = {"name": name, "shape": list(t.shape), "dtype": "float32"}
+    if t.dim() > 1 and not t.is_contiguous() and t.layout == torch.strided:
+        entry["strides"] = list(t.stride())
+    return entry
 
 
 def _nonfinite(named):
@@ -1118,6 +1140,7 @@ class DDPTrace:
         # The argument checks: the only errors DDPTrace raises.
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("DDPTrace: torch.distributed is not initialised (call init_process_group first)")
+        self._framework = _framework(ddp_model, optimizer)
         optimizer = _torch_optimizer(optimizer)
         if not hasattr(optimizer, "param_groups") or not hasattr(optimizer, "step"):
             raise TypeError("DDPTrace: the second argument must be a torch.optim optimizer, "
@@ -1896,8 +1919,7 @@ class DDPTrace:
             meta["state_skipped"] = b["skipped"]
         if elided:
             meta["elided"] = elided
-        if self._nf:
-            meta["nonfinite"] = self._nf
+        meta["nonfinite"] = self._nf  # {} : every tensor of the step was finite
         if outside:
             meta["outside"] = outside
         meta["digest"] = "fold64"  # how "crc32" below and ddp_check's digests of this file's tensors are taken
@@ -2052,8 +2074,7 @@ class DDPTrace:
             "sqrt_exact": self._sqrt_exact,
             "every": self.every,
             "steps": list(self._steps),
-            "params": [{"name": n, "shape": list(_local(p).shape), "dtype": "float32"}
-                       for n, p in zip(self._names, self._params)],
+            "params": [_param_entry(n, p) for n, p in zip(self._names, self._params)],
             "unchecked_params": self._unchecked,
             "outside_params": self._outside_info,
             "nonfinite_first": self._nonfinite_first,
@@ -2064,6 +2085,7 @@ class DDPTrace:
             "averaging": list(self._averaging),
             "join": self._join_seen,
             "lightning": self._lightning,
+            "framework": self._framework,
             "env": {k: v for k, v in sorted(os.environ.items())
                     if k.startswith("NCCL_") or k == "TORCH_DISTRIBUTED_DEBUG"},
         }

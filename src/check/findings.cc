@@ -126,6 +126,12 @@ std::string sampler_advice(const Run& run) {
   if (!run.first().lightning_strategy.empty())
     return "Lightning inserts a DistributedSampler itself: leave Trainer(use_distributed_sampler=True) (the default) "
            "and do not pass a sampler of your own";
+  if (run.first().framework == "fabric")
+    return "Fabric shards the data itself: loader = fabric.setup_dataloaders(loader) puts a DistributedSampler in it "
+           "(use_distributed_sampler=True, the default) and calls its set_epoch at each pass over the loader";
+  if (run.first().framework == "accelerate")
+    return "accelerate shards the data itself: pass the DataLoader to accelerator.prepare(model, optimizer, loader) "
+           "and iterate what it returns (each rank then gets its own part, reshuffled every epoch)";
   return "DataLoader(dataset, sampler=DistributedSampler(dataset)) with the same seed on every rank, and "
          "sampler.set_epoch(epoch) at the start of each epoch";
 }
@@ -338,7 +344,10 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
                                                          : "waits for it (find_unused_parameters=True is needed)"));
     }
     for (const auto& fwd : rec.inputs)
-      for (const std::string& fp : fwd) seq_[static_cast<size_t>(rec.rank)].push_back({step, fp});
+      for (const std::string& fp : fwd) {
+        seq_[static_cast<size_t>(rec.rank)].push_back({step, fp});
+        batches_[static_cast<size_t>(rec.rank)][step].push_back(fp);
+      }
   }
   // Under FSDP2 a clip scales every rank's shards by one factor from the norm over all shards; ranks that scaled
   // by different factors clipped by their own shards' norm, so the model took a step no single gradient gives.
@@ -372,6 +381,110 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
   if (identical) identical_steps_.push_back(step);
 }
 
+// Every pair of ranks: how often rank b's batch at step s + d was the very same samples as rank a's at step s, for
+// each lag d (0: the same step; d > 0: the same stream of batches, one rank d draws ahead, e.g. an evaluation
+// batch drawn first). Chance is measured from the run itself: how often the two ranks' batches coincide at all
+// the other lags (the same pool and batch size, no shared seed), scaled to the lag's number of step pairs. A lag
+// above chance by a margin no Poisson count reaches is a problem. Also, for the data line, how many samples two
+// ranks drew at the same step against the same chance.
+std::string Findings::same_batches(const std::string& advice, std::string* coincided) {
+  const int ws = run_.world_size();
+  constexpr size_t kMaxOccurrences = 64;  // of one batch or sample: past that, every pair is the same anyway
+  std::map<std::string, std::vector<std::pair<int, int64_t>>> by_batch, by_sample;
+  for (int r = 0; r < ws; ++r)
+    for (const auto& [step, fps] : batches_[static_cast<size_t>(r)]) {
+      if (fps.empty()) continue;
+      std::string key;
+      for (const std::string& fp : fps) key += fp + ",";
+      auto& b = by_batch[key];
+      if (b.size() < kMaxOccurrences) b.push_back({r, step});
+      for (const std::string& fp : std::set<std::string>(fps.begin(), fps.end())) {
+        auto& o = by_sample[fp];
+        if (o.size() < kMaxOccurrences) o.push_back({r, step});
+      }
+    }
+  // (a, b) -> lag -> coincidences
+  const auto count_lags = [](const std::map<std::string, std::vector<std::pair<int, int64_t>>>& by) {
+    std::map<std::pair<int, int>, std::map<int64_t, int64_t>> lags;
+    for (const auto& [key, occ] : by)
+      for (size_t x = 0; x < occ.size(); ++x)
+        for (size_t y = 0; y < occ.size(); ++y)
+          if (occ[x].first < occ[y].first) ++lags[{occ[x].first, occ[y].first}][occ[y].second - occ[x].second];
+    return lags;
+  };
+  const auto batch_lags = count_lags(by_batch), sample_lags = count_lags(by_sample);
+  struct Pair {
+    int a, b;
+    int64_t lag, same, pairs;
+    double expected;
+  };
+  std::vector<Pair> found;
+  double same_samples = 0, expected_samples = 0;
+  for (int a = 0; a < ws; ++a)
+    for (int b = a + 1; b < ws; ++b) {
+      const auto& A = batches_[static_cast<size_t>(a)];
+      const auto& B = batches_[static_cast<size_t>(b)];
+      const auto pairs_at = [&](int64_t lag) {
+        int64_t n = 0;
+        for (const auto& [step, fps] : A) n += !fps.empty() && B.count(step + lag) && !B.at(step + lag).empty();
+        return n;
+      };
+      const double all_pairs = static_cast<double>(A.size()) * static_cast<double>(B.size());
+      // Samples at the same step, against the rate across steps.
+      if (auto it = sample_lags.find({a, b}); it != sample_lags.end()) {
+        int64_t same = 0, cross = 0;
+        for (const auto& [lag, n] : it->second) (lag == 0 ? same : cross) += n;
+        const double common = static_cast<double>(pairs_at(0));
+        same_samples += static_cast<double>(same);
+        expected_samples += all_pairs > common ? static_cast<double>(cross) * common / (all_pairs - common) : 0.0;
+      }
+      auto it = batch_lags.find({a, b});
+      if (it == batch_lags.end()) continue;
+      int64_t best = 0, best_n = -1, total = 0;
+      for (const auto& [lag, n] : it->second) {
+        total += n;
+        if (n > best_n) best = lag, best_n = n;
+      }
+      const int64_t n_best = pairs_at(best);
+      const double p = (static_cast<double>(total - best_n) + 1) / (all_pairs - static_cast<double>(n_best) + 2);
+      const double expected = p * static_cast<double>(n_best);
+      if (best_n >= 2 && static_cast<double>(best_n) > expected + 4 * std::sqrt(expected) + 2)
+        found.push_back({a, b, best, best_n, n_best, expected});
+    }
+  if (found.empty()) {
+    *coincided = fmt::format("{:.0f} sample{} coincided between two ranks at the same step, about {:.1f} expected "
+                             "from independent draws (the rate at which their samples coincide across different steps)",
+                             same_samples, same_samples == 1 ? "" : "s", expected_samples);
+    return "";
+  }
+  std::string pairs;
+  for (const Pair& p : found)
+    pairs += fmt::format("{}ranks {} and {}: {} of {} steps{} (about {:.2g} by chance)", pairs.empty() ? "" : "; ", p.a,
+                         p.b, p.same, p.pairs,
+                         p.lag == 0 ? "" : fmt::format(", rank {}'s batch at step s + {} being rank {}'s at step s",
+                                                       p.lag > 0 ? p.b : p.a, std::abs(p.lag), p.lag > 0 ? p.a : p.b),
+                         p.expected);
+  const Pair& f = found[0];
+  int64_t first = -1;
+  for (const auto& [step, fps] : batches_[static_cast<size_t>(f.a)]) {
+    auto it = batches_[static_cast<size_t>(f.b)].find(step + f.lag);
+    if (!fps.empty() && it != batches_[static_cast<size_t>(f.b)].end() && it->second == fps) {
+      first = std::max(step, step + f.lag);
+      break;
+    }
+  }
+  const bool shifted = std::any_of(found.begin(), found.end(), [](const Pair& p) { return p.lag != 0; });
+  add("same-data-on-ranks", "problem", shifted ? "shifted" : "", first, f.b, "",
+      fmt::format("step {}: some ranks were fed the very same batches{}, far more often than independent draws allow "
+                  "({}; chance measured from how often the two ranks' batches coincide at other steps): those ranks "
+                  "train on one stream of data{}. {}",
+                  first, shifted ? ", one rank some steps behind the other" : " at the same steps", pairs,
+                  shifted ? " (one drew extra batches first, an evaluation say, then both drew alike)"
+                          : ", and DDP averages copies of one gradient",
+                  advice));
+  return fmt::format("ranks were fed the same batches ({}; see same-data-on-ranks)", pairs);
+}
+
 std::string Findings::after_run(bool loaders) {
   const int ws = run_.world_size();
   // Without a DataLoader the batches were drawn by the script itself (nanoGPT's get_batch: torch.randint).
@@ -389,6 +502,8 @@ std::string Findings::after_run(bool loaders) {
                        "same-data-on-all-ranks)",
                        steps_with_inputs_);
   }
+  std::string coincided;
+  if (std::string pairs = same_batches(advice, &coincided); !pairs.empty()) return pairs;
   // Per rank: where it is first fed a sample it was fed before (its second epoch has begun by then).
   std::vector<size_t> repeat(static_cast<size_t>(ws));
   for (int r = 0; r < ws; ++r) {
@@ -433,9 +548,8 @@ std::string Findings::after_run(bool loaders) {
     }
   // DistributedSampler pads an epoch with at most world_size - 1 repeated samples.
   if (!loaders) {  // independent random draws (torch.randint) coincide now and then: no epochs, no shards
-    return fmt::format("each rank drew its own batches (no DataLoader; fingerprints of {} steps' batches): {} "
-                       "sample{} coincided between ranks, as independent random draws do",
-                       steps_with_inputs_, shared, shared == 1 ? "" : "s");
+    return fmt::format("each rank drew its own batches (no DataLoader; fingerprints of {} steps' batches): {}",
+                       steps_with_inputs_, coincided);
   }
   if (shared > ws - 1) {
     add("overlapping-data", "problem", "fingerprints", first_step, -1, "",

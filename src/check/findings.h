@@ -24,7 +24,8 @@ std::string sampler_advice(const Run& run);
 
 class Findings {
  public:
-  explicit Findings(const Run& run) : run_(run), seq_(static_cast<size_t>(run.world_size())) {}
+  explicit Findings(const Run& run)
+      : run_(run), seq_(static_cast<size_t>(run.world_size())), batches_(static_cast<size_t>(run.world_size())) {}
 
   void add(const std::string& kind, const std::string& severity, const std::string& cause, int64_t step, int rank,
            const std::string& name, const std::string& message);
@@ -62,6 +63,10 @@ class Findings {
   std::map<std::tuple<std::string, std::string, int>, size_t> first_;  // (kind, cause, rank) -> index
   std::map<size_t, int64_t> repeats_;
   std::vector<std::vector<std::pair<int64_t, std::string>>> seq_;  // [rank]: (step, fingerprint) fed
+  std::vector<std::map<int64_t, std::vector<std::string>>> batches_;  // [rank]: step -> its samples' fingerprints
+  // Pairs of ranks fed the same batches at the same steps, beyond what independent draws give; the verdict.
+  // coincided: how many samples two ranks drew at the same step, and how many chance gives (when none is found).
+  std::string same_batches(const std::string& advice, std::string* coincided);
   std::vector<int64_t> identical_steps_;  // steps whose inputs were the same on every rank
   int64_t steps_with_inputs_ = 0;
   bool diverged_ = false;

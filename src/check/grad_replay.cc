@@ -103,6 +103,7 @@ bool nccl_pinned(const std::map<std::string, std::string>& env) {
 GradReplay::GradReplay(const Run& run) : run_(run) {
   const Manifest& m = run.first();
   const int ws = run.world_size();
+  for (const TensorInfo& t : m.params) memory_order_.push_back(t.strides.empty() ? std::vector<int64_t>{} : t.memory_order());
   if (m.fsdp.present) {  // each rank's parameters are its shards
     for (const Manifest& rm : run.ranks) params_.push_back(parameters_of(rm));
     fsdp_ = std::make_unique<FsdpReplay>(run);
@@ -357,7 +358,7 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
       const safetensors::Tensor* prior = recs[r]->find("prior", p.name);
       p.has_grad = prior != nullptr;
       if (prior) {
-        p.grad = Eigen::Map<const Matrix>(prior->data.data(), 1, static_cast<Eigen::Index>(prior->data.size()));
+        p.grad = in_memory_order(i, prior->data);
         any_prior = true;
       }
     }
@@ -397,6 +398,13 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
         Parameter& p = params_[r][i];
         if (const safetensors::Tensor* g = recs[r]->find(kind, p.name)) {
           // AccumulateGrad: grad += new, or grad = new (one copy, straight from the record)
+          if (!memory_order_[i].empty()) {
+            const Matrix local = in_memory_order(i, g->data);
+            p.grad = p.has_grad ? Matrix(p.grad + local) : local;
+            p.has_grad = true;
+            used[r][i] = true;
+            continue;
+          }
           const Eigen::Map<const Matrix> local(g->data.data(), 1, static_cast<Eigen::Index>(g->data.size()));
           if (p.has_grad) {
             p.grad += local;
@@ -435,7 +443,26 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
       params_[r][i].has_grad = left_by_ddp[r][i].first;
       params_[r][i].grad = std::move(left_by_ddp[r][i].second);
     }
+  // Gradients kept in memory order for the buckets go back to row-major, as the recorder wrote .grad.
+  for (size_t r = 0; r < ws; ++r)
+    for (size_t i = 0; i < np && recs[r]; ++i) {
+      Parameter& p = params_[r][i];
+      if (memory_order_[i].empty() || !p.has_grad) continue;
+      Matrix row_major(p.grad.rows(), p.grad.cols());
+      for (size_t k = 0; k < memory_order_[i].size(); ++k)
+        row_major.data()[memory_order_[i][k]] = p.grad.data()[k];
+      p.grad = std::move(row_major);
+    }
   return true;
+}
+
+// A recorded tensor (row-major) as parameter i's bucket holds it: in its memory order where it is not row-major.
+Matrix GradReplay::in_memory_order(size_t i, const std::vector<float>& row_major) const {
+  const auto n = static_cast<Eigen::Index>(row_major.size());
+  if (memory_order_[i].empty()) return Eigen::Map<const Matrix>(row_major.data(), 1, n);
+  Matrix out(1, n);
+  for (size_t k = 0; k < memory_order_[i].size(); ++k) out.data()[k] = row_major[static_cast<size_t>(memory_order_[i][k])];
+  return out;
 }
 
 

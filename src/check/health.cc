@@ -26,6 +26,21 @@ bool all_zero(const std::vector<float>& v) {
   return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
 }
 
+// Which tensors of a record hold a NaN or an infinity: as the recorder noted them, or, in a trace from before
+// it did, as the values the record holds show.
+std::map<std::string, std::vector<std::string>> nonfinite_of(const StepRecord& rec) {
+  if (rec.nonfinite_recorded) return rec.nonfinite;
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& [key, t] : rec.tensors) {
+    const size_t slash = key.find('/');
+    const std::string kind = key.substr(0, slash);
+    if (std::find(std::begin(kStages), std::end(kStages), kind) == std::end(kStages)) continue;
+    if (std::any_of(t.data.begin(), t.data.end(), [](float x) { return !std::isfinite(x); }))
+      out[kind].push_back(key.substr(slash + 1));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string why_not_reduced(const StepRecord& rec) {
@@ -52,20 +67,21 @@ void Health::step(const std::vector<const StepRecord*>& recs, const std::vector<
   const int64_t step = ref->step;
 
   // NaN and infinities: the first stage of the first step that holds one, on the lowest rank.
+  std::vector<std::map<std::string, std::vector<std::string>>> nf(recs.size());
   std::vector<int> bad_after;
-  for (const StepRecord* rec : recs) {
-    if (!rec) continue;
-    if (rec->nonfinite.count("param_after") || rec->nonfinite.count("param_before")) bad_after.push_back(rec->rank);
+  for (size_t r = 0; r < recs.size(); ++r) {
+    if (!recs[r]) continue;
+    nf[r] = nonfinite_of(*recs[r]);
+    if (nf[r].count("param_after") || nf[r].count("param_before")) bad_after.push_back(recs[r]->rank);
   }
   if (first_.step < 0) {
     for (const char* stage : kStages) {
-      for (const StepRecord* rec : recs) {
-        if (!rec) continue;
-        auto it = rec->nonfinite.find(stage);
-        if (it == rec->nonfinite.end() || it->second.empty()) continue;
-        first_ = {step, rec->rank, stage, it->second.front(), prev[static_cast<size_t>(rec->rank)] == nullptr};
-        for (const StepRecord* other : recs)
-          if (other && other->nonfinite.count(stage)) first_ranks_.push_back(other->rank);
+      for (size_t r = 0; r < recs.size(); ++r) {
+        auto it = nf[r].find(stage);
+        if (it == nf[r].end() || it->second.empty()) continue;
+        first_ = {step, recs[r]->rank, stage, it->second.front(), prev[r] == nullptr};
+        for (size_t o = 0; o < recs.size(); ++o)
+          if (nf[o].count(stage)) first_ranks_.push_back(recs[o]->rank);
         break;
       }
       if (first_.step >= 0) break;
@@ -79,7 +95,9 @@ void Health::step(const std::vector<const StepRecord*>& recs, const std::vector<
     std::vector<int> carried;
     std::string first;
     for (const StepRecord* rec : recs) {
-      if (!rec || !prev[static_cast<size_t>(rec->rank)]) continue;  // its first recorded step: no "last step"
+      // Its first recorded step has no "last step"; a zero_grad() between two of the record's backwards (a GAN's
+      // generator pass through the discriminator, then netD.zero_grad()) cleared what was carried.
+      if (!rec || !prev[static_cast<size_t>(rec->rank)] || !rec->zero_grads.empty()) continue;
       for (size_t i = 0; i < m.params.size(); ++i) {
         if (std::find(m.missing_params.begin(), m.missing_params.end(), i) != m.missing_params.end()) continue;
         const safetensors::Tensor* p = rec->find("prior", m.params[i].name);
@@ -93,8 +111,8 @@ void Health::step(const std::vector<const StepRecord*>& recs, const std::vector<
     if (!carried.empty()) {
       grads_not_cleared_step_ = step;
       found.add("grads-not-cleared", "problem", "", step, static_cast<int>(carried.size()) == ws ? -1 : carried[0], first,
-                fmt::format("step {}: when {}'s backward began, .grad still held what earlier steps left ('{}' "
-                            "first): optimizer.zero_grad() was not called between the steps, so each step's gradient "
+                fmt::format("step {}: when the step's backward began on {}, .grad still held what earlier steps left "
+                            "('{}' first): optimizer.zero_grad() was not called between the steps, so each step's gradient "
                             "is DDP's average plus every earlier step's, and the optimizer counts old gradients again "
                             "and again. Call optimizer.zero_grad() once per step, before backward",
                             step, ranks_text(carried, ws), first));
@@ -186,7 +204,7 @@ void Health::after_run(Findings& found) {
   for (const Manifest& rm : run_.ranks)
     if (rm.nonfinite_first.step >= 0 && (unrecorded.step < 0 || rm.nonfinite_first.step < unrecorded.step))
       unrecorded = rm.nonfinite_first, unrecorded_rank = rm.rank;
-  if (first_.step < 0 && unrecorded.step >= 0) {
+  if (unrecorded.step >= 0 && (first_.step < 0 || unrecorded.step < first_.step)) {
     found.add("nonfinite", "problem", "unrecorded-step", unrecorded.step, unrecorded_rank, unrecorded.name,
               fmt::format("step {}, rank {}: '{}' holds NaN or inf after optimizer.step(), at a step the trace did "
                           "not record (every={}): the run trains on NaN from there. Record every step (every=1) to "

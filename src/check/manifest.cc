@@ -235,6 +235,7 @@ Manifest parse_manifest_fields(const std::string& path) {
   }
   if (j.contains("lightning") && j.at("lightning").is_object())
     m.lightning_strategy = j.at("lightning").value("strategy", std::string("ddp"));
+  if (j.contains("framework") && j.at("framework").is_string()) m.framework = j.at("framework").get<std::string>();
   if (j.contains("averaging") && !j.at("averaging").is_null()) {
     const json& a = j.at("averaging");
     if (!a.is_array() || a.size() > static_cast<size_t>(kMaxSteps)) fail(path, "\"averaging\" is not a list");

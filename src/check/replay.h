@@ -101,6 +101,10 @@ class GradReplay {
   std::vector<std::string> notes_;
   std::map<size_t, const collective::MeasuredOrder*> measured_;  // confirmed, by bucket size
   std::unique_ptr<FsdpReplay> fsdp_;
+  // Per parameter, TensorInfo::memory_order() where its memory is not row-major (channels_last), else empty: its
+  // gradient is replayed in memory order, as DDP's bucket holds it, so Gloo's ring chunks the same elements.
+  std::vector<std::vector<int64_t>> memory_order_;
+  Matrix in_memory_order(size_t i, const std::vector<float>& row_major) const;
 };
 
 // torch.optim's step for one rank from the recorded param_before, grad_step, state and lr; the predicted

@@ -52,13 +52,20 @@ std::string format_html(const CheckResult& r) {
                      r.sharded ? "Sharding" : "Buckets from iteration 1", esc(r.buckets),
                      r.step_exact ? "" : "<br>Optimizer step: " + esc(r.step_why));
 
-  // 1. Where the run first left DDP's semantics.
-  out += "<section id=\"first-problem\"><h2>Where the run first left DDP's semantics</h2>\n"
-         "<p class=\"hint\">One row per rank and one column per step: green where the rank's .grad after backward and "
-         "its parameters after optimizer.step() are exactly what DDP's arithmetic predicts from the ranks' own "
-         "gradients, amber where close but not bit for bit, red where they differ or a problem was found at that step "
-         "(a run that trains nothing is red throughout), grey where the rank took no part. "
-         "The bottom row says whether all ranks held the same parameters after the step; the red marker stands at "
+  // 1. Where the run first left DDP's (FSDP's) semantics.
+  const char* who = r.sharded ? "FSDP" : "DDP";
+  out += fmt::format("<section id=\"first-problem\"><h2>Where the run first left {}'s semantics</h2>\n", who);
+  out += r.sharded
+             ? "<p class=\"hint\">One row per rank and one column per step: green where the rank's shards of .grad after "
+               "the reduce-scatter and its shards after optimizer.step() are exactly what FSDP's arithmetic predicts "
+               "from the ranks' own unsharded gradients, amber"
+             : "<p class=\"hint\">One row per rank and one column per step: green where the rank's .grad after backward and "
+               "its parameters after optimizer.step() are exactly what DDP's arithmetic predicts from the ranks' own "
+               "gradients, amber where close but not bit for bit, red where they differ or a problem was found at that step "
+         "(a run that trains nothing is red throughout), grey where the rank took no part. ";
+  out += r.sharded ? "The bottom row, shards, is green where every rank's shards were changed by its own optimizer "
+                     "step alone (under FSDP each rank holds its own shards: there are no replicas to compare); the red marker"
+                   : "The bottom row says whether all ranks held the same parameters after the step; the red marker stands at "
          "the first step with a problem (other problems are small triangles: hover for the message).";
   if (!r.step_exact)
     out += " Amber is expected in this run: the optimizer step is compared allclose, not bit for bit (" +
@@ -80,7 +87,7 @@ std::string format_html(const CheckResult& r) {
         break;
       }
   } else {
-    out += "<p class=\"clean\">No problem: every recorded step of every rank did what DDP's semantics say.</p>\n";
+    out += fmt::format("<p class=\"clean\">No problem: every recorded step of every rank did what {}'s semantics say.</p>\n", who);
   }
   if (r.first_divergence.step >= 0) {
     out += fmt::format("<h3>First divergence, step {}</h3><p class=\"hint\">{}: each tensor against the reference. "
@@ -100,7 +107,7 @@ std::string format_html(const CheckResult& r) {
   // The findings.
   out += "<section id=\"findings\"><h2>Findings</h2>\n";
   if (r.findings.empty()) {
-    out += "<p>None: every rank did what DDP's semantics say.</p>\n";
+    out += fmt::format("<p>None: every rank did what {}'s semantics say.</p>\n", who);
   } else {
     out += "<table><tr><th class=l>severity</th><th class=l>kind</th><th class=l>where</th><th class=l>what</th></tr>\n";
     for (const Finding& f : r.findings)

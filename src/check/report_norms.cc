@@ -55,8 +55,21 @@ std::string norm_chart(const CheckResult& r, const Finding* problem, std::string
   for (size_t i = 0; i < n; ++i)
     for (size_t k = 0; k < ws && source[i] < 0; ++k)
       if (std::isfinite(at(r.ddp_norm, i, k))) ddp[i] = at(r.ddp_norm, i, k), source[i] = static_cast<int>(k);
+  // FSDP2: each rank's .grad is its own shard of the reduced gradient, so the reduced gradient's norm is the root
+  // of the sum of the shards' squared norms, and ranks whose shard norms differ are as it should be.
+  if (r.sharded)
+    for (size_t i = 0; i < n; ++i) {
+      double sq = 0;
+      bool all = ws > 0;
+      for (size_t k = 0; k < ws; ++k) {
+        const double v = at(r.ddp_norm, i, k);
+        all = all && std::isfinite(v);
+        sq += v * v;
+      }
+      ddp[i] = all ? std::sqrt(sq) : NAN;
+    }
   std::vector<size_t> odd;  // ranks whose DDP gradient differs somewhere
-  for (size_t k = 0; k < ws; ++k)
+  for (size_t k = 0; k < ws && !r.sharded; ++k)
     for (size_t i = 0; i < n; ++i) {
       const double v = at(r.ddp_norm, i, k);
       if (std::isfinite(v) && std::abs(v - ddp[i]) > 1e-9 * std::max(1.0, std::abs(ddp[i]))) {
@@ -77,7 +90,8 @@ std::string norm_chart(const CheckResult& r, const Finding* problem, std::string
     if (s < 0 || base == -2) continue;
     base = base == -1 || base == s ? s : -2;
   }
-  const std::string bold = odd.empty() ? "DDP's .grad (averaged)"
+  const std::string bold = r.sharded     ? "FSDP's reduced gradient (all ranks' shards of .grad)"
+                           : odd.empty() ? "DDP's .grad (averaged)"
                            : base >= 0 ? fmt::format("rank {}'s .grad after DDP", base)
                                        : "lowest rank's .grad after DDP";
   if (!odd.empty()) {

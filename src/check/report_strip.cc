@@ -103,9 +103,18 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
         fill = fill_of(worst);
         what = found ? fmt::format("rank {}: {} ({})", k, word_of(worst), kind_cause(*found))
                      : fmt::format("rank {}: {}", k, word_of(worst));
-      } else if (r.sharded) {  // FSDP2: each rank holds its own shards, no replicas to compare
-        fill = fill_of(Cell::kAbsent);
-        what = "FSDP2: each rank holds its own shards; there are no replicas to compare";
+      } else if (r.sharded) {  // FSDP2: no replicas; each rank's shards changed by its own optimizer step alone
+        bool ok = true, checked = false;
+        for (size_t i = cols[c].first; i <= cols[c].second; ++i) {
+          checked = checked || r.lines[i].params.checked > 0;
+          ok = ok && r.lines[i].params.different == 0;
+          for (const Finding& f : r.findings)
+            ok = ok && !(f.step == r.lines[i].step && f.kind == "changed-outside-step");
+        }
+        fill = !checked && ok ? fill_of(Cell::kUnchecked) : ok ? kExact : kDifferent;
+        what = !checked && ok ? "shards: not checked"
+               : ok ? "shards: each rank's shards changed by its own optimizer step alone, as predicted"
+                    : "shards: a rank's shard changed outside optimizer.step(), or not as predicted";
       } else {
         bool equal = true;
         for (size_t i = cols[c].first; i <= cols[c].second; ++i) equal = equal && r.lines[i].replicas_equal;

@@ -18,6 +18,23 @@ namespace ddplab::check {
 
 using namespace trace_json;
 
+std::vector<int64_t> TensorInfo::memory_order() const {
+  // Every row-major index at its offset in memory; offsets must cover [0, numel) once each (dense, no overlap).
+  std::vector<int64_t> order(static_cast<size_t>(numel), -1);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t flat = 0; flat < numel; ++flat) {
+    int64_t off = 0;
+    for (size_t d = 0; d < shape.size(); ++d) off += idx[d] * strides[d];
+    if (off < 0 || off >= numel || order[static_cast<size_t>(off)] >= 0) return {};
+    order[static_cast<size_t>(off)] = flat;
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return order;
+}
+
 std::string step_path(const std::string& dir, int rank, int64_t step) {
   return fmt::format("{}/rank{}/step{:06d}.safetensors", dir, rank, step);
 }
@@ -132,7 +149,8 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     for (const auto& [k, v] : meta.at("int_buffers").items())
       if (v.is_number_integer()) rec.int_buffers[k] = v.get<int64_t>();
 
-  if (meta.contains("nonfinite") && meta.at("nonfinite").is_object())
+  rec.nonfinite_recorded = meta.contains("nonfinite") && meta.at("nonfinite").is_object();
+  if (rec.nonfinite_recorded)
     for (const auto& [kind, names] : meta.at("nonfinite").items()) {
       if (!names.is_array()) fail(rec.path, "\"nonfinite\"." + kind + " is not a list");
       auto& out = rec.nonfinite[kind];

@@ -34,6 +34,10 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> shape;
   int64_t numel = 0;
+  // The parameter's strides where its memory is not row-major (channels_last), else empty: DDP lays its gradient
+  // into the bucket in this order. memory_order()[m] is the row-major index of the m-th element in memory.
+  std::vector<int64_t> strides;
+  std::vector<int64_t> memory_order() const;
 };
 
 struct DdpOptions {
@@ -124,6 +128,7 @@ struct Manifest {
   int64_t stopped_step = -1;        // recording stopped early at this step (the recorder's own trouble)
   std::string stopped_why;
   std::string lightning_strategy;   // LightningCallback's Trainer strategy ("" : not Lightning)
+  std::string framework;            // whose wrappers DDPTrace was given: "fabric", "accelerate" ("" : plain torch)
   bool join = false;                // some recorded forward ran with DDP's Join enabled
   std::vector<UncheckedParam> unchecked_params;
   std::vector<OutsideParam> outside_params;
@@ -171,6 +176,7 @@ struct StepRecord {
   std::map<std::string, int64_t> int_buffers;
   // Which tensors held a NaN or an infinity, by kind ("input": the forwards' indices; "local": "<k>/<name>").
   std::map<std::string, std::vector<std::string>> nonfinite;
+  bool nonfinite_recorded = false;  // the recorder wrote "nonfinite" (else ddp_check looks at the values it has)
   // The parameters DDP does not reduce: their digests after the step (their values, outside/<name>, once changed).
   std::map<std::string, uint32_t> outside;
   // Which DDP iteration this is: steps of all ranks with equal (segment, index) paired their all-reduces.

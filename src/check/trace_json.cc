@@ -86,6 +86,15 @@ std::vector<TensorInfo> tensor_infos(const json& v, const std::string& what, con
       if (s != 0 && info.numel > (int64_t{1} << 40) / s) fail(path, "'" + info.name + "' has over 2^40 elements");
       info.numel *= s;
     }
+    if (t.contains("strides") && !t.at("strides").is_null()) {
+      const json& st = t.at("strides");
+      if (!st.is_array() || st.size() != info.shape.size())
+        fail(path, "strides of '" + info.name + "' are not one per dimension of its shape");
+      for (const json& d : st) info.strides.push_back(integer(d, "a stride of '" + info.name + "'", path, 0, int64_t{1} << 40));
+      if (info.memory_order().empty())
+        fail(path, "strides of '" + info.name + "' " + describe_shape(info.strides) + " do not lay out its " +
+                       std::to_string(info.numel) + " elements densely, each once");
+    }
     if (t.contains("dtype") && t.at("dtype") != "float32")
       fail(path, "'" + info.name + "' is " + t.at("dtype").dump() + "; ddp_check reads float32 parameters only");
     out.push_back(std::move(info));

@@ -7,6 +7,10 @@ Fabric starts the 3 ranks itself (Gloo) and adds the DistributedSampler. An MLP,
 (Lightning from tools/install_deps.sh --with-torch2); torch 1.13 has no Lightning here.
 
     python3 fabric_ddp.py --out RUN_DIR [--steps S] [--every K] [--full] [--no-trace] [--final FILE.pt]
+                          [--no-setup-dataloaders]
+
+--no-setup-dataloaders, the mistake: the DataLoader is used as it is, so every rank (seeded alike by
+seed_everything) shuffles the whole dataset alike and trains on the same batches.
 """
 import argparse
 import os
@@ -29,13 +33,16 @@ def main():
     p.add_argument("--full", action="store_true")
     p.add_argument("--no-trace", dest="trace", action="store_false")
     p.add_argument("--final")
+    p.add_argument("--no-setup-dataloaders", dest="setup_dataloaders", action="store_false")
     args = p.parse_args()
     torch.set_num_threads(1)
     fabric = Fabric(accelerator="cpu", devices=3, strategy="ddp")
     fabric.launch()
     fabric.seed_everything(0)
     data = TensorDataset(torch.randn(48, 10), torch.randint(0, 3, (48,)))
-    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=4, shuffle=True))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    if args.setup_dataloaders:
+        loader = fabric.setup_dataloaders(loader)
     model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model, optimizer = fabric.setup(model, optimizer)

@@ -1,6 +1,8 @@
 """nanoGPT's way to draw data, without a DataLoader: every step get_batch() picks random windows of a token
 stream with torch.randint, and each rank seeds torch.manual_seed(1337 + seed_offset) with seed_offset = rank
 (train.py). Clean; --same-seed gives every rank seed_offset 0, the mistake: every rank draws the same windows.
+--rank0-eval: rank 0 alone draws an evaluation batch first (nanoGPT's master process estimating the loss), so
+with --same-seed its batches differ from the others' while ranks 1 and 2 still draw the same ones.
 A tiny language model (Embedding, Linear over the window), AdamW, 3 ranks.
 
     python3 nanogpt_batches.py --out RUN_DIR [--same-seed] [...the common options]
@@ -42,6 +44,10 @@ def main(rank, world_size, args):
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     trace = DDPTrace(model, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
+    if args.rank0_eval and rank == 0:
+        with torch.no_grad():
+            x, y = get_batch()
+            F.cross_entropy(model(x).view(-1, VOCAB), y.view(-1))
     for _ in range(args.steps):
         x, y = get_batch()
         loss = F.cross_entropy(model(x).view(-1, VOCAB), y.view(-1))
@@ -55,6 +61,7 @@ def main(rank, world_size, args):
 
 def options(p):
     p.add_argument("--same-seed", action="store_true", help="seed_offset 0 on every rank (the mistake)")
+    p.add_argument("--rank0-eval", action="store_true", help="rank 0 draws an evaluation batch first")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ intact but the run broken (issue 50): ddp_check must say what went wrong, at its
                   is the same on every machine): NaN from step 0
   nan_input       rank 1's batch at step 2 holds a NaN (a corrupt sample): it spreads through the all-reduce to
                   every rank's weights
-  overflow        lr=1e30: finite inputs and weights, the step overflows to inf
+  overflow        from step 1 a hand-written softmax over logits / 0.01 (a temperature): exp of a logit past 88.7
+                  is inf in float32, inf / inf is NaN, from finite inputs and weights
   unfreeze        the first layer frozen before DDP(), unfrozen at step 2 (the optimizer holds it from the
                   start): DDP never reduces it, so each rank trains it on its own gradient
   frozen          the clean counterpart of unfreeze: the first layer frozen before DDP() and never unfrozen
@@ -40,7 +41,7 @@ def main(rank, world_size, args):
     if args.mistake in ("unfreeze", "frozen"):
         model[0].requires_grad_(False)  # frozen before DDP(): DDP's reducer leaves it out for good
     ddp = DDP(model)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e30 if args.mistake == "overflow" else 0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
     trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
@@ -57,6 +58,9 @@ def main(rank, world_size, args):
                 optimizer.zero_grad()
             out = (ddp.module if args.mistake == "module_call" else ddp)(x)
             loss = loss_fn(out, y)
+            if args.mistake == "overflow" and step >= 1:
+                e = (out / 0.01).exp()  # instead of log_softmax, which subtracts the largest logit first
+                loss = -(e / e.sum(1, keepdim=True))[torch.arange(len(y)), y].log().mean()
             if args.mistake == "second_backward":
                 loss.backward(retain_graph=True)
             loss.backward()
