@@ -351,16 +351,22 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
   }
   // Under FSDP2 a clip scales every rank's shards by one factor from the norm over all shards; ranks that scaled
   // by different factors clipped by their own shards' norm, so the model took a step no single gradient gives.
-  for (const auto& [rank, factor] : factors)
-    if (m.fsdp.present && std::abs(factor - factors[0].second) > 1e-6 * std::abs(factors[0].second)) {
-      add("grads-changed-before-step", "problem", "per-rank", step, rank, "",
-          fmt::format("step {}: rank {} scaled its shards of .grad by {:.6g}, rank {} by {:.6g}: under FSDP each rank "
-                      "holds only its shard, and one gradient scaled by one factor would be the same on all. Usually a clip "
-                      "by the rank's own norm (over p.grad.to_local()); torch.nn.utils.clip_grad_norm_("
-                      "model.parameters(), ...) takes the norm over every rank's shards",
-                      step, rank, factor, factors[0].first, factors[0].second));
-      break;
-    }
+  if (m.fsdp.present && !factors.empty()) {
+    std::string others;
+    int first_rank = -1;
+    for (const auto& [rank, factor] : factors)
+      if (std::abs(factor - factors[0].second) > 1e-6 * std::abs(factors[0].second)) {
+        if (first_rank < 0) first_rank = rank;
+        others += fmt::format("{}rank {} by {:.6g}", others.empty() ? "" : ", ", rank, factor);
+      }
+    if (first_rank >= 0)
+      add("grads-changed-before-step", "problem", "per-rank", step, first_rank, "",
+          fmt::format("step {}: the ranks scaled their shards of .grad by different factors (rank {} by {:.6g}, {}): "
+                      "under FSDP each rank holds only its shard, and one gradient scaled by one factor would be the "
+                      "same on all. Usually a clip by the rank's own norm (over p.grad.to_local()); "
+                      "torch.nn.utils.clip_grad_norm_(model.parameters(), ...) takes the norm over every rank's shards",
+                      step, factors[0].first, factors[0].second, others));
+  }
   // With broadcast_buffers=True ranks differ at the step by design (each forward updates rank 0's broadcast
   // buffers with its own batch); the finding is for broadcast_buffers=False, where they never meet again.
   for (size_t r = 1; r < recs.size() && !m.ddp.broadcast_buffers; ++r)

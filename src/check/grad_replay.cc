@@ -103,7 +103,7 @@ bool nccl_pinned(const std::map<std::string, std::string>& env) {
 GradReplay::GradReplay(const Run& run) : run_(run) {
   const Manifest& m = run.first();
   const int ws = run.world_size();
-  for (const TensorInfo& t : m.params) memory_order_.push_back(t.strides.empty() ? std::vector<int64_t>{} : t.memory_order());
+  memory_order_.resize(m.params.size());  // filled when a parameter's gradient is first met (its size then real)
   if (m.fsdp.present) {  // each rank's parameters are its shards
     for (const Manifest& rm : run.ranks) params_.push_back(parameters_of(rm));
     fsdp_ = std::make_unique<FsdpReplay>(run);
@@ -398,7 +398,7 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
         Parameter& p = params_[r][i];
         if (const safetensors::Tensor* g = recs[r]->find(kind, p.name)) {
           // AccumulateGrad: grad += new, or grad = new (one copy, straight from the record)
-          if (!memory_order_[i].empty()) {
+          if (!run_.first().params[i].strides.empty()) {
             const Matrix local = in_memory_order(i, g->data);
             p.grad = p.has_grad ? Matrix(p.grad + local) : local;
             p.has_grad = true;
@@ -447,7 +447,7 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
   for (size_t r = 0; r < ws; ++r)
     for (size_t i = 0; i < np && recs[r]; ++i) {
       Parameter& p = params_[r][i];
-      if (memory_order_[i].empty() || !p.has_grad) continue;
+      if (run_.first().params[i].strides.empty() || !p.has_grad) continue;
       Matrix row_major(p.grad.rows(), p.grad.cols());
       for (size_t k = 0; k < memory_order_[i].size(); ++k)
         row_major.data()[memory_order_[i][k]] = p.grad.data()[k];
@@ -459,7 +459,12 @@ bool GradReplay::predict(const std::vector<const StepRecord*>& recs, std::string
 // A recorded tensor (row-major) as parameter i's bucket holds it: in its memory order where it is not row-major.
 Matrix GradReplay::in_memory_order(size_t i, const std::vector<float>& row_major) const {
   const auto n = static_cast<Eigen::Index>(row_major.size());
-  if (memory_order_[i].empty()) return Eigen::Map<const Matrix>(row_major.data(), 1, n);
+  const TensorInfo& t = run_.first().params[i];
+  if (t.strides.empty()) return Eigen::Map<const Matrix>(row_major.data(), 1, n);
+  if (memory_order_[i].empty()) memory_order_[i] = t.memory_order();
+  if (memory_order_[i].size() != row_major.size())
+    throw TraceError(t.name + ": a recorded tensor of " + std::to_string(row_major.size()) + " values, its strides lay out " +
+                     std::to_string(memory_order_[i].size()));
   Matrix out(1, n);
   for (size_t k = 0; k < memory_order_[i].size(); ++k) out.data()[k] = row_major[static_cast<size_t>(memory_order_[i][k])];
   return out;

@@ -103,7 +103,7 @@ class GradReplay {
   std::unique_ptr<FsdpReplay> fsdp_;
   // Per parameter, TensorInfo::memory_order() where its memory is not row-major (channels_last), else empty: its
   // gradient is replayed in memory order, as DDP's bucket holds it, so Gloo's ring chunks the same elements.
-  std::vector<std::vector<int64_t>> memory_order_;
+  mutable std::vector<std::vector<int64_t>> memory_order_;
   Matrix in_memory_order(size_t i, const std::vector<float>& row_major) const;
 };
 

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -91,7 +92,20 @@ std::vector<TensorInfo> tensor_infos(const json& v, const std::string& what, con
       if (!st.is_array() || st.size() != info.shape.size())
         fail(path, "strides of '" + info.name + "' are not one per dimension of its shape");
       for (const json& d : st) info.strides.push_back(integer(d, "a stride of '" + info.name + "'", path, 0, int64_t{1} << 40));
-      if (info.memory_order().empty())
+      // Dense and without overlap: sorted by stride, each dimension's stride is the product of the sizes inside it.
+      std::vector<size_t> dims(info.shape.size());
+      for (size_t d = 0; d < dims.size(); ++d) dims[d] = d;
+      std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) {
+        return std::make_pair(info.strides[a], info.shape[a]) < std::make_pair(info.strides[b], info.shape[b]);
+      });
+      int64_t inner = 1;
+      bool dense = true;
+      for (size_t d : dims) {
+        if (info.shape[d] == 1) continue;  // a dimension of one element: any stride
+        dense = dense && info.strides[d] == inner;
+        inner *= info.shape[d];
+      }
+      if (!dense || info.numel == 0)
         fail(path, "strides of '" + info.name + "' " + describe_shape(info.strides) + " do not lay out its " +
                        std::to_string(info.numel) + " elements densely, each once");
     }
