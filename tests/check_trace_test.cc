@@ -71,9 +71,11 @@ std::string make_trace(const std::string& dir, bool tamper = false, bool overflo
       if (tamper && r == 1) seen_w[0] *= 2.0f;
       std::vector<float> after_w = w2;
       if (tamper && r == 1) after_w[0] = std::fma(seen_w[0], -0.5f, w[0]);
-      const json meta = {{"step", step}, {"rank", r}, {"run_id", "abc"},
-                         {"backwards", {{{"sync", true}, {"ready", {1, 0}}}}},
-                         {"inputs", {{r ? "02" : "01", r ? "04" : "03"}}}, {"lr", {0.5}}};
+      json meta = {{"step", step}, {"rank", r}, {"run_id", "abc"},
+                   {"backwards", {{{"sync", true}, {"ready", {1, 0}}}}},
+                   {"inputs", {{r ? "02" : "01", r ? "04" : "03"}}}, {"lr", {0.5}},
+                   {"outside", {{"frozen", 7}}}};  // a parameter DDP does not reduce, unchanged
+      if (!overflow) meta["nonfinite"] = json::object();  // with a NaN: a trace from before the recorder noted them
       const std::string bytes = step_file({{"local/0/w", {{2, 2}, local[r][0]}}, {"local/0/b", {{2}, local[r][1]}},
                                            {"grad/w", {{2, 2}, avg_w}}, {"grad/b", {{2}, avg_b}},
                                            {"grad_step/w", {{2, 2}, seen_w}}, {"grad_step/b", {{2}, avg_b}},
@@ -94,7 +96,11 @@ std::string make_trace(const std::string& dir, bool tamper = false, bool overflo
         {"backend", "gloo"}, {"torch_version", "test"}, {"every", 1},
         {"steps", tamper ? json::array({0}) : json::array({0, 1})},
         {"ddp", {{"bucket_cap_mb", 25.0}, {"comm_hook", nullptr}}},
-        {"params", {{{"name", "w"}, {"shape", {2, 2}}, {"dtype", "float32"}}, {{"name", "b"}, {"shape", {2}}, {"dtype", "float32"}}}},
+        // w laid out column-major (strides [1, 2], as channels_last lays out a conv weight): its bucket holds it
+        // in memory order; at two ranks the same sums either way.
+        {"params", {{{"name", "w"}, {"shape", {2, 2}}, {"strides", {1, 2}}, {"dtype", "float32"}},
+                    {{"name", "b"}, {"shape", {2}}, {"dtype", "float32"}}}},
+        {"outside_params", {{{"name", "frozen"}, {"shape", {2}}, {"why", "frozen"}, {"in_optimizer", false}}}},
         {"buffers", json::array()},
         {"optimizer", {{"class", "SGD"}, {"param_groups", {{{"params", {0, 1}}, {"lr", 0.5}, {"momentum", 0.0}}}}}},
         {"first_ready_order", {1, 0}},
@@ -175,9 +181,18 @@ TEST(CheckTrace, NanIsReportedNotFatal) {
   const check::CheckResult r = check::check_run(check::open_run(dir));
   std::printf("%s", check::format_text(r).c_str());
   EXPECT_EQ(r.grads.exact, r.grads.checked);  // the NaNs are where DDP's average puts them
-  bool noted = false;
-  for (const check::Finding& f : r.findings) noted = noted || f.kind == "nonfinite";
-  EXPECT_TRUE(noted);
+  // Read from the values (the trace has no "nonfinite"): rank 1's local gradient of b, a NaN from finite inputs
+  // and parameters, and from step 0 every rank's parameters hold it: a problem.
+  const check::Finding* f = nullptr;
+  for (const check::Finding& g : r.findings)
+    if (g.kind == "nonfinite") f = &g;
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->cause, "overflow");
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_EQ(f->step, 0);
+  EXPECT_EQ(f->name, "b");
+  EXPECT_EQ(f->severity, "problem");
+  EXPECT_NE(f->message.find("From step 0 every rank's parameters hold NaN"), std::string::npos) << f->message;
 }
 
 TEST(CheckTrace, GradientChangedOnOneRankIsNamed) {
@@ -241,6 +256,7 @@ TEST(CheckTrace, BadTracesGetOneLineNamingTheFile) {
     for (const char* r : {"/rank0/manifest.json", "/rank1/manifest.json"}) {
       json m = json::parse(slurp(d + r));
       m["params"][0]["shape"] = {4, 1, 2};
+      m["params"][0].erase("strides");
       write(d + r, m.dump());
     }
   }, "but the manifest says [4, 1, 2]");
@@ -260,6 +276,26 @@ TEST(CheckTrace, BadTracesGetOneLineNamingTheFile) {
     m["allreduce_order"]["sizes"][0]["n"] = int64_t{1} << 40;
     write(d + "/rank0/manifest.json", m.dump());
   }, "allreduce_order n = 1099511627776 is outside [1, 6]");
+  expect_refused("strides_overlap", [](const std::string& d) {
+    json m = json::parse(slurp(d + "/rank0/manifest.json"));
+    m["params"][0]["strides"] = {1, 1};
+    write(d + "/rank0/manifest.json", m.dump());
+  }, "strides of 'w' [1, 1] do not lay out its 4 elements densely");
+  expect_refused("forward_unknown", [](const std::string& d) {
+    const std::string p = d + "/rank1/step000000.safetensors";
+    fuzz::Parts parts = fuzz::split(slurp(p));
+    json h = json::parse(parts.header);
+    json meta = json::parse(h["__metadata__"]["ddplab"].get<std::string>());
+    meta["backwards"][0]["forward"] = "hook";
+    h["__metadata__"]["ddplab"] = meta.dump();
+    parts.header = h.dump();
+    write(p, parts.bytes());
+  }, "a backward's \"forward\" is 'hook'");
+  expect_refused("outside_unknown", [](const std::string& d) {
+    json m = json::parse(slurp(d + "/rank0/manifest.json"));
+    m["outside_params"][0]["name"] = "other";
+    write(d + "/rank0/manifest.json", m.dump());
+  }, "\"outside\" names 'frozen'");
   expect_refused("huge_world", [](const std::string& d) {
     json m = json::parse(slurp(d + "/rank0/manifest.json"));
     m["world_size"] = 1000000000;
