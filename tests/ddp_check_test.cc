@@ -412,10 +412,12 @@ TEST_P(Recorder, TracedRunEqualsUntracedRun) {
   SKIP_UNLESS_AVAILABLE(torch);
   setenv("DDPLAB_START_METHOD", "fork", 1);
   const auto r = testing::run_command({"/usr/bin/timeout", "600", python_for(torch), "tests/ddp_check/traced_equals_untraced.py",
-                                       "nosync", "find_unused", "join_uneven", "mingpt_split"});
+                                       "nosync", "find_unused", "join_uneven", "mingpt_split", "health_module_call",
+                                       "health_unfreeze", "health_nan_input", "cnn_channels_last"});
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   EXPECT_EQ(r.status, 0);
-  for (const char* name : {"nosync", "find_unused", "join_uneven", "mingpt_split"})
+  for (const char* name : {"nosync", "find_unused", "join_uneven", "mingpt_split", "health_module_call", "health_unfreeze",
+                           "health_nan_input", "cnn_channels_last"})
     EXPECT_NE(r.out.find(std::string("ok   ") + name), std::string::npos) << name;
 }
 

@@ -20,7 +20,8 @@ SCRIPTS = os.path.join(HERE, "scripts")
 CLEAN = ["mlp_sgd", "cnn_bn_adam", "resnet_adamw", "transformer_sgd", "nosync", "find_unused", "bucket_view",
          "fp16_hook", "powersgd_hook", "small_buckets", "foreach_allreduce", "repeats_clean", "join_uneven",
          "fp16_wrapper", "hook_type", "noop_hook", "post_localsgd", "powersgd_rank4", "static_graph_unused",
-         "all_optimizers", "schedulers", "tutorial_peek", "nanogpt_batches", "dcgan", "measured_order"]
+         "all_optimizers", "schedulers", "tutorial_peek", "nanogpt_batches", "dcgan", "measured_order",
+         "cnn_channels_last"]
 # torch 1.13 cannot run these on CPU (each script's docstring says why): skipped there.
 TORCH2_ONLY = ["bf16_hook", "bf16_wrapper", "quantization_pertensor", "quantization_perchannel"]
 MISTAKES = ["no_sampler", "no_set_epoch", "overlapping", "broadcast_buffers_off", "clip_grad", "unused",
@@ -34,7 +35,12 @@ EXTRA = {"mingpt_split": ["--seed", "1"]}
 VARIANTS = {"replicate": ("composable", ["--api", "replicate"]), "fully_shard": ("composable", ["--api", "fully_shard"]),
             "not_ddp": ("composable", ["--api", "none"]),
             "fsdp2_accumulate": ("fsdp2_mlp", ["--world-size", "4", "--optimizer", "adamw", "--accumulate", "2",
-                                               "--clip", "1.0"])}
+                                               "--clip", "1.0"]),
+            # The recorder's health probes: a hook on the wrapped module, isfinite on every tensor, the digests of
+            # the parameters DDP does not reduce, a channels_last model's strides.
+            "health_module_call": ("run_health", ["--mistake", "module_call"]),
+            "health_unfreeze": ("run_health", ["--mistake", "unfreeze"]),
+            "health_nan_input": ("run_health", ["--mistake", "nan_input"])}
 TORCH2_ONLY += ["replicate", "fully_shard", "fabric_ddp", "accelerate_ddp", "fsdp2_mlp",
                 "fsdp2_accumulate"]  # torch 2.x's APIs, Lightning, accelerate
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
@@ -56,7 +62,7 @@ def bitwise_equal(a, b):
             return "rank %s: different parameter names" % r
         for n in a[r]:
             x, y = a[r][n], b[r][n]
-            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x.view(torch.uint8), y.view(torch.uint8)):
+            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8)):
                 return "rank %s %s differs (max |diff| %.3g)" % (r, n, (x - y).abs().max().item())
     return None
 
