@@ -317,6 +317,20 @@ TEST(CheckTrace, RecordedFsdp2RunIsAsPredictedBitForBit) {
   EXPECT_NE(r.buckets.find("3 parameter groups"), std::string::npos) << r.buckets;
 }
 
+// Its --report page says what is true of FSDP: FSDP's semantics, the shards lane green (checked, as predicted: not
+// the grey of a rank that took no part), no sentence that the ranks' .grad should be equal (each is its own shard).
+TEST(CheckTrace, Fsdp2ReportSaysFsdp) {
+  const check::CheckResult r = check::check_run(check::open_run(fsdp_trace()));
+  const std::string page = check::format_html(r);
+  EXPECT_NE(page.find("Where the run first left FSDP's semantics"), std::string::npos);
+  EXPECT_EQ(page.find("DDP's semantics"), std::string::npos);
+  EXPECT_EQ(page.find("DDP did not leave the same average"), std::string::npos);
+  const size_t lane = page.find("shards: each rank&#39;s shards changed by its own optimizer step alone");
+  ASSERT_NE(lane, std::string::npos);
+  EXPECT_NE(page.rfind("fill=\"#bfe6c6\"", lane), std::string::npos);  // green
+  EXPECT_NE(page.find("FSDP&#39;s reduced gradient (all ranks&#39; shards of .grad)"), std::string::npos);
+}
+
 TEST(CheckTrace, BadFsdpManifestsGetOneLine) {
   const auto refused = [](const char* label, const std::function<void(json&)>& tamper, const std::string& expect) {
     const std::string dir = testing::temp_dir() + "/fsdp_" + label;
