@@ -1543,7 +1543,8 @@ class DDPTrace:
             return None
         try:
             via_ddp, self._in_ddp_forward = self._in_ddp_forward, False
-            if not via_ddp and torch.is_grad_enabled():
+            # (inside a backward: a recomputation, activation checkpointing over the whole module)
+            if not via_ddp and torch.is_grad_enabled() and self._cur_bw is None:
                 self._module_forward = True
                 self._note_input(args, None)  # its batch is still the rank's data
         except Exception as e:
@@ -1583,9 +1584,8 @@ class DDPTrace:
         rec = self._recording()
         if self._cur_bw is None:  # the first parameter this backward reached
             # DDP decides at forward whether the backward reduces (Reducer.prepare_for_backward): a backward
-            # with no DDP forward since the previous one (ddp_model.module called directly) is not reduced.
-            # No forward through DDP since the last backward (the wrapped module called itself, or a second
-            # backward of one graph): DDP's hooks expect no gradients, nothing is reduced.
+            # with no DDP forward since the previous one (the wrapped module called itself, or a second backward
+            # of one graph) is not reduced.
             sync = self._fwd_sync
             self._fwd_sync = None
             self._cur_bw = {"sync": bool(sync), "ready": []}

@@ -237,7 +237,6 @@ CheckResult check_run(const Run& run) {
             continue;
           }
           if (!got) continue;
-          line.nonfinite += nonfinite(got->data);
           if (!p.has_grad) {
             found.add("grad-not-as-predicted", "problem", "", step, r, p.name,
                       fmt::format("step {}, rank {}: '{}' has a .grad after backward, but DDP's replay leaves it None",

@@ -42,7 +42,6 @@ struct StepLine {
   Counts grads, params;                           // all ranks
   std::vector<Counts> rank_grads, rank_params;  // per rank (the --report page)
   bool replicas_equal = true;
-  int64_t nonfinite = 0;  // NaN/Inf values seen in this step's recorded gradients
 };
 
 // The cmp table at the first divergence: predicted (or rank 0's) against recorded, per parameter.

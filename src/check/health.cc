@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "src/check/step_compare.h"
+
 namespace ddplab::check {
 namespace {
 
@@ -20,10 +22,6 @@ std::string ranks_text(const std::vector<int>& ranks, int ws) {
   std::string s = ranks.size() == 1 ? "rank " : "ranks ";
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? i + 1 == ranks.size() ? " and " : ", " : "") + std::to_string(ranks[i]);
   return s;
-}
-
-bool all_zero(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
 }
 
 // Which tensors of a record hold a NaN or an infinity: as the recorder noted them, or, in a trace from before

@@ -35,12 +35,6 @@ CmpResult compare(const std::string& name, const std::vector<float>& got, const 
   return cmp(name, a.data(), b.data(), n);
 }
 
-int64_t nonfinite(const std::vector<float>& v) {
-  int64_t n = 0;
-  for (float x : v) n += !std::isfinite(x);
-  return n;
-}
-
 bool all_zero(const std::vector<float>& v) {
   for (float x : v)
     if (x != 0.0f) return false;

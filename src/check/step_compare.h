@@ -17,7 +17,6 @@ namespace ddplab::check {
 
 // cmp(), except that a NaN where the prediction has a NaN too counts as agreeing.
 CmpResult compare(const std::string& name, const std::vector<float>& got, const float* want);
-int64_t nonfinite(const std::vector<float>& v);
 bool all_zero(const std::vector<float>& v);
 // The norm of the rank's own gradient in this step (its backwards' local gradients summed) and of the
 // gradient DDP left; NaN where nothing was recorded.
