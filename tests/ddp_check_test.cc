@@ -147,6 +147,10 @@ const Case kCases[] = {
     {"run_health", "nonfinite", "uninitialised", 0, 0, "2.weight", 1, "--mistake nan_init --world-size 2", "health_nan_init_ws2"},
     {"run_health", "nonfinite", "input", 1, 2, "", 1, "--mistake nan_input", "health_nan_input"},
     {"run_health", "nonfinite", "input", 1, 2, "", 1, "--mistake nan_input --world-size 2", "health_nan_input_ws2"},
+    // The clean counterpart of a NaN: every rank skips the step whose averaged gradient is not finite (GradScaler's
+    // way): a note, exit 0.
+    {"run_health", "nonfinite", "input", 1, 2, "", 0, "--mistake nan_skipped", "health_nan_skipped"},
+    {"run_health", "nonfinite", "input", 1, 2, "", 0, "--mistake nan_skipped --world-size 2", "health_nan_skipped_ws2"},
     {"run_health", "nonfinite", "unrecorded-step", -1, 2, "", 1, "--mistake nan_input --every 3 --steps 4", "health_nan_every3"},
     {"run_health", "nonfinite", "overflow", -1, 2, "", 1, "--mistake overflow", "health_overflow"},
     {"run_health", "nonfinite", "overflow", -1, 2, "", 1, "--mistake overflow --world-size 2", "health_overflow_ws2"},
@@ -319,6 +323,9 @@ TEST_P(DdpCheck, RealRun) {
               std::string::npos)
         << j["data"].dump();
   }
+  if (std::string(c.cause) == "module-call" && script == "run_health") {  // the batches still came from the sampler
+    EXPECT_EQ(j["data"]["source"], "sampler") << j["data"].dump();
+  }
   if (script == "accelerate_ddp") {  // 6 micro-batches, accumulate(2): the SGD inside stepped 3 times
     EXPECT_EQ(j["per_step"].size(), 3u);
   }
@@ -358,6 +365,9 @@ TEST_P(DdpCheck, RealRun) {
     EXPECT_EQ((*f)["name"], c.name) << f->dump();
   }
   EXPECT_FALSE((*f)["message"].get<std::string>().empty());
+  if (c.exit_status == 0) {
+    EXPECT_EQ((*f)["severity"], "note") << f->dump();
+  }
   if (*c.also) {
     const std::string also = c.also;
     const size_t slash = also.find('/');

@@ -203,11 +203,18 @@ void Health::after_run(Findings& found) {
     if (rm.nonfinite_first.step >= 0 && (unrecorded.step < 0 || rm.nonfinite_first.step < unrecorded.step))
       unrecorded = rm.nonfinite_first, unrecorded_rank = rm.rank;
   if (unrecorded.step >= 0 && (first_.step < 0 || unrecorded.step < first_.step)) {
-    found.add("nonfinite", "problem", "unrecorded-step", unrecorded.step, unrecorded_rank, unrecorded.name,
-              fmt::format("step {}, rank {}: '{}' holds NaN or inf after optimizer.step(), at a step the trace did "
-                          "not record (every={}): the run trains on NaN from there. Record every step (every=1) to "
-                          "see where it came from",
-                          unrecorded.step, unrecorded_rank, unrecorded.name, m.every));
+    // Parameters after a step not recorded (every=K): the run trains on NaN. Anything else the recorder saw in a
+    // step whose file was never written (the run ended before its optimizer.step()): said, not judged.
+    const bool param = unrecorded.kind == "param_after" || unrecorded.kind == "param_before";
+    found.add("nonfinite", param ? "problem" : "note", "unrecorded-step", unrecorded.step, unrecorded_rank,
+              unrecorded.kind == "input" ? "" : unrecorded.name,
+              param ? fmt::format("step {}, rank {}: '{}' holds NaN or inf after optimizer.step(), at a step the trace "
+                                  "did not record (every={}): the run trains on NaN from there. Record every step "
+                                  "(every=1) to see where it came from",
+                                  unrecorded.step, unrecorded_rank, unrecorded.name, m.every)
+                    : fmt::format("step {}, rank {}: the recorder saw NaN or inf in {} '{}' of a step whose record was "
+                                  "never written (the run ended before that step's optimizer.step())",
+                                  unrecorded.step, unrecorded_rank, unrecorded.kind, unrecorded.name));
   } else if (first_.step >= 0) {
     const bool trained_on =
         bad_params_step_ >= 0 || (unrecorded.step >= 0 && (unrecorded.kind == "param_after" || unrecorded.kind == "param_before"));

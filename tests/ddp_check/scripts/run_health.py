@@ -11,6 +11,8 @@ intact but the run broken (issue 50): ddp_check must say what went wrong, at its
                   every rank's weights
   overflow        from step 1 a hand-written softmax over logits / 0.01 (a temperature): exp of a logit past 88.7
                   is inf in float32, inf / inf is NaN, from finite inputs and weights
+  nan_skipped     nan_input, but every rank skips the step whose gradients are not finite (zero_grad, next batch),
+                  as torch.amp.GradScaler does: the clean counterpart, a note (the parameters stay finite)
   unfreeze        the first layer frozen before DDP(), unfrozen at step 2 (the optimizer holds it from the
                   start): DDP never reduces it, so each rank trains it on its own gradient
   frozen          the clean counterpart of unfreeze: the first layer frozen before DDP() and never unfrozen
@@ -45,13 +47,14 @@ def main(rank, world_size, args):
     loss_fn = nn.CrossEntropyLoss()
 
     trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
-    step = 0
+    step, batch = 0, 0
     for epoch in range(100):
         sampler.set_epoch(epoch)
         for x, y in loader:
             if args.mistake == "unfreeze" and step == MISTAKE_STEP:
                 model[0].requires_grad_(True)  # "fine-tune the whole model from here"
-            if args.mistake == "nan_input" and step == MISTAKE_STEP and rank == MISTAKE_RANK:
+            batch += 1
+            if args.mistake in ("nan_input", "nan_skipped") and batch == MISTAKE_STEP + 1 and rank == MISTAKE_RANK:
                 x = x.clone()
                 x[0, 3] = float("nan")
             if args.mistake != "no_zero_grad":
@@ -64,6 +67,9 @@ def main(rank, world_size, args):
             if args.mistake == "second_backward":
                 loss.backward(retain_graph=True)
             loss.backward()
+            if args.mistake == "nan_skipped" and not all(p.grad.isfinite().all() for p in ddp.parameters()):
+                optimizer.zero_grad()  # DDP averaged the NaN into every rank's gradient: every rank skips alike
+                continue
             optimizer.step()
             step += 1
             if step == args.steps:
@@ -77,7 +83,7 @@ def main(rank, world_size, args):
 
 def options(p):
     p.add_argument("--mistake", default="none",
-                   choices=["none", "nan_init", "nan_input", "overflow", "unfreeze", "frozen", "no_zero_grad",
+                   choices=["none", "nan_init", "nan_input", "nan_skipped", "overflow", "unfreeze", "frozen", "no_zero_grad",
                             "module_call", "second_backward"])
 
 
