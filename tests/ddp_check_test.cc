@@ -156,6 +156,11 @@ const Case kCases[] = {
     {"run_health", "nonfinite", "overflow", -1, 2, "", 1, "--mistake overflow --world-size 2", "health_overflow_ws2"},
     {"run_health", "not-reduced-by-ddp", "frozen", -1, 2, "0.weight", 1, "--mistake unfreeze", "health_unfreeze"},
     {"run_health", "not-reduced-by-ddp", "frozen", -1, 2, "0.weight", 1, "--mistake unfreeze --world-size 2", "health_unfreeze_ws2"},
+    // torch 2.x keeps the parameters DDP wrapped (torch 1.13 keeps no list: there the layer reads as DDP's).
+    {"run_health", "not-reduced-by-ddp", "added-after-ddp", -1, 0, "5.weight", 1, "--mistake added_after",
+     "health_added_after", true},
+    {"run_health", "not-reduced-by-ddp", "added-after-ddp", -1, 0, "5.weight", 1, "--mistake added_after --world-size 2",
+     "health_added_after_ws2", true},
     {"run_health", "grads-not-cleared", "", -1, 1, "0.weight", 1, "--mistake no_zero_grad", "health_no_zero_grad"},
     {"run_health", "grads-not-cleared", "", -1, 1, "0.weight", 1, "--mistake no_zero_grad --world-size 2", "health_no_zero_grad_ws2"},
     {"run_health", "not-all-reduced", "module-call", -1, 0, "", 1, "--mistake module_call", "health_module_call", false,

@@ -1284,13 +1284,19 @@ class DDPTrace:
         # Those the format cannot hold (sparse gradients, not float32) are listed, not recorded.
         ignore = set(getattr(ddp_model, "parameters_to_ignore", None) or [])
         sparse = _sparse_grad_params(module)
+        # torch 2.x keeps the module's parameters as DDP(...) found them: one added to the module since is not DDP's
+        # (torch 1.13 keeps no such list).
+        at_wrap = getattr(ddp_model, "_module_parameters", None)
+        at_wrap = {id(p) for p in at_wrap} if isinstance(at_wrap, (list, tuple)) else None
         for name, p in module.named_parameters():
-            if not p.requires_grad or name in ignore:
+            added = at_wrap is not None and id(p) not in at_wrap and name not in ignore
+            if not p.requires_grad or name in ignore or added:
                 # Not DDP's: never all-reduced. Unfrozen later and stepped, it trains on each rank's own gradient.
                 if p.dtype == torch.float32 and p.layout == torch.strided:
                     self._outside.append((name, p))
                     self._outside_info.append({"name": name, "shape": list(p.shape),
-                                               "why": "parameters_to_ignore" if name in ignore else "frozen"})
+                                               "why": "parameters_to_ignore" if name in ignore
+                                               else "added-after-ddp" if added else "frozen"})
                 continue
             why = None
             if id(p) in sparse or p.layout != torch.strided:
@@ -1348,6 +1354,8 @@ class DDPTrace:
             raise _Unrecordable("this torch has no autograd engine queue_callback, so .grad after DDP's reduction "
                                 "cannot be read")
         self._engine = eng
+        for (name, p), info in zip(self._outside, self._outside_info):  # where the parameters DDP does not reduce start
+            self._outside_first[name] = info["initial"] = _digest(p)
         all_params = self._params + self._unchecked_params
         self._sqrt_exact = _sqrt_is_ieee(all_params[0].device if all_params else "cpu")
         self._buckets_initial = self._bucket_layout()

@@ -138,7 +138,8 @@ std::string sampler_advice(const Run& run) {
 
 void Findings::add(const std::string& kind, const std::string& severity, const std::string& cause, int64_t step,
                    int rank, const std::string& name, const std::string& message) {
-  const auto key = std::make_tuple(kind, cause + "|" + (kind == "unused-parameters" ? name : ""), rank);
+  const bool per_name = kind == "unused-parameters" || kind == "not-reduced-by-ddp";  // one each, said once
+  const auto key = std::make_tuple(kind, cause + "|" + (per_name ? name : ""), rank);
   auto it = first_.find(key);
   if (it != first_.end()) {
     ++repeats_[it->second];

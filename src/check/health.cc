@@ -170,7 +170,11 @@ void Health::step(const std::vector<const StepRecord*>& recs, const std::vector<
       auto it = rec->outside.find(name);
       if (it == rec->outside.end()) continue;
       auto& first = outside_first_[static_cast<size_t>(rec->rank)];
-      if (!first.count(name)) first[name] = it->second;
+      if (!first.count(name)) {  // where the rank's own manifest says it started, else its first recorded step
+        first[name] = it->second;
+        for (const OutsideParam& mine : run_.ranks[static_cast<size_t>(rec->rank)].outside_params)
+          if (mine.info.name == name && mine.initial >= 0) first[name] = static_cast<uint32_t>(mine.initial);
+      }
       if (first[name] != it->second) changed.push_back(rec->rank);
       if (!base) {
         base = rec;
@@ -279,6 +283,9 @@ void Health::after_run(Findings& found) {
     const Outside& s = it->second;
     const std::string why = o.why == "parameters_to_ignore"
                                 ? "DDP was told to ignore it (_ddp_params_and_buffers_to_ignore)"
+                            : o.why == "added-after-ddp"
+                                ? "it was added to the module after DDP(...) was built, and DDP's reducer keeps the "
+                                  "parameters it found then, for good"
                                 : "its requires_grad was False when DDP(...) was built, and DDP's reducer keeps the "
                                   "parameters that required grad then, for good: unfreezing it later does not make DDP "
                                   "all-reduce it";
@@ -286,10 +293,15 @@ void Health::after_run(Findings& found) {
       found.add("not-reduced-by-ddp", "problem", o.why, s.changed_step, s.differ_rank, o.info.name,
                 fmt::format("step {}: '{}' is not one of DDP's parameters ({}), yet it changed from step {} on ({}): "
                             "each rank trains it on its own gradient, and the replicas drift apart (at step {}, rank "
-                            "{}'s differs from rank {}'s by up to {:.3g}). Set requires_grad before DDP(model) and "
-                            "freeze by leaving it out of the optimizer, or build a new DDP(model) after unfreezing",
+                            "{}'s differs from rank {}'s by up to {:.3g}). {}",
                             s.changed_step, o.info.name, why, s.changed_step, ranks_text(s.changed_ranks, ws),
-                            s.last_diff_step, s.differ_rank, s.base_rank, s.maxdiff));
+                            s.last_diff_step, s.differ_rank, s.base_rank, s.maxdiff,
+                            o.why == "added-after-ddp"
+                                ? "Build the whole model first, then wrap it: DDP(model)"
+                            : o.why == "frozen"
+                                ? "Set requires_grad before DDP(model) and freeze by leaving it out of the optimizer, "
+                                  "or build a new DDP(model) after unfreezing"
+                                : "Leave it out of the optimizer, or all-reduce it yourself"));
     } else {
       found.add("not-reduced-by-ddp", "note", o.why, s.changed_step, -1, o.info.name,
                 fmt::format("step {}: '{}' is not one of DDP's parameters ({}), yet it changed, equally on every rank "

@@ -207,7 +207,10 @@ Manifest parse_manifest_fields(const std::string& path) {
     const json& o = j.at("outside_params");
     const std::vector<TensorInfo> infos = tensor_infos(o, "outside_params", path);
     for (size_t i = 0; i < infos.size(); ++i)
-      m.outside_params.push_back({infos[i], o[i].value("why", std::string("frozen")), boolean(o[i], "in_optimizer", path, false)});
+      m.outside_params.push_back({infos[i], o[i].value("why", std::string("frozen")), boolean(o[i], "in_optimizer", path, false),
+                                  o[i].contains("initial") ? integer(o[i].at("initial"), "outside_params.initial", path, 0,
+                                                                     0xffffffffLL)
+                                                           : -1});
   }
   if (j.contains("nonfinite_first") && j.at("nonfinite_first").is_object()) {
     const json& n = j.at("nonfinite_first");

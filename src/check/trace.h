@@ -65,6 +65,7 @@ struct OutsideParam {
   TensorInfo info;
   std::string why;
   bool in_optimizer = false;
+  int64_t initial = -1;  // its fold64 digest at DDPTrace() (-1: not recorded): a change at the first step shows
 };
 
 // The first NaN or infinity the recorder saw, at any step (recorded or not): its step, the kind of tensor

@@ -16,6 +16,8 @@ intact but the run broken (issue 50): ddp_check must say what went wrong, at its
   unfreeze        the first layer frozen before DDP(), unfrozen at step 2 (the optimizer holds it from the
                   start): DDP never reduces it, so each rank trains it on its own gradient
   frozen          the clean counterpart of unfreeze: the first layer frozen before DDP() and never unfrozen
+  added_after     a layer appended to the model after DDP(...) (torch 2.x, whose DDP keeps the parameters it wrapped):
+                  the optimizer over ddp_model.parameters() steps it, DDP never reduces it
   no_zero_grad    optimizer.zero_grad() never called: each .grad is the running sum of every step's average
   module_call     ddp_model.module(x) on every rank, every step: no forward through DDP, no all-reduce
   second_backward a second backward of the same loss (retain_graph=True) in every step
@@ -43,6 +45,8 @@ def main(rank, world_size, args):
     if args.mistake in ("unfreeze", "frozen"):
         model[0].requires_grad_(False)  # frozen before DDP(): DDP's reducer leaves it out for good
     ddp = DDP(model)
+    if args.mistake == "added_after":
+        model.append(nn.Linear(3, 3))  # "one more head", after the wrap
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -83,7 +87,7 @@ def main(rank, world_size, args):
 
 def options(p):
     p.add_argument("--mistake", default="none",
-                   choices=["none", "nan_init", "nan_input", "nan_skipped", "overflow", "unfreeze", "frozen", "no_zero_grad",
+                   choices=["none", "nan_init", "nan_input", "nan_skipped", "overflow", "unfreeze", "frozen", "added_after", "no_zero_grad",
                             "module_call", "second_backward"])
 
 
