@@ -96,6 +96,7 @@ def parser():
     ap.add_argument('--model', default='mlp')  # mlp | cnn | a spec of nn layers (see build_model)
     ap.add_argument('--broadcast-buffers', type=bool_flag, default=True)
     ap.add_argument('--find-unused-parameters', type=bool_flag, default=False)
+    ap.add_argument('--static-graph', type=bool_flag, default=False)
     ap.add_argument('--seed-per-rank', type=bool_flag, default=False)
     ap.add_argument('--sync-batchnorm', type=bool_flag, default=False)  # cpu_sync_batchnorm.py's SyncBatchNorm
     ap.add_argument('--samples', type=int, default=64)
@@ -331,7 +332,7 @@ def worker(rank, a, init_file, result_dir):
             cpu_sync_batchnorm.install_cpu_ops()
             cpu_sync_batchnorm.convert(model)
         ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers,
-                  find_unused_parameters=a.find_unused_parameters)
+                  find_unused_parameters=a.find_unused_parameters, static_graph=a.static_graph)
         register_comm_hook(ddp, a)
         if a.seed_per_rank:  # the training script's own seed per rank, after DDP(model)
             torch.manual_seed(a.seed + rank)

@@ -373,7 +373,8 @@ def worker(rank, a, port, result_dir):
         model = build(a, data)
         broadcasts = count_buffer_broadcasts()
         # Measured (check_facts.py c-f): gradient_as_bucket_view moves bits at ws 3 only with --zero-grad zeros
-        # (grads then alias their bucket and the Reducer div_s it); static_graph changes no bit; buffers are
+        # (grads then alias their bucket and the Reducer div_s it); static_graph delays the bucket rebuild by one
+        # iteration (on check_facts.py's configurations that moved no bit; ddp_sim models the delay); buffers are
         # broadcast before a forward only when the previous forward was a synced training one; the tiny
         # model's rebuilt buckets are one bucket (the first bucket's limit is 1 MiB whatever --bucket-cap-mb),
         # and with find_unused_parameters=True the buckets are never rebuilt.

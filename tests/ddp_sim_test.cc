@@ -279,6 +279,26 @@ TEST(DdpSim, LiveFindUnusedParametersBucketsAreTorchs) {
       << r.out;
 }
 
+// static_graph=True rebuilds DDP's buckets one iteration later than the default: iteration 1 still all-reduces in
+// iteration 0's single bucket. At world size 3 the layout decides which ring chunk, so which addition order, each
+// element gets: torch 1.13's static run and ddp_sim's are bit for bit equal, and differ from the default run.
+TEST(DdpSim, LiveStaticGraphRebuildsAnIterationLater) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  const std::vector<std::string> base = {"--world-size", "3", "--samples", "36", "--batch-size", "4", "--layers",
+                                         "64,512,512,512,10", "--epochs", "1"};
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--static-graph", "true"});
+  const json torch = torch_dump(args), sim = sim_dump(args), sim_default = sim_dump(base);
+  EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"]));
+  size_t differ_from_default = 0;
+  for (size_t k = 0; k < 3; ++k)
+    for (const auto& [name, want] : torch["replicas"][k].items()) {
+      EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << "rank " << k << " " << name;
+      differ_from_default += testing::floats(sim_default["replicas"][k][name]) != testing::floats(want);
+    }
+  EXPECT_GT(differ_from_default, 0u) << "the layout of iteration 1 changed no bit: the test would not see the delay";
+}
+
 // Question 10 on any model: unused_linear(in,out) is an nn.Linear registered and never called (torch's side:
 // sim/ddp_reference.py's UnusedLinear). With find_unused_parameters=True every rank's parameters and losses are
 // torch 1.13's bit for bit at world size 3; without it torch raises in the second forward and so does

@@ -102,6 +102,7 @@ class Loop {
   bool has_buffers_ = false;
   double step_work_ = 0, update_work_ = 0;
   std::optional<UnfinishedReduction> pending_;
+  int64_t syncs_ = 0;  // synchronised backwards so far
 };
 
 bool Loop::run(const Round& round) {
@@ -220,9 +221,13 @@ void Loop::synchronise(const Round& round, const std::vector<size_t>& running) {
   std::vector<HookReport> reports = sync_.allreduce(reducers_, reducible);
   if (reducers_[0]->comm_hook()) out_.hook_reports.push_back(std::move(reports));
   // 1.13 rebuilds buckets after the first iteration unless find_unused_parameters (without static_graph);
-  // find_unused_parameters (static_graph) marks the unused ready first, before autograd's hooks.
+  // find_unused_parameters (static_graph) marks the unused ready first, before autograd's hooks. Under
+  // static_graph the rebuild comes one iteration later: torch's _has_rebuilt_buckets after the forwards of
+  // iterations 0-3 is F,T,T,T by default and F,F,T,T with static_graph=True (tests/ddp_sim_test.cc,
+  // LiveStaticGraphRebuildsAnIterationLater), so iteration 1 still all-reduces in iteration 0's layout.
   const bool rebuilds = !cfg_.find_unused_parameters || cfg_.static_graph;
-  if (rebuilds && !reducers_[0]->rebuilt()) {
+  ++syncs_;
+  if (rebuilds && !reducers_[0]->rebuilt() && syncs_ >= (cfg_.static_graph ? 2 : 1)) {
     for (size_t k : running) {
       std::vector<Parameter*> order;
       const auto params = local_[k]->parameters();

@@ -91,7 +91,7 @@ Timeline build_timeline(const ddp::Config& cfg, const CostModel& m) {
   Timeline t;
   double now = 0.0;
   for (int iteration = 0; iteration < 2; ++iteration) {
-    if (iteration == 1 && rebuilds) reducer.finish_sync();
+    if (iteration == 1 && rebuilds && !cfg.static_graph) reducer.finish_sync();  // static_graph: one iteration later
     std::vector<TraceEvent> ev;
     const double step_start = now;
     for (const LayerWork& w : layers.work) {  // forward
