@@ -416,6 +416,17 @@ const std::map<std::pair<std::string, std::string>, std::string>& refusal_exempt
 // Every paragraph of README.md and docs/ that says something is refused shows it: an inline command or a fenced
 // block after it that this test runs with a non-zero `# exit N` (the claim about PyTorch and the test
 // descriptions exempt, each with why). docs/development.md's table says what each test checks and is left out.
+// ddp_questions accumulation explains the last bits it shows: at 2 ranks and 4 micro-batches every division is by a
+// power of two, which rounds nothing (the learner's walkthrough found "1/4 is rounded"), so the order of the
+// additions alone moves them. The arithmetic fact itself, as float32 does it:
+TEST(DocsCommands, AccumulationBlamesTheOrderNotAnExactDivision) {
+  for (float x : {0.1f, 1.0f / 3.0f, 12345.678f, 1e-30f}) EXPECT_EQ(x / 4.0f * 4.0f, x) << x;
+  const CommandResult r = run_command({"sim/ddp_questions", "accumulation"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("is rounded"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dividing by a power of two is exact"), std::string::npos) << r.out;
+}
+
 TEST(DocsCommands, EveryRefusalClaimIsRun) {
   std::vector<std::string> misplaced;
   const std::vector<DocCommand> cmds = all_commands(&misplaced);

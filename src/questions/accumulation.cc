@@ -103,8 +103,12 @@ void accumulation_run(const ddp::Config& cfg) {
              py(d.maxdiff),
              d.all_exact() ? ""
                            : (layers.empty() ? fmt::format(": the mean of {} x {} means of {} adds in another order "
-                                                           "than one mean of {}, and 1/{} is rounded",
-                                                           w, k, b, big, k)
+                                                           "than one mean of {}{}",
+                                                           w, k, b, big,
+                                                           (k & (k - 1)) == 0 && (w & (w - 1)) == 0
+                                                               ? " (dividing by a power of two is exact: the order of "
+                                                                 "the additions alone moves the bits)"
+                                                               : fmt::format(", and 1/{} is rounded", (k & (k - 1)) ? k : w))
                                              : ": " + layers));
   fmt::print("answer: with loss.backward() on each micro-batch .grad holds the sum of {} micro-batch gradients, {} "
              "times one big batch's{}\n",
