@@ -427,6 +427,18 @@ TEST(DocsCommands, AccumulationBlamesTheOrderNotAnExactDivision) {
   EXPECT_NE(r.out.find("dividing by a power of two is exact"), std::string::npos) << r.out;
 }
 
+// The topics that compare several ranks with one device refuse one rank in one line (exit 2), instead of answering
+// "1 times fewer steps".
+TEST(DocsCommands, TopicsRefuseOneRank) {
+  for (const char* topic : {"loss-scale", "batch-size", "lr-scaling", "evaluation", "fsdp"}) {
+    const CommandResult r = run_command({"sim/ddp_questions", topic, "--world-size", "1"});
+    EXPECT_EQ(r.status, 2) << topic << ": " << r.out;
+    EXPECT_EQ(r.out.find("answer:"), std::string::npos) << topic;
+    EXPECT_NE(r.err.find("--world-size 1"), std::string::npos) << topic << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << topic << ": " << r.err;
+  }
+}
+
 TEST(DocsCommands, EveryRefusalClaimIsRun) {
   std::vector<std::string> misplaced;
   const std::vector<DocCommand> cmds = all_commands(&misplaced);
