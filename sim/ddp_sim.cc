@@ -230,6 +230,11 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "ddp_sim: RuntimeError at %s\n", error.c_str());
     return 1;
   }
+  if (const auto& nf = trained.nonfinite) {
+    std::fprintf(stderr, "ddp_sim: the run's numbers became NaN or inf at step %lld on rank %lld (%s first): it diverged\n",
+                 static_cast<long long>(nf->step), static_cast<long long>(nf->rank), nf->what.c_str());
+    return 4;
+  }
   return 0;
 }
 

@@ -439,6 +439,20 @@ TEST(DocsCommands, TopicsRefuseOneRank) {
   }
 }
 
+// A run that diverges says so, where its numbers first became NaN or inf, with exit status 4: never "please
+// report", and no answer built from NaN.
+TEST(DocsCommands, DivergedRunsSayWhereAndExit4) {
+  const CommandResult sim = run_command({"sim/ddp_sim", "--lr", "1000000", "--quiet"});
+  EXPECT_EQ(sim.status, 4) << sim.err;
+  EXPECT_EQ(sim.out.find("please report"), std::string::npos) << sim.out;
+  EXPECT_NE(sim.err.find("became NaN or inf at step "), std::string::npos) << sim.err;
+  EXPECT_NE(sim.err.find(" on rank "), std::string::npos) << sim.err;
+  const CommandResult q = run_command({"sim/ddp_questions", "lr-scaling", "--lr", "100"});
+  EXPECT_EQ(q.status, 4) << q.err;
+  EXPECT_EQ(q.out.find("answer:"), std::string::npos) << q.out;
+  EXPECT_NE(q.err.find("no answer is built from it"), std::string::npos) << q.err;
+}
+
 TEST(DocsCommands, EveryRefusalClaimIsRun) {
   std::vector<std::string> misplaced;
   const std::vector<DocCommand> cmds = all_commands(&misplaced);

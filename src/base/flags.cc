@@ -92,6 +92,9 @@ int guarded_main(const char* program, int argc, char** argv, int (*run)(int, cha
   } catch (const RunError& e) {
     std::fprintf(stderr, "%s: %s\n", program, escape_control(e.what()).c_str());
     return 1;
+  } catch (const NonFiniteError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, escape_control(e.what()).c_str());
+    return 4;
   } catch (const std::bad_alloc&) {
     // The limits (src/base/limits.h) refuse runs that cannot fit before they start; this is what slipped past.
     std::fprintf(stderr, "%s: out of memory (the run needed more than this machine could give)\n", program);

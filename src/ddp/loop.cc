@@ -1,6 +1,7 @@
 #include "src/ddp/loop.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -103,7 +104,31 @@ class Loop {
   double step_work_ = 0, update_work_ = 0;
   std::optional<UnfinishedReduction> pending_;
   int64_t syncs_ = 0;  // synchronised backwards so far
+  size_t log_checked_ = 0;  // out_.log entries whose loss was looked at for NaN
+  // The first NaN or inf of the step about to be taken (its losses, then the gradients), or after it (parameters).
+  void find_nonfinite(const std::vector<size_t>& running, bool after_step);
 };
+
+void Loop::find_nonfinite(const std::vector<size_t>& running, bool after_step) {
+  if (out_.nonfinite) return;
+  const auto finite = [](const Matrix& m) { return m.allFinite(); };
+  if (!after_step) {
+    for (; log_checked_ < out_.log.size() && !out_.nonfinite; ++log_checked_) {
+      const BatchLog& b = out_.log[log_checked_];
+      if (!std::isfinite(b.loss)) out_.nonfinite = NonFinite{out_.optimizer_steps, b.rank, "the loss"};
+    }
+  }
+  for (size_t k : running) {
+    if (out_.nonfinite) return;
+    for (const Parameter* p : local_[k]->parameters()) {
+      if (after_step ? finite(p->value) : (!p->has_grad || finite(p->grad))) continue;
+      out_.nonfinite = NonFinite{out_.optimizer_steps, local_[k]->rank,
+                                 after_step ? "'" + p->name + "' after optimizer.step()"
+                                            : "'" + p->name + "'.grad after the all-reduce"};
+      break;
+    }
+  }
+}
 
 bool Loop::run(const Round& round) {
   std::vector<size_t> running;  // local ranks with a batch
@@ -241,6 +266,7 @@ void Loop::synchronise(const Round& round, const std::vector<size_t>& running) {
 }
 
 void Loop::step(const std::vector<size_t>& running) {
+  find_nonfinite(running, false);
   const size_t n = running.size() + (single_ ? 1 : 0);
   parallel_for(sync_.pool, n, update_work_, [&](size_t i) {
     TrainingRank& r = i == running.size() ? static_cast<TrainingRank&>(*single_) : *local_[running[i]];
@@ -250,6 +276,7 @@ void Loop::step(const std::vector<size_t>& running) {
     if (cfg_.zero_grad_set_to_none && r.reducer) r.reducer->grads_set_to_none();
   });
   if (sync_.after_step) sync_.after_step(local_);
+  find_nonfinite(running, true);
   ++out_.optimizer_steps;
 }
 

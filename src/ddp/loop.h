@@ -77,6 +77,13 @@ struct BatchLog {
   float loss;
 };
 
+// Where the run's numbers first became NaN or inf: the optimizer step (0-based) during which it happened, the rank,
+// and what: "the loss", "'<name>'.grad after the all-reduce" or "'<name>' after optimizer.step()".
+struct NonFinite {
+  int64_t step = 0, rank = 0;
+  std::string what;
+};
+
 struct TrainLog {
   std::vector<std::vector<std::vector<int64_t>>> sampler_indices;  // [epoch][local rank] (sequential models)
   std::vector<BatchLog> log;                                       // in (round, local rank) order
@@ -86,6 +93,7 @@ struct TrainLog {
   std::vector<std::string> notes;            // what DDP did with parameters that got no grad, step by step
   std::optional<UnfinishedReduction> error;  // set when training stopped on DDP's error
   std::vector<std::vector<HookReport>> hook_reports;  // --comm-hook: [synchronised step][bucket]
+  std::optional<NonFinite> nonfinite;                  // the first NaN or inf, when the run diverged
 };
 
 // DDP(model) for one rank: with cfg.broadcast, `broadcast(rank)` gives it rank 0's parameters and buffers;

@@ -41,6 +41,11 @@ std::unique_ptr<Run> simulate(const std::string& label, const ddp::Config& cfg, 
   if (run->res.error) {  // a stopped run answers nothing: say why, as ddp_sim does
     throw RunError(label + ": RuntimeError at " + ddp::unfinished_reduction_message(*run->res.error));
   }
+  if (const auto& nf = run->res.nonfinite)  // no answer is built from NaN
+    throw NonFiniteError(fmt::format("{}: the run's numbers became NaN or inf at step {} on rank {} ({} first): it "
+                                     "diverged (an lr too large for this model and data, say), so no answer is built "
+                                     "from it; try a smaller --lr",
+                                     label, nf->step, nf->rank, nf->what));
   run->final_loss = train_set_loss(*run);
   return run;
 }

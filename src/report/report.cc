@@ -116,6 +116,10 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
                              "only that micro-batch's gradients, and the later micro-batches\nadded each rank's own, "
                              "so the ranks stepped on different .grad. Run the last\nmicro-batch outside no_sync(), "
                              "the others inside it."
+                       : res.nonfinite
+                           ? fmt::format("the numbers became NaN or inf (step {}, rank {}: {} first),\nand NaN equals "
+                                         "nothing, not even itself: the run diverged (an lr too large, say)",
+                                         res.nonfinite->step, res.nonfinite->rank, res.nonfinite->what)
                        : !cfg.broadcast && cfg.init == ddp::InitKind::per_rank
                            ? "they started from different weights (--init per-rank)\nand nothing made them "
                              "equal. DDP's broadcast of rank 0's parameters at construction\n(--broadcast true) "
