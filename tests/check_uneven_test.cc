@@ -49,6 +49,8 @@ struct Iteration {
   int64_t segment, index;
   std::vector<bool> ran = std::vector<bool>(kWs, true);
   std::vector<bool> sync = std::vector<bool>(kWs, true);
+  // The forward the recorder saw before each rank's backward: "" DDP's, "module" ddp_model.module(x), "none".
+  std::vector<std::string> forward = std::vector<std::string>(kWs);
   bool join = false;
 };
 
@@ -102,6 +104,7 @@ std::string make_run(const std::string& dir, const std::vector<Iteration>& its, 
       json meta = {{"step", step[r]}, {"rank", r}, {"run_id", "u"}, {"segment", {it.segment, it.index}},
                    {"backwards", {{{"sync", static_cast<bool>(it.sync[r])}, {"ready", {0}}}}}, {"lr", {0.5}}};
       if (it.join) meta["join"] = {{"divide_by_initial_world_size", true}};
+      if (!it.forward[r].empty()) meta["backwards"][0]["forward"] = it.forward[r];
       std::map<std::string, std::vector<float>> t = {{"local/0/w", local[r]}, {"grad_step/w", seen},
                                                      {"param_before/w", w[r]}, {"param_after/w", after},
                                                      {"prior/w", std::vector<float>(4, 0.0f)}};
@@ -304,14 +307,29 @@ TEST(CheckUneven, WithoutJoinADroppedRankIsAProblemNotBadInput) {
 
 TEST(CheckUneven, ABackwardWithoutAllReduceIsNamedAtItsStepAndRank) {
   std::vector<Iteration> its = {Iteration{0, 0}, Iteration{0, 1}, Iteration{0, 2}};
-  its[1].sync[2] = false;  // rank 2 called ddp_model.module(x)
+  its[1].sync[2] = false;  // rank 2 called ddp_model.module(x): the recorder saw the module's forward alone
+  its[1].forward[2] = "module";
   const check::CheckResult r = check_dir(make_run(testing::temp_dir() + "/module", its));
   const check::Finding* f = find(r, "not-all-reduced", "module-call");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->rank, 2);
   EXPECT_EQ(f->step, 1);
   EXPECT_NE(f->message.find("ddp_model.module(x)"), std::string::npos);
+  EXPECT_EQ(find(r, "not-all-reduced", "no-sync"), nullptr);  // named once, for what it was
   EXPECT_EQ(r.grads.different, 0);  // the later steps are not predicted: no false grad-not-as-predicted
+}
+
+// The same backward under DDP's forward with no_sync() on that rank alone: no-sync, in no_sync's words.
+TEST(CheckUneven, NoSyncOnOneRankIsNamedAsSuch) {
+  std::vector<Iteration> its = {Iteration{0, 0}, Iteration{0, 1}, Iteration{0, 2}};
+  its[1].sync[2] = false;
+  const check::CheckResult r = check_dir(make_run(testing::temp_dir() + "/nosync_one", its));
+  const check::Finding* f = find(r, "not-all-reduced", "no-sync");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->rank, 2);
+  EXPECT_EQ(f->step, 1);
+  EXPECT_NE(f->message.find("no_sync() on this rank only"), std::string::npos) << f->message;
+  EXPECT_EQ(find(r, "not-all-reduced", "module-call"), nullptr);
 }
 
 TEST(CheckUneven, NoAllReduceAnywhereIsBlamedOnGradients) {
