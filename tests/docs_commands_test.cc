@@ -324,6 +324,9 @@ TEST(DocsCommands, EveryCommandRunsAsDocumented) {
     std::string binary, why;
     std::vector<std::string> args;
     if (!map_command(c.text, &binary, &args, &why)) continue;  // EveryCommandIsRunOrExempt says why
+    // Pasted into bash as the page shows it, the command parses (parentheses in a --model spec need quotes).
+    const CommandResult pasted = run_command({"/bin/bash", "-n", "-c", c.text});
+    EXPECT_EQ(pasted.status, 0) << c.file << ":" << c.line << ": '" << c.text << "' is not valid bash: " << pasted.err;
     std::vector<std::string> argv = {"/usr/bin/timeout", "-k", "5", std::to_string(kTimeoutSeconds), binary};
     argv.insert(argv.end(), args.begin(), args.end());
     const auto start = std::chrono::steady_clock::now();
