@@ -299,6 +299,29 @@ TEST(DdpSim, LiveStaticGraphRebuildsAnIterationLater) {
   EXPECT_GT(differ_from_default, 0u) << "the layout of iteration 1 changed no bit: the test would not see the delay";
 }
 
+// docs/questions.md §20: bucket_cap_mb moves the last bits at world size 3 (the layout decides each element's ring
+// chunk); ddp_sim is torch 1.13 bit for bit under both caps.
+TEST(DdpSim, LiveBucketCapMovesTheLastBitsAsInTorch) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  const std::vector<std::string> base = {"--world-size", "3", "--samples", "48", "--batch-size", "4", "--layers",
+                                         "64,512,512,512,10", "--epochs", "1"};
+  std::vector<std::string> small = base;
+  small.insert(small.end(), {"--bucket-cap-mb", "1"});
+  const json torch25 = torch_dump(base), torch1 = torch_dump(small);
+  const json sim25 = sim_dump(base), sim1 = sim_dump(small);
+  size_t moved = 0;
+  for (size_t k = 0; k < 3; ++k)
+    for (const auto& [name, want] : torch25["replicas"][k].items()) {
+      EXPECT_EQ(testing::floats(sim25["replicas"][k][name]), testing::floats(want)) << "cap 25 rank " << k << " " << name;
+      EXPECT_EQ(testing::floats(sim1["replicas"][k][name]), testing::floats(torch1["replicas"][k][name]))
+          << "cap 1 rank " << k << " " << name;
+      const auto a = testing::floats(want), b = testing::floats(torch1["replicas"][k][name]);
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) moved += a[i] != b[i];
+    }
+  EXPECT_GT(moved, 0u) << "torch's cap 1 and cap 25 runs ended bit for bit equal";
+  std::printf("torch 1.13, world size 3: %zu values differ between bucket_cap_mb 25 and 1\n", moved);
+}
+
 // Question 10 on any model: unused_linear(in,out) is an nn.Linear registered and never called (torch's side:
 // sim/ddp_reference.py's UnusedLinear). With find_unused_parameters=True every rank's parameters and losses are
 // torch 1.13's bit for bit at world size 3; without it torch raises in the second forward and so does
