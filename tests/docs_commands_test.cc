@@ -456,6 +456,15 @@ TEST(DocsCommands, DivergedRunsSayWhereAndExit4) {
   EXPECT_NE(q.err.find("no answer is built from it"), std::string::npos) << q.err;
 }
 
+// The Join run says that a rank skipped steps, not that every rank took every step (its parameters end equal
+// because Join's end copies them: tests/join_test.cc checks that against torch).
+TEST(DocsCommands, JoinRunSaysRanksSkippedSteps) {
+  const CommandResult r = run_command({"sim/ddp_sim", "--world-size", "3", "--uneven", "1", "--join", "true", "--quiet"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("every optimizer step is the same on every rank"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipped their last"), std::string::npos) << r.out;
+}
+
 TEST(DocsCommands, EveryRefusalClaimIsRun) {
   std::vector<std::string> misplaced;
   const std::vector<DocCommand> cmds = all_commands(&misplaced);

@@ -88,12 +88,17 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
   if (cfg.world_size == 1) {
     out += "world_size 1: a single replica, nothing to compare.\n";
   } else if (differing.empty()) {
+    const bool skipped = cfg.join && cfg.uneven > 0;  // a rank that ran out of batches skipped its last steps
     out += fmt::format(
         "all {} ranks hold bitwise identical parameters: they started equal\n({}), and every all-reduce "
-        "hands every rank the very same averaged gradient,\nso every optimizer step is the same on every rank.\n",
+        "hands every rank the very same averaged gradient,\n{}",
         cfg.world_size,
         cfg.broadcast ? "DDP broadcast rank 0's parameters at construction"
-                      : "--init same: every rank drew the same initial weights");
+                      : "--init same: every rank drew the same initial weights",
+        skipped ? "so every rank that stepped took the same step; the ranks that ran out of batches skipped their "
+                  "last\nsteps (they answered the all-reduces with zeros under Join), and Join's end copied the "
+                  "parameters\nof the rank that stepped last to them.\n"
+                : "so every optimizer step is the same on every rank.\n");
   } else if (parameters_equal) {
     out += fmt::format("{} of {} ranks differ from rank 0, in their buffers only: {}", differing.size(),
                        cfg.world_size - 1, buffers_why(cfg, false));
