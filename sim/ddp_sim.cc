@@ -57,6 +57,24 @@ struct Printed {
   std::string tables, hooks;
 };
 
+// The synchronised iteration from which DDP uses its rebuilt buckets: 1, or 2 under static_graph (torch rebuilds one
+// iteration later there).
+int64_t rebuilt_from(const ddp::Config& cfg) { return cfg.static_graph ? 2 : 1; }
+
+// Why the run shows no rebuilt layout ("" : it does): torch 1.13 never rebuilds with find_unused_parameters=True
+// (without static_graph); a run that raised, or that ends before the rebuilt layout's first iteration, never
+// uses one.
+std::string no_rebuilt_layout(const ddp::Config& cfg, const ddp::TrainLog& res) {
+  if (cfg.find_unused_parameters && !cfg.static_graph)
+    return "buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True";
+  if (res.error) return "buckets not rebuilt: the run raised before DDP rebuilt them (below)";
+  if (res.buckets_rebuilt.empty() || res.optimizer_steps <= rebuilt_from(cfg))
+    return fmt::format("buckets not rebuilt within the run: DDP uses its rebuilt layout from iteration {}, and the run "
+                       "took {} synchronised step{}",
+                       rebuilt_from(cfg), res.optimizer_steps, res.optimizer_steps == 1 ? "" : "s");
+  return "";
+}
+
 // The nn.Sequential models' output: DistributedSampler's epochs, the buckets, the cmp tables.
 Printed print_sequential(const ddp::Config& cfg, const ddp::SimResult& res, const Flags& flags,
                              const std::string& explanation) {
@@ -92,11 +110,11 @@ Printed print_sequential(const ddp::Config& cfg, const ddp::SimResult& res, cons
         "epoch repeats\nepoch 1's order (the lines above): each rank meets the same batches in the same order every "
         "epoch, one\nfixed ordering instead of a reshuffle; sampler.set_epoch(epoch) before each epoch reshuffles\n");
   }
-  if (res.buckets_rebuilt.empty()) {
-    fmt::print("buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True\n");
+  if (const std::string why = no_rebuilt_layout(cfg, res); !why.empty()) {
+    fmt::print("{}\n", why);
   } else {
-    fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MiB): {}\n",
-               cfg.bucket_cap_mb, res.buckets_rebuilt);
+    fmt::print("buckets from iteration {} (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MiB): {}\n",
+               rebuilt_from(cfg), cfg.bucket_cap_mb, res.buckets_rebuilt);
   }
   for (const std::string& n : res.notes) fmt::print("{}\n", n);
   print_zero(cfg, res.replicas);
@@ -113,11 +131,11 @@ Printed print_sequential(const ddp::Config& cfg, const ddp::SimResult& res, cons
 void print_gpt(const ddp::Config& cfg, const gpt::GptSimResult& res, const std::vector<report::RankRecord>& ranks,
                const Flags& flags) {
   fmt::print("buckets at iteration 0 (model order): {}\n", report::short_names(res.buckets_first));
-  if (!res.buckets_rebuilt.empty()) {
-    fmt::print("buckets from iteration 1 (rebuilt in gradient-ready order; the tied wte is ready last): {}\n",
-               report::short_names(res.buckets_rebuilt));
-  } else if (cfg.find_unused_parameters) {
-    fmt::print("buckets never rebuilt: torch 1.13 keeps iteration 0's with find_unused_parameters=True\n");
+  if (const std::string why = no_rebuilt_layout(cfg, res); !why.empty()) {
+    fmt::print("{}\n", why);
+  } else {
+    fmt::print("buckets from iteration {} (rebuilt in gradient-ready order; the tied wte is ready last): {}\n",
+               rebuilt_from(cfg), report::short_names(res.buckets_rebuilt));
   }
   if (const std::string j = ddp::join_summary(cfg); !j.empty()) fmt::print("{}\n", j);
   if (!flags.get_bool("quiet", false)) {  // as ddp_verify --model gpt: no per-step lines nor cmp tables

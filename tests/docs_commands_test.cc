@@ -465,6 +465,19 @@ TEST(DocsCommands, JoinRunSaysRanksSkippedSteps) {
   EXPECT_NE(r.out.find("skipped their last"), std::string::npos) << r.out;
 }
 
+// The rebuilt bucket layout is shown only for a run that uses it: not after one step, not where torch raised before
+// rebuilding, and from iteration 2 under static_graph (ddp_sim_test's LiveStaticGraphRebuildsAnIterationLater).
+TEST(DocsCommands, RebuiltLayoutOnlyWhereTheRunUsesIt) {
+  const CommandResult one = run_command({"sim/ddp_sim", "--samples", "16", "--quiet"});
+  EXPECT_NE(one.out.find("buckets not rebuilt within the run"), std::string::npos) << one.out;
+  const CommandResult raised = run_command({"sim/ddp_sim", "--world-size", "3", "--layers", "5,4", "--model",
+                                            "linear(5,8),relu,unused_linear(8,8),linear(8,4)", "--quiet"});
+  EXPECT_EQ(raised.status, 1);
+  EXPECT_NE(raised.out.find("buckets not rebuilt: the run raised"), std::string::npos) << raised.out;
+  const CommandResult fixed = run_command({"sim/ddp_sim", "--static-graph", "true", "--quiet"});
+  EXPECT_NE(fixed.out.find("buckets from iteration 2 "), std::string::npos) << fixed.out;
+}
+
 TEST(DocsCommands, EveryRefusalClaimIsRun) {
   std::vector<std::string> misplaced;
   const std::vector<DocCommand> cmds = all_commands(&misplaced);
