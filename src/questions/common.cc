@@ -115,7 +115,11 @@ std::string per_rank_layers(const ddp::Config& cfg) {
     why.push_back("BatchNorm (each rank normalises over its own batch of " + std::to_string(cfg.batch_size) +
                   ", one device over all of its batch)");
   }
-  if (spec.find("dropout") != std::string::npos) why.push_back("Dropout (each rank draws its own masks)");
+  if (spec.find("dropout") != std::string::npos)
+    why.push_back(cfg.seed_per_rank
+                      ? "Dropout (each rank draws its own masks, from its own seed, for its own batch)"
+                      : "Dropout (ranks seeded alike draw the very same mask, each for its own batch, where one "
+                        "device draws one mask over the whole batch)");
   return fmt::format("{}", fmt::join(why, " and "));
 }
 

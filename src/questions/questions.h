@@ -68,7 +68,7 @@ std::string format_model_cmp(const ModelCmp& c);
 std::string loss_table(const std::vector<const Run*>& runs);
 
 // The layers that make one device differ from DDP's ranks whatever the order of additions: "BatchNorm
-// (statistics over each rank's batch only)", "Dropout (each rank draws its own masks)"; "" when none.
+// (statistics over each rank's batch only)", "Dropout (ranks seeded alike draw the very same mask ...)"; "" when none.
 std::string per_rank_layers(const ddp::Config& cfg);
 
 // Python's repr of a float, for numbers a learner reads.
