@@ -184,12 +184,13 @@ CheckResult check_run(const Run& run) {
     if (!pairing_lost) {
       const std::vector<int> unsynced = unsynced_ranks(recs);
       for (int r : unsynced)  // module(x) and a second backward are named by health.step, under this same kind
-        if (why_not_reduced(*recs[static_cast<size_t>(r)]).find("no_sync") != std::string::npos)
+        if (!forward_bypassed_ddp(*recs[static_cast<size_t>(r)]))
           found.add("not-all-reduced", "problem", "no-sync", step, r, "",
-                  fmt::format("step {}, rank {}: the backward ran without DDP's all-reduce while the other ranks "
-                              "all-reduced: {} on this rank only. From here on this rank's all-reduces pair with the "
-                              "other ranks' of another step, so the gradients are not predicted",
-                              step, r, why_not_reduced(*recs[static_cast<size_t>(r)])));
+                    fmt::format("step {}, rank {}: the backward ran without DDP's all-reduce while the other ranks "
+                                "all-reduced: every backward ran under no_sync() on this rank only. From here on this "
+                                "rank's all-reduces pair with the other ranks' of another step, so the gradients are "
+                                "not predicted",
+                                step, r));
       pairing_lost = !unsynced.empty();
     }
     if (replay.grads_checked() && !pairing_lost && !missing && m.optimizer_class != "LBFGS") {

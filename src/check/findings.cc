@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "src/check/health.h"
+#include "src/check/step_compare.h"
 
 namespace ddplab::check {
 namespace {
@@ -128,10 +128,10 @@ std::string sampler_advice(const Run& run) {
            "and do not pass a sampler of your own";
   if (run.first().framework == "fabric")
     return "Fabric shards the data itself: loader = fabric.setup_dataloaders(loader) puts a DistributedSampler in it "
-           "(use_distributed_sampler=True, the default) and calls its set_epoch at each pass over the loader";
+           "(use_distributed_sampler=True, the default)";
   if (run.first().framework == "accelerate")
     return "accelerate shards the data itself: pass the DataLoader to accelerator.prepare(model, optimizer, loader) "
-           "and iterate what it returns (each rank then gets its own part, reshuffled every epoch)";
+           "and iterate what it returns (each rank then gets its own part)";
   return "DataLoader(dataset, sampler=DistributedSampler(dataset)) with the same seed on every rank, and "
          "sampler.set_epoch(epoch) at the start of each epoch";
 }
@@ -218,11 +218,6 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
       if (b.sync) return true;
     return false;
   };
-  const auto unreduced = [](const StepRecord& rec) {  // a backward after no forward through DDP
-    for (const Backward& b : rec.backwards)
-      if (!b.forward.empty()) return true;
-    return false;
-  };
   bool equal = true;
   for (const StepRecord* rec : recs) {
     if (!rec || rec == ref) continue;
@@ -247,20 +242,18 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
                       "step left{}), so the replicas no longer agree. Usually code that edits parameters on some "
                       "ranks only (under torch.no_grad(), a rank-dependent init or load after DDP(...))",
                       ref->step, who, changed, first_step ? ", or from rank " + std::to_string(r0) + "'s at the first recorded step" : ""));
-    } else if (!synced(*rec) || !synced(*ref) || unreduced(*rec) || unreduced(*ref)) {
-      // A backward of this step ran without DDP's all-reduce on one of the two: its gradient was never averaged.
-      const int who = !synced(*rec) || unreduced(*rec) ? rank : r0;
-      const std::string why = why_not_reduced(who == rank ? *rec : *ref);
-      if (why.find("no_sync") == std::string::npos) continue;  // module(x), a second backward: not-all-reduced says it
+    } else if (forward_bypassed_ddp(*rec) || forward_bypassed_ddp(*ref)) {
+      continue;  // module(x) or a second backward on one of the two: not-all-reduced names it
+    } else if (!synced(*rec) || !synced(*ref)) {
+      // No all-reduce ran in this step on one of the two: the gradients were never averaged.
+      const int who = !synced(*rec) ? rank : r0;
       name = first_difference(m, *rec, "grad_step", *ref, "grad_step");
       note_div(fmt::format("rank {}'s .grad at optimizer.step() vs rank {}'s", rank, r0), "grad_step");
       add("replicas-diverged", "problem", "gradients", ref->step, who, name.empty() ? after : name,
-          fmt::format("step {}: rank {}'s gradient was not averaged with the other ranks' in this step ({}), so the "
-                      "replicas step apart{}",
-                      ref->step, who, why,
-                      why.find("no_sync") != std::string::npos
-                          ? ". no_sync() is for accumulating: leave the last micro-batch of each step outside it"
-                          : ""));
+          fmt::format("step {}: no all-reduce ran on rank {} in this step (every backward ran under no_sync()), so its "
+                      "gradient was never averaged with the other ranks' and the replicas step apart. no_sync() is "
+                      "for accumulating: leave the last micro-batch of each step outside it",
+                      ref->step, who));
     } else if (const Stage* stage = first_stage_differing(m, *rec, *ref, &name)) {
       note_div(fmt::format("rank {}'s {} vs rank {}'s", rank, stage->what, r0), stage->kind);
       add("replicas-diverged", "problem", stage->cause, ref->step, rank, name,

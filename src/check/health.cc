@@ -41,18 +41,6 @@ std::map<std::string, std::vector<std::string>> nonfinite_of(const StepRecord& r
 
 }  // namespace
 
-std::string why_not_reduced(const StepRecord& rec) {
-  for (const Backward& b : rec.backwards)
-    if (b.forward == "module")
-      return "its forward called ddp_model.module(x), the wrapped model, instead of ddp_model(x): only DDP's own "
-             "forward arms the all-reduce";
-  for (const Backward& b : rec.backwards)
-    if (b.forward == "none")
-      return "a second backward ran on a graph whose forward went through DDP once (backward(retain_graph=True), "
-             "then backward again): DDP all-reduces the first backward after each forward only";
-  return "every backward ran under no_sync()";
-}
-
 Health::Health(const Run& run) : run_(run), outside_first_(static_cast<size_t>(run.world_size())) {}
 
 void Health::step(const std::vector<const StepRecord*>& recs, const std::vector<const StepRecord*>& prev,
@@ -263,8 +251,8 @@ void Health::after_run(Findings& found) {
     }
     std::string then;
     if (!trained_on)
-      then = ". The parameters stayed finite: the step was skipped (as torch.amp.GradScaler skips a step whose "
-             "gradients overflowed), so the run is not training on NaN";
+      then = ". The parameters stayed finite: the step was skipped on every rank alike, so the run is not training "
+             "on NaN";
     else if (all_bad_step_ >= 0)
       then = fmt::format(". From step {} every rank's parameters hold NaN or inf: every later step trains on NaN, and "
                          "the loss is NaN from there", all_bad_step_);

@@ -12,9 +12,6 @@
 
 namespace ddplab::check {
 
-// Why a rank's backwards in this record reduced nothing, as a clause: module(x), a second backward, no_sync().
-std::string why_not_reduced(const StepRecord& rec);
-
 class Health {
  public:
   explicit Health(const Run& run);

@@ -148,6 +148,12 @@ CmpResult digest_row(const std::string& name, int64_t numel, bool same) {
 // The ranks' all-reduces pair by position: a rank that ran a backward without DDP's all-reduce while the
 // others all-reduced (its forward was the wrapped module's, or ran under no_sync() on that rank only) shifts
 // every later pairing. Returns the ranks that did.
+bool forward_bypassed_ddp(const StepRecord& rec) {
+  for (const Backward& b : rec.backwards)
+    if (!b.forward.empty()) return true;
+  return false;
+}
+
 std::vector<int> unsynced_ranks(const std::vector<const StepRecord*>& recs) {
   size_t nb = 0;
   for (const StepRecord* r : recs)

@@ -35,5 +35,8 @@ void count(Counts& all, std::vector<Counts>& per_rank, int r, const CmpResult& c
 CmpResult digest_row(const std::string& name, int64_t numel, bool same);
 // The ranks whose backward ran without DDP's all-reduce while the others all-reduced (pairing shifts).
 std::vector<int> unsynced_ranks(const std::vector<const StepRecord*>& recs);
+// A backward of the record followed no forward through DDP (ddp_model.module(x), a second backward of one
+// graph): DDP never armed its all-reduce. health.cc names it; the other findings leave it to that one.
+bool forward_bypassed_ddp(const StepRecord& rec);
 
 }  // namespace ddplab::check
