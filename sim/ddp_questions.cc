@@ -10,6 +10,7 @@
 #include "src/base/parallel.h"
 #include "src/ddp/config.h"
 #include "src/questions/questions.h"
+#include "src/questions/topics.h"
 
 namespace {
 
@@ -30,6 +31,7 @@ std::string topic_names() {
 int run(int argc, char** argv) {
   auto known = ddp::config_flag_names();
   known.insert("threads");
+  for (const char* f : {"link-gbps", "link-latency-us", "compute-gflops"}) known.insert(f);  // speed's cost model
   const Flags flags(argc, argv, known, {"seed-per-rank"});
   if (!flags.help() && flags.positional().empty()) {
     throw UsageError("name a topic: ddp_questions TOPIC [flags] (topics: " + topic_names() + "; --help says more)");
@@ -37,7 +39,9 @@ int run(int argc, char** argv) {
   if (flags.help()) {
     std::printf("usage: ddp_questions TOPIC [flags]\nAnswers a question about DDP by simulating the runs that "
                 "answer it, side by side, ending in `answer:` lines.\nTopics:\n%s\nEvery topic takes ddp_sim's "
-                "flags (each topic picks defaults that show its case; the flags you give win):\n%s%s",
+                "flags (each topic picks defaults that show its case; the flags you give win):\n%s%s"
+                "speed's cost model (ddp_sim --trace's): --link-gbps G [10] --link-latency-us A [5] "
+                "--compute-gflops F [50]\n",
                 topic_list().c_str(), ddp::config_usage(), threads_usage());
     return 0;
   }
@@ -46,6 +50,11 @@ int run(int argc, char** argv) {
   if (topic == nullptr) {
     throw UsageError("unknown topic '" + flags.positional()[0] + "' (topics: " + topic_names() + ")");
   }
+  for (const char* f : {"link-gbps", "link-latency-us", "compute-gflops"}) {
+    if (flags.has(f) && std::string(topic->name) != "speed")
+      throw UsageError(std::string("--") + f + " is the speed topic's cost model flag, not " + topic->name + "'s");
+  }
+  questions::speed_cost_model() = cost_model_from_flags(flags);
   ddp::Config cfg = ddp::config_from_flags(flags, topic->defaults);
   if (cfg.is_gpt()) throw UsageError("ddp_questions runs the sequential models (--model mlp, cnn or a spec), not gpt");
   cfg.threads = threads_from_flags(flags);
@@ -53,7 +62,8 @@ int run(int argc, char** argv) {
   // answer built from it would say "1 times fewer steps" (accumulation's question holds on one rank; fsdp refuses
   // in its own check).
   const std::string name = topic->name;
-  if (cfg.world_size < 2 && (name == "loss-scale" || name == "batch-size" || name == "lr-scaling" || name == "evaluation"))
+  if (cfg.world_size < 2 && (name == "loss-scale" || name == "batch-size" || name == "lr-scaling" || name == "evaluation" ||
+                              name == "speed"))
     throw UsageError(name + " compares DDP over several ranks with one device: --world-size 1 has nothing to compare "
                             "(give 2 to 64)");
   if (topic->check != nullptr) topic->check(cfg);

@@ -113,6 +113,8 @@ def parser():
     # How the micro-batch losses reach .grad: loss.backward() on each (sum), or (loss / K).backward() (divide)
     ap.add_argument('--no-sync-loss', choices=['sum', 'divide'], default='sum')
     ap.add_argument('--sync-on', choices=['last', 'first', 'never'], default='last')
+    # a NaN in rank R's first micro-batch of optimizer step S (its first input value): ddp_sim's --inject-nan
+    ap.add_argument('--inject-nan', default='none')
     # loss = loss_fn(out, y) / D before the backward (D = world size: dividing where DDP already averages)
     ap.add_argument('--loss-divisor', type=int, default=1)
     ap.add_argument('--init', choices=['same', 'per-rank'], default='same')
@@ -135,6 +137,7 @@ def parser():
 def parse(argv):
     ap = parser()
     a = ap.parse_args(argv)
+    a.steps_done = 0  # optimizer steps taken so far (--inject-nan's step)
     if a.world_size < 1:
         ap.error('--world-size must be >= 1')
     if a.batch_size < 1:
@@ -296,6 +299,11 @@ def write_json_atomic(path, doc):
 def run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses):
     for b, (x, t) in enumerate(batches):
         step = (b + 1) % a.no_sync == 0 or b == len(batches) - 1
+        if a.inject_nan != 'none' and b % a.no_sync == 0:
+            nan_rank, nan_step = (int(v) for v in a.inject_nan.split(':'))
+            if rank == nan_rank and a.steps_done == nan_step:
+                x = x.clone()
+                x.view(-1)[0] = float('nan')
         # --sync-on: which micro-batch of a step runs outside no_sync() (first / never: the misuses)
         sync = {'last': step, 'first': b % a.no_sync == 0, 'never': False}[a.sync_on]
         scale = a.no_sync if a.no_sync_loss == 'divide' else None
@@ -312,6 +320,7 @@ def run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses):
         if step:
             opt.step()
             opt.zero_grad(set_to_none=True)
+            a.steps_done += 1
         losses.append(f32(loss.item()))
         # One write per line so that the ranks' lines do not interleave mid-line.
         sys.stdout.write(f'[rank{rank}] Epoch: {epoch + 1:03d}/{a.epochs:03d} | Batch size {len(x):03d} | '

@@ -249,8 +249,9 @@ int run(int argc, char** argv) {
     return 1;
   }
   if (const auto& nf = trained.nonfinite) {
-    std::fprintf(stderr, "ddp_sim: the run's numbers became NaN or inf at step %lld on rank %lld (%s first): it diverged\n",
-                 static_cast<long long>(nf->step), static_cast<long long>(nf->rank), nf->what.c_str());
+    std::fprintf(stderr, "ddp_sim: the run's numbers became NaN or inf at step %lld on rank %lld (%s first): %s\n",
+                 static_cast<long long>(nf->step), static_cast<long long>(nf->rank), nf->what.c_str(),
+                 cfg.inject_nan_rank >= 0 ? "--inject-nan put it there" : "it diverged");
     return 4;
   }
   return 0;

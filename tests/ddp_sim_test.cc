@@ -299,6 +299,52 @@ TEST(DdpSim, LiveStaticGraphRebuildsAnIterationLater) {
   EXPECT_GT(differ_from_default, 0u) << "the layout of iteration 1 changed no bit: the test would not see the delay";
 }
 
+// A dump whose NaN (Python's json writes them, as ddp_sim does) is read as null.
+json dump_with_nan(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t at = text.find("NaN"); at != std::string::npos; at = text.find("NaN", at)) text.replace(at, 3, "null");
+  return json::parse(text);
+}
+
+// Every number of a (nested) array is NaN, read as null.
+bool all_null(const json& j) {
+  if (!j.is_array()) return j.is_null();
+  return std::all_of(j.begin(), j.end(), [](const json& v) { return all_null(v); });
+}
+
+// --inject-nan 1:1 (docs/questions.md, a NaN on one rank): torch 1.13 with the same NaN in rank 1's batch at step
+// 1, world size 3. Every loss is torch's bit for bit, NaN where torch's is NaN: rank 1's at step 1, every rank's
+// after it; every parameter of every rank ends NaN in both. ddp_sim says where the NaN was first and exits 4.
+TEST(DdpSim, LiveInjectedNanSpreadsAsInTorch) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
+  const std::vector<std::string> args = {"--world-size", "3", "--layers", "6,16,2", "--inject-nan", "1:1"};
+  const std::string sim_out = testing::temp_dir() + "/nan_sim.json", torch_out = testing::temp_dir() + "/nan_torch.json";
+  std::vector<std::string> cmd = args;
+  for (const char* a : {"--allreduce", "ring", "--quiet", "--dump-params"}) cmd.push_back(a);
+  cmd.push_back(sim_out);
+  const CommandResult r = ddp_sim(cmd);
+  EXPECT_EQ(r.status, 4) << r.err;
+  EXPECT_NE(r.err.find("at step 1 on rank 1 (the loss first): --inject-nan put it there"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("  before the all-reduce, the local .grad (rank 0: 0, rank 1: 146, rank 2: 0)\n"
+                       "  after it, .grad (rank 0: 146, rank 1: 146, rank 2: 146)"),
+            std::string::npos)
+      << r.out;
+  std::vector<std::string> ref = {"/usr/bin/env", "ATEN_CPU_CAPABILITY=avx2", "/usr/bin/python3", "sim/ddp_reference.py"};
+  ref.insert(ref.end(), args.begin(), args.end());
+  ref.insert(ref.end(), {"--dump-params", torch_out});
+  ASSERT_EQ(testing::run_command(ref).status, 0);
+  const json sim = dump_with_nan(sim_out), torch = dump_with_nan(torch_out);
+  EXPECT_EQ(sim["losses"], torch["losses"]);
+  EXPECT_TRUE(torch["losses"][1][1].is_null() && torch["losses"][0][1].is_number() && torch["losses"][0][2].is_null())
+      << torch["losses"];
+  for (size_t k = 0; k < 3; ++k)
+    for (const auto& [name, want] : torch["replicas"][k].items()) {
+      EXPECT_TRUE(all_null(want)) << "torch rank " << k << " " << name;
+      EXPECT_EQ(sim["replicas"][k][name], want) << "rank " << k << " " << name;
+    }
+}
+
 // docs/questions.md §20: bucket_cap_mb moves the last bits at world size 3 (the layout decides each element's ring
 // chunk); ddp_sim is torch 1.13 bit for bit under both caps.
 TEST(DdpSim, LiveBucketCapMovesTheLastBitsAsInTorch) {
@@ -683,6 +729,9 @@ TEST(DdpSim, BadInputGetsOneLineAndExit2) {
       {{"--dataset", "toy", "--layers", "3,2"}, "--dataset toy has 2 features and 2 classes"},
       {{"--average", "mean"}, "--average must be one of predivide|postdivide|avg"},
       {{"--wat"}, "unknown flag --wat"},
+      {{"--inject-nan", "2:1"}, "--inject-nan 2:1: rank 2 is not one of the 2 ranks (0 to 1)"},
+      {{"--inject-nan", "1"}, "--inject-nan takes RANK:STEP, two numbers from 0 (got '1')"},
+      {{"--inject-nan", "a:-1"}, "--inject-nan takes RANK:STEP, two numbers from 0 (got 'a:-1')"},
   };
   for (const BadInput& c : cases) {
     const CommandResult r = ddp_sim(c.args);

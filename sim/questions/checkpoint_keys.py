@@ -75,6 +75,12 @@ def keys_and_map(work):
         got = torch.load(io.BytesIO(data), map_location=ml)['model']
         out.append(f'fact: map_location={ml!r}: devices={sorted({str(v.device) for v in got.values()})} '
                    f'equal={all(torch.equal(got[k], msd[k]) for k in msd)}')
+    seen = set()
+    torch.load(io.BytesIO(data), map_location=lambda storage, loc: seen.add(loc) or storage)
+    out.append(f'answer: torch.load puts every tensor back on the device its file names ({", ".join(sorted(seen))} '
+               f'for a GPU run\'s checkpoint: without map_location every rank that loads it restores them to cuda:0, GPU 0\'s '
+               f'memory (not measured here), and a machine without a GPU refuses, as above); map_location=\'cpu\' or {{\'cuda:0\': f\'cuda:{{local_rank}}\'}} '
+               f'puts them where this rank wants them')
     return out
 
 

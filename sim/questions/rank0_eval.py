@@ -165,14 +165,43 @@ def run(case):
         shutil.rmtree(work, ignore_errors=True)
 
 
+WHAT = {'A': 'rank 0 alone evaluates through the DDP wrapper after step 1 (BatchNorm, broadcast_buffers=True)',
+        'Ad': 'the same under TORCH_DISTRIBUTED_DEBUG=DETAIL',
+        'A2': 'rank 0 alone evaluates through the DDP wrapper after step 2 only (BatchNorm)',
+        'A3': 'rank 0 alone evaluates through the DDP wrapper after steps 2 and 3, the last (BatchNorm)',
+        'B': 'rank 0 alone evaluates through the DDP wrapper after every step, a model without buffers',
+        'C': 'rank 0 alone calls dist.barrier() after step 2',
+        'D': 'rank 0 alone evaluates through ddp.module after every step (BatchNorm)',
+        'E': 'every rank evaluates through the DDP wrapper after every step (BatchNorm)'}
+
+
+def collectives(trace_text):  # the collectives in the order issued, without the step and evaluation marks
+    return re.sub(r'\b[TEB]\w*\[', ' ', trace_text).replace(']', ' ').split()
+
+
+def summary(res):
+    done = [r for r in (0, 1) if res[r]['outcome'] == 'completed']
+    if len(done) < 2:
+        return '; '.join(f"rank {r} {o if o.startswith('process died') else o.split(' (')[0]}"
+                         for r, o in ((r, res[r]['outcome']) for r in (0, 1)))
+    eq = 'equal' if res[0]['params'] == res[1]['params'] else 'differ'
+    if res[0]['trace'] == res[1]['trace']:
+        return f'both ranks complete, parameters {eq}'
+    if collectives(res[0]['trace']) != collectives(res[1]['trace']):
+        return f'both ranks complete although they issued different collectives, parameters {eq}'
+    evals = re.findall(r'E\[([^\]]*)\]', res[0]['trace'])
+    if not any(evals):
+        return f"both ranks complete, parameters {eq}: rank 0's evaluation issues no collective"
+    return (f"both ranks complete, parameters {eq}: rank 0's evaluation issued a collective ({' '.join(e for e in evals if e)}) "
+            f"that its next training step then did not, so the ranks' collectives still pair one for one")
+
+
 def main():
     for case in CASES:
         res = run(case)
         for r in (0, 1):
-            print(f"answer: {case[0]} rank{r} issued {res[r]['trace']} -> {res[r]['outcome']}", flush=True)
-        done = [x.get('steps', '?') for x in res]
-        eq = res[0]['params'] == res[1]['params'] if all('params' in x for x in res) else 'n/a'
-        print(f"answer: {case[0]} steps_done={done[0]}/{done[1]} params_equal={eq}", flush=True)
+            print(f"trace: {case[0]} rank{r} issued {res[r]['trace']} -> {res[r]['outcome']}", flush=True)
+        print(f"answer: {WHAT[case[0]]}: {summary(res)}", flush=True)
 
 
 if __name__ == '__main__':

@@ -100,6 +100,15 @@ def run(case):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def describe(ck, uses, fu, sg):
+    block = 'the block run once' if uses == 1 else 'the block run twice in one forward (shared weights)'
+    how = {'none': 'no checkpointing', 'reentrant': 'checkpoint(use_reentrant=True)',
+           'nonreentrant': 'checkpoint(use_reentrant=False)'}[ck]
+    flags = [f'find_unused_parameters={fu}'] + ({'arg': ['static_graph=True'], 'call': ['ddp._set_static_graph()']}
+                                                 .get(sg, []))
+    return f"{how}, {block}, {', '.join(flags)}"
+
+
 def main():
     results = {c[0]: run(c) for c in CASES}
     params = {n: [torch.load(io.BytesIO(b)) for b in r[1]] for n, r in results.items() if r[1]}
@@ -107,16 +116,26 @@ def main():
     errors = set()
     for name, ck, uses, fu, sg in CASES:
         out = results[name][0]
-        line = f"answer: {name} ck={ck} uses={uses} fu={fu} sg={sg or 'no'} -> {out['outcome']}"
+        line = f"trace: {name} ck={ck} uses={uses} fu={fu} sg={sg or 'no'} -> {out['outcome']}"
+        answer = f"answer: {describe(ck, uses, fu, sg)}: "
         if out['outcome'] == 'trains':
             ref = f'plain{uses}'
-            line += (f" ranks_equal={same(*params[name])} equal_to_{ref}={same(params[name][0], params[ref][0])}")
+            equal, plain = same(*params[name]), same(params[name][0], params[ref][0])
+            line += f" ranks_equal={equal} equal_to_{ref}={plain}"
+            answer += (f"trains, the ranks {'bitwise equal' if equal else 'different'}"
+                       + ('' if ck == 'none' else f", {'bitwise equal to' if plain else 'not equal to'} the same run "
+                                                  f"without checkpointing"))
         elif 'error' in out:
-            line += f" in step {out['steps'] + 1}: {out['error'].split('. ')[0]}."
+            first = f"{out['error'].split('. ')[0]}."
+            line += f" in step {out['steps'] + 1}: {first}"
+            answer += f'RuntimeError in step {out["steps"] + 1}: "{first}"'
             errors.add(out['error'])
+        else:
+            answer += out['outcome']
         print(line)
+        print(answer)
     for i, e in enumerate(sorted(errors)):
-        print(f'answer: error text {i}: {" | ".join(e.strip().splitlines())}')
+        print(f'fact: error text {i}: {" | ".join(e.strip().splitlines())}')
 
 
 if __name__ == '__main__':

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -198,10 +199,44 @@ std::string describe_tail(const Config& c) {
   return extra;
 }
 
+// Every other flag the run changed from its model's defaults, as `name=value`: with the parts above, the header
+// names every option that differs (--static-graph, --sync-on, --seed, ...), for every model. `shown`: the flags the
+// header's own parts already say.
+std::string other_changes(const Config& c, const std::set<std::string>& shown) {
+  Config def;
+  if (c.is_gpt()) {
+    def.model = "gpt";
+    apply_gpt_defaults(def);
+  }
+  std::string out;
+  for (const FlagSpec& f : flag_table()) {
+    const std::string name = f.name;
+    if (shown.count(name) || name == "data") continue;
+    if ((f.applies == Applies::gpt && !c.is_gpt()) || (f.applies == Applies::sequential && c.is_gpt())) continue;
+    if (f.write(c) == f.write(def)) continue;
+    std::string key = name;
+    std::replace(key.begin(), key.end(), '-', '_');
+    out += fmt::format(" | {}={}", key, f.write(c));
+  }
+  return out;
+}
+
+// The flags describe() and describe_gpt() show, with describe_tail's.
+const std::set<std::string> kTailFlags = {"zero", "uneven", "join", "join-divide", "join-scope", "comm-hook",
+                                          "powersgd-rank", "powersgd-start-iter", "clip-grad-norm", "world-size",
+                                          "model", "batch-size", "lr", "no-sync", "static-graph",
+                                          "gradient-as-bucket-view"};
+
 }  // namespace
 
 std::string describe(const Config& c) {
-  if (c.is_gpt()) return describe_gpt(c) + describe_tail(c);
+  if (c.is_gpt()) {
+    std::set<std::string> shown = kTailFlags;
+    shown.insert({"n-layer", "n-head", "n-embd", "block-size", "dropout", "bias", "gelu", "weight-decay", "steps",
+                  "aux-head-every", "zero-grad"});
+    if (c.gpt.aux_head_every > 0) shown.insert("find-unused-parameters");
+    return describe_gpt(c) + describe_tail(c) + other_changes(c, shown);
+  }
   std::string opt = c.optimizer == OptimizerKind::sgd ? fmt::format("sgd lr={} momentum={}", c.lr, c.momentum)
                                                       : fmt::format("adam lr={}", c.lr);
   std::string model = fmt::format("MLP {}{}", fmt::join(c.layers, "-"), c.relu ? " relu" : "");
@@ -213,7 +248,14 @@ std::string describe(const Config& c) {
   if (c.comm_hook.name != "none") extra += " | " + describe(c.comm_hook);
   if (c.find_unused_parameters) extra += " | find_unused_parameters";
   if (c.clip_grad_norm > 0) extra += fmt::format(" | clip {}", c.clip_grad_norm);
+  if (c.static_graph) extra += " | static_graph";
+  if (c.gradient_as_bucket_view) extra += " | gradient_as_bucket_view";
   extra += describe_tail(c);
+  std::set<std::string> shown = kTailFlags;
+  shown.insert({"layers", "activation", "loss", "optimizer", "momentum", "dataset", "samples", "shuffle", "drop-last",
+                "init", "broadcast", "average", "bucket-cap-mb", "allreduce", "kernels", "seed-per-rank",
+                "sync-batchnorm", "broadcast-buffers", "find-unused-parameters"});
+  extra += other_changes(c, shown);
   return fmt::format(
       "world_size={} | {} | {} | {} | {} dataset, {} samples | batch {}/rank | shuffle={} drop_last={} | "
       "init={} broadcast={} | average={} | bucket_cap_mb={} | no_sync={} | allreduce={} | kernels={}{}",

@@ -81,6 +81,9 @@ struct Config {
   // --loss-divisor D: loss = loss_fn(out, y) / D before the backward (D = world_size: the common mistake of
   // dividing by the number of ranks when DDP already averages). 1: no division.
   int64_t loss_divisor = 1;
+  // --inject-nan RANK:STEP: a NaN in that rank's first micro-batch of that optimizer step (its first input value),
+  // to show how one rank's NaN reaches every rank (docs/questions.md). -1: none.
+  int64_t inject_nan_rank = -1, inject_nan_step = -1;
   collective::Algorithm allreduce = collective::Algorithm::ring;
   CommHookOptions comm_hook;  // --comm-hook and --powersgd-*: DDP.register_comm_hook
   // Uneven inputs (src/ddp/join.h): rank r trains on the first B - uneven*r of its B batches per epoch; with

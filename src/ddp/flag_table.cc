@@ -212,6 +212,29 @@ const std::vector<FlagSpec>& flag_table() {
                           "  --loss-divisor D          loss / D before backward() (D = world size: the gradients "
                           "come out\n"
                           "                            1/D of DDP's, which already averages) [{def}]\n"))),
+      later(only(Applies::sequential,
+                 {"inject-nan",
+                  "  --inject-nan RANK:STEP    a NaN in rank RANK's batch at optimizer step STEP (its first input value):\n"
+                  "                            how one rank's NaN reaches every rank; the run then exits 4 [none]\n",
+                  [](const Flags& f, Config& c) {
+                    if (!f.has("inject-nan")) return;
+                    const std::string v = f.get_string("inject-nan", "");
+                    if (v == "none") return;
+                    const size_t colon = v.find(':');
+                    const auto number = [&](const std::string& s) -> int64_t {
+                      if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+                        throw UsageError("--inject-nan takes RANK:STEP, two numbers from 0 (got '" + v + "')");
+                      return std::stoll(s);
+                    };
+                    if (colon == std::string::npos)
+                      throw UsageError("--inject-nan takes RANK:STEP, two numbers from 0 (got '" + v + "')");
+                    c.inject_nan_rank = number(v.substr(0, colon));
+                    c.inject_nan_step = number(v.substr(colon + 1));
+                  },
+                  [](const Config& c) {
+                    return c.inject_nan_rank < 0 ? std::string("none")
+                                                 : fmt::format("{}:{}", c.inject_nan_rank, c.inject_nan_step);
+                  }})),
       choice_flag("allreduce", &Config::allreduce, collective::algorithm_names(),
                   "  --allreduce {choices}   the simulator's algorithm; ring "
                   "matches Gloo,\n"

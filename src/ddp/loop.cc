@@ -107,7 +107,31 @@ class Loop {
   size_t log_checked_ = 0;  // out_.log entries whose loss was looked at for NaN
   // The first NaN or inf of the step about to be taken (its losses, then the gradients), or after it (parameters).
   void find_nonfinite(const std::vector<size_t>& running, bool after_step);
+  // --inject-nan: how many values of each rank's .grad (or, `what` naming them, parameters) are NaN or inf, as a
+  // note: where the injected NaN has reached.
+  void note_nonfinite(const std::vector<size_t>& running, int64_t step, const std::string& what);
 };
+
+void Loop::note_nonfinite(const std::vector<size_t>& running, int64_t step, const std::string& what) {
+  const bool params = what.find("parameters") != std::string::npos;
+  std::string counts;
+  int64_t total = 0;
+  for (size_t k : running) {
+    int64_t bad = 0;
+    total = 0;
+    for (const Parameter* p : local_[k]->parameters()) {
+      const Matrix& m = params ? p->value : p->grad;
+      total += p->numel();
+      if (params || p->has_grad) bad += (m.array() != m.array()).count() + (m.array().abs() == INFINITY).count();
+    }
+    counts += fmt::format("{}rank {}: {}", counts.empty() ? "" : ", ", local_[k]->rank, bad);
+  }
+  if (out_.notes.empty() || out_.notes.back().rfind("step " + std::to_string(step) + ": --inject-nan", 0) != 0) {
+    out_.notes.push_back(fmt::format("step {}: --inject-nan put a NaN in rank {}'s batch; NaN or inf values of {}:",
+                                     step, cfg_.inject_nan_rank, total));
+  }
+  out_.notes.back() += fmt::format("\n  {} ({})", what, counts);
+}
 
 void Loop::find_nonfinite(const std::vector<size_t>& running, bool after_step) {
   if (out_.nonfinite) return;
@@ -243,7 +267,10 @@ void Loop::synchronise(const Round& round, const std::vector<size_t>& running) {
     reducers_[k]->set_join_state(!round.slots[k].active,
                                  cfg_.join_divide_active ? round.active_world : cfg_.world_size);
   }
+  const bool injected = cfg_.inject_nan_step == step && cfg_.inject_nan_rank >= 0;
+  if (injected) note_nonfinite(running, step, "before the all-reduce, the local .grad");
   std::vector<HookReport> reports = sync_.allreduce(reducers_, reducible);
+  if (injected) note_nonfinite(running, step, "after it, .grad");
   if (reducers_[0]->comm_hook()) out_.hook_reports.push_back(std::move(reports));
   // 1.13 rebuilds buckets after the first iteration unless find_unused_parameters (without static_graph);
   // find_unused_parameters (static_graph) marks the unused ready first, before autograd's hooks. Under
@@ -276,6 +303,9 @@ void Loop::step(const std::vector<size_t>& running) {
     if (cfg_.zero_grad_set_to_none && r.reducer) r.reducer->grads_set_to_none();
   });
   if (sync_.after_step) sync_.after_step(local_);
+  if (cfg_.inject_nan_rank >= 0 && cfg_.inject_nan_step == out_.optimizer_steps) {
+    note_nonfinite(running, out_.optimizer_steps, "after optimizer.step(), the parameters");
+  }
   find_nonfinite(running, true);
   ++out_.optimizer_steps;
 }

@@ -1,5 +1,7 @@
 #include "src/ddp/replica.h"
 
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "src/ddp/zero.h"
@@ -141,12 +143,16 @@ int64_t Replica::begin_epoch(int64_t epoch) {
   return static_cast<int64_t>(batches.size());
 }
 
-float Replica::forward_backward(int64_t b, int64_t /*step*/) {
-  return forward_backward(*data, batches[static_cast<size_t>(b)]);
+float Replica::forward_backward(int64_t b, int64_t step) {
+  // --inject-nan: a NaN in this rank's first micro-batch of that step, in its first input value
+  const bool nan = cfg.inject_nan_rank == rank && cfg.inject_nan_step == step && b % cfg.no_sync == 0;
+  return forward_backward(*data, batches[static_cast<size_t>(b)], nan);
 }
 
-float Replica::forward_backward(const Dataset& data, const std::vector<int64_t>& idx) {
-  const Tensor out = model.forward(input_batch(cfg, data, idx));
+float Replica::forward_backward(const Dataset& data, const std::vector<int64_t>& idx, bool nan_input) {
+  Tensor input = input_batch(cfg, data, idx);
+  if (nan_input) input.value(0, 0) = std::numeric_limits<float>::quiet_NaN();
+  const Tensor out = model.forward(input);
   LossResult l = compute_loss(cfg, out.value, data, idx);
   ready.clear();
   model.backward(Tensor(out.shape, std::move(l.grad)), ready);

@@ -49,7 +49,7 @@ struct Replica : TrainingRank {
   int64_t begin_epoch(int64_t epoch) override;
   float forward_backward(int64_t b, int64_t step) override;
   // Forward, loss and backward on the samples `idx` (grads accumulate, as under no_sync). Returns the loss.
-  float forward_backward(const Dataset& data, const std::vector<int64_t>& idx);
+  float forward_backward(const Dataset& data, const std::vector<int64_t>& idx, bool nan_input = false);
 
   Sequential model;
   DistributedSampler sampler;

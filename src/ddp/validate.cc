@@ -81,6 +81,10 @@ void validate(const Config& c) {
     throw UsageError(fmt::format("--world-size {} exceeds the dataset size {}: every rank needs a sample", c.world_size,
                                  c.dataset_size()));
   }
+  if (c.inject_nan_rank >= c.world_size) {
+    throw UsageError(fmt::format("--inject-nan {}:{}: rank {} is not one of the {} ranks (0 to {})", c.inject_nan_rank,
+                                 c.inject_nan_step, c.inject_nan_rank, c.world_size, c.world_size - 1));
+  }
   if (c.dataset == DatasetKind::digits) {
     if (c.loss != LossKind::ce) throw UsageError("--dataset digits has labels 0..9: it trains with --loss ce");
     if (c.is_mlp() && (c.layers.front() != 64 || c.layers.back() != 10)) {

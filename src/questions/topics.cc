@@ -19,6 +19,8 @@ const std::vector<Topic>& topics() {
        accumulation_defaults, accumulation_check, accumulation_run},
       {"fsdp", "What does FSDP change compared with DDP, and does it train the same model?", fsdp_defaults,
        fsdp_check, fsdp_run},
+      {"speed", "Why is my DDP run slower than one GPU? How many bytes does a step send, and what hides them?",
+       speed_defaults, nullptr, speed_run},
   };
   return t;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "src/questions/questions.h"
+#include "src/report/timeline.h"
 
 namespace ddplab::questions {
 
@@ -20,5 +21,9 @@ void evaluation_run(const ddp::Config& cfg);
 void fsdp_defaults(ddp::Config& cfg);  // fsdp.cc
 void fsdp_check(const ddp::Config& cfg);
 void fsdp_run(const ddp::Config& cfg);
+void speed_defaults(ddp::Config& cfg);  // speed.cc
+void speed_run(const ddp::Config& cfg);
+// speed's cost model: ddp_questions sets it from --link-gbps, --link-latency-us and --compute-gflops.
+CostModel& speed_cost_model();
 
 }  // namespace ddplab::questions

@@ -123,8 +123,11 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
                              "the others inside it."
                        : res.nonfinite
                            ? fmt::format("the numbers became NaN or inf (step {}, rank {}: {} first),\nand NaN equals "
-                                         "nothing, not even itself: the run diverged (an lr too large, say)",
-                                         res.nonfinite->step, res.nonfinite->rank, res.nonfinite->what)
+                                         "nothing, not even itself: {}",
+                                         res.nonfinite->step, res.nonfinite->rank, res.nonfinite->what,
+                                         cfg.inject_nan_rank >= 0
+                                             ? "the all-reduce carried --inject-nan's NaN to every rank"
+                                             : "the run diverged (an lr too large, say)")
                        : !cfg.broadcast && cfg.init == ddp::InitKind::per_rank
                            ? "they started from different weights (--init per-rank)\nand nothing made them "
                              "equal. DDP's broadcast of rank 0's parameters at construction\n(--broadcast true) "

@@ -19,7 +19,12 @@ double ring_allreduce_us(size_t bytes, int64_t world_size, const CostModel& m) {
   if (world_size <= 1) return 0.0;
   const double n = static_cast<double>(world_size);
   const double bytes_per_us = m.link_gbps * 1e9 / 8.0 / 1e6;
-  return 2.0 * (n - 1.0) * m.link_latency_us + 2.0 * (n - 1.0) / n * static_cast<double>(bytes) / bytes_per_us;
+  return 2.0 * (n - 1.0) * m.link_latency_us + ring_bytes_per_rank(bytes, world_size) / bytes_per_us;
+}
+
+double ring_bytes_per_rank(size_t bytes, int64_t world_size) {
+  const double n = static_cast<double>(world_size);
+  return world_size <= 1 ? 0.0 : 2.0 * (n - 1.0) / n * static_cast<double>(bytes);
 }
 
 namespace {
@@ -190,6 +195,11 @@ std::string timeline_summary(const Timeline& t, int64_t world_size) {
                ? std::string("no communication (world_size 1)\n")
                : fmt::format("{:.0f}% of it hidden behind backward\n", 100.0 * s.hidden_us / s.comm_us);
     if (world_size <= 1) continue;
+    size_t floats = 0;
+    for (const BucketTime& b : s.bucket_times) floats += b.floats;
+    out += fmt::format("  each rank sends {:.0f} bytes (the ring's 2 x ({}-1)/{} of the {} gradient floats' {} bytes)\n",
+                       ring_bytes_per_rank(floats * sizeof(float), world_size), world_size, world_size, floats,
+                       floats * sizeof(float));
     out += fmt::format("  backward {:.1f} us; each bucket's all-reduce starts once its last gradient is ready and "
                        "the one before it is done:\n",
                        s.backward_us);

@@ -45,6 +45,9 @@ struct Timeline {
 
 // Ring all-reduce time: 2(N-1) * alpha + 2(N-1)/N * bytes / bandwidth.
 double ring_allreduce_us(size_t bytes, int64_t world_size, const CostModel& m);
+// The bytes each rank sends in a ring all-reduce of `bytes`: 2(N-1)/N of them (N-1 steps of reduce-scatter and
+// N-1 of all-gather, each a 1/N chunk); sim/questions/ddp_options.py measures torch's over Gloo.
+double ring_bytes_per_rank(size_t bytes, int64_t world_size);
 
 Timeline build_timeline(const ddp::Config& cfg, const CostModel& m);
 std::string trace_json(const Timeline& t);
