@@ -17,9 +17,12 @@
 //   kExempt below with the reason it cannot run here; a command that is neither mapped nor exempt fails the
 //   test, and so does an exemption no page uses any more, and so does a line outside `sh`/`console` blocks that
 //   starts like a command (`bazel`, `tools/`, `torchrun`, `mpirun`), so that no command hides from the test.
+// - A `bazel-bin/` command is pasted into bash as written, in a directory laid out as a checkout after the build
+//   (its bazel-bin the runfiles): quotes, comments and globbing are bash's, as on a learner's machine.
 // Each command runs under `timeout` (kTimeoutSeconds). Keep the docs' commands small: the whole test should stay
 // within a few minutes on 2 cores.
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -273,6 +276,46 @@ bool map_command(const std::string& text, std::string* binary, std::vector<std::
   return true;
 }
 
+// A directory laid out as a checkout after `bazel build`: the runfiles' files and folders, and bazel-bin pointing
+// at them, so that a command pasted into bash there finds bazel-bin/sim/ddp_sim and sim/questions/ as a learner's
+// shell does.
+std::string checkout_dir() {
+  static std::string dir;
+  if (!dir.empty()) return dir;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof cwd) == nullptr) return "";
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  dir = std::string(tmp ? tmp : "/tmp") + "/checkout";
+  mkdir(dir.c_str(), 0755);
+  symlink(cwd, (dir + "/bazel-bin").c_str());
+  if (DIR* d = opendir(cwd)) {
+    while (const dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") symlink((std::string(cwd) + "/" + name).c_str(), (dir + "/" + name).c_str());
+    }
+    closedir(d);
+  }
+  return dir;
+}
+
+// The command as a learner pastes it into bash in their checkout (/tmp/ paths moved into the test's directory), or,
+// for `bazel run //...` (Bazel inside a test), its program on the mapped arguments.
+std::vector<std::string> pasted_argv(const std::string& text, const std::string& binary,
+                                     const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/timeout", "-k", "5", std::to_string(kTimeoutSeconds)};
+  if (!starts_with(text, "bazel-bin/")) {
+    argv.push_back(binary);
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  std::string line = text;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  for (size_t at = line.find(" /tmp/"); tmp && at != std::string::npos; at = line.find(" /tmp/", at + 1))
+    line.replace(at + 1, 5, std::string(tmp) + "/");
+  argv.insert(argv.end(), {"/bin/bash", "-c", "cd '" + checkout_dir() + "' && " + line});
+  return argv;
+}
+
 std::vector<DocCommand> all_commands(std::vector<std::string>* misplaced) {
   std::vector<DocCommand> all;
   for (const std::string& f : doc_files()) {
@@ -327,8 +370,7 @@ TEST(DocsCommands, EveryCommandRunsAsDocumented) {
     // Pasted into bash as the page shows it, the command parses (parentheses in a --model spec need quotes).
     const CommandResult pasted = run_command({"/bin/bash", "-n", "-c", c.text});
     EXPECT_EQ(pasted.status, 0) << c.file << ":" << c.line << ": '" << c.text << "' is not valid bash: " << pasted.err;
-    std::vector<std::string> argv = {"/usr/bin/timeout", "-k", "5", std::to_string(kTimeoutSeconds), binary};
-    argv.insert(argv.end(), args.begin(), args.end());
+    const std::vector<std::string> argv = pasted_argv(c.text, binary, args);
     const auto start = std::chrono::steady_clock::now();
     const CommandResult r = run_command(argv);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

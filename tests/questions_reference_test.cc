@@ -116,7 +116,8 @@ TEST(QuestionsReference, LaunchersAndTimeouts) {
 // a sentence built from what the ranks issued and how they ended.
 TEST(QuestionsReference, RankZeroOnlyWork) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
-  expect_lines(run_script("rank0_eval.py"),
+  const std::string out = run_script("rank0_eval.py");
+  expect_lines(out,
                {"trace: A3 rank0 issued T1[buf ar] T2[rb buf ar] E[buf] T3[ar] E[buf] -> timed out after 5s",
                 "answer: rank 0 alone evaluates through the DDP wrapper after step 2 only (BatchNorm): both ranks "
                 "complete, parameters equal: rank 0's evaluation issued a collective (buf) that its next training step "
@@ -132,6 +133,10 @@ TEST(QuestionsReference, RankZeroOnlyWork) {
                 "answer: every rank evaluates through the DDP wrapper after every step (BatchNorm): both ranks "
                 "complete, parameters equal",
                 "Detected mismatch between collectives on ranks"});
+  // After step 1 the extra broadcast meets the other rank's bucket-rebuild broadcast of another size: it fails.
+  const size_t at = out.find("answer: rank 0 alone evaluates through the DDP wrapper after step 1 (BatchNorm, ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_EQ(out.substr(at, out.find('\n', at) - at).find("complete"), std::string::npos) << out;
 }
 
 // Question 17: state_dict keys, the load error and its fix, map_location, and an exact resume.

@@ -57,7 +57,6 @@ std::vector<float> flat(const MLP& model) {
 
 std::string ddp_basic(comm::Communicator& c, bool notebook_seeding) {
   const int rank = c.rank(), ws = c.world_size();
-  lab::print_line(fmt::format("Start running basic DDP example on rank {}.", rank));
   const uint64_t seed = notebook_seeding ? lab::fresh_process_seed() : kDefaultSeed;
   Generator g(seed);
   MLP model({10, 10, 5}, true, {"net1", "net2"}, g);
@@ -85,7 +84,10 @@ std::string ddp_basic(comm::Communicator& c, bool notebook_seeding) {
   const size_t n = mine.size();
   if (rank != 0) return "";
   g_ddp_ranks = fmt::format("{{\"world_size\": {}, \"ranks\": [{}]}}", ws, fmt::join(ranks, ",\n"));
-  std::string out;
+  // The notebook's print on every rank, here in rank order in this section (printed from each rank it
+  // interleaved with the sections before it).
+  std::string out = "\n";
+  for (int k = 0; k < ws; ++k) out += fmt::format("Start running basic DDP example on rank {}.\n", k);
   if (notebook_seeding) {
     for (int k = 0; k < ws; ++k) out += lab::rank_seed_line(k, seeds[static_cast<size_t>(k)]) + "\n";
   } else {

@@ -59,7 +59,8 @@ def data_parallel(devices):
     for rep in replicas[1:]:
         gw += rep.weight.grad
         gb += rep.bias.grad
-    return {'dp.weight.grad': f32(gw), 'dp.bias.grad': f32(gb),
+    return {'dp.output': f32(torch.cat(outs)), 'single.output': f32(single(x)),
+            'dp.weight.grad': f32(gw), 'dp.bias.grad': f32(gb),
             'single.weight.grad': f32(single.weight.grad), 'single.bias.grad': f32(single.bias.grad)}
 
 
