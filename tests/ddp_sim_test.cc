@@ -713,6 +713,35 @@ TEST(DdpSim, NoHookMeansNoWholeBucketWorkspace) {
   EXPECT_GT(static_cast<double>(hooked.max_rss_kb - plain.max_rss_kb), 0.75 * workspace_kb);
 }
 
+// The run's first line names every option that differs from the defaults (DDP's constructor, the step, the
+// data), for the sequential models and the GPT alike: a learner who pastes a run's header reruns the same run.
+TEST(DdpSim, HeaderNamesEveryChangedOption) {
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"--sampler-seed", "3", "--set-epoch", "false", "--loader-drop-last", "true", "--seed", "7", "--zero-grad",
+        "zeros", "--loss-divisor", "2", "--sync-on", "first", "--no-sync", "2", "--no-sync-loss", "divide",
+        "--static-graph", "true", "--gradient-as-bucket-view", "true", "--inject-nan", "0:9", "--epochs", "2",
+        "--broadcast-buffers", "false", "--find-unused-parameters", "true", "--clip-grad-norm", "1"},
+       {"no_sync=2", "static_graph", "gradient_as_bucket_view", "seed=7", "sampler_seed=3", "loader_drop_last=true",
+        "set_epoch=false", "epochs=2", "no_sync_loss=divide", "sync_on=first", "loss_divisor=2", "inject_nan=0:9",
+        "zero_grad=zeros", "broadcast_buffers=false", "find_unused_parameters", "clip 1"}},
+      {{"--model", "gpt", "--steps", "1", "--bucket-cap-mb", "1", "--broadcast-buffers", "false", "--seed-per-rank",
+        "false", "--average", "postdivide", "--allreduce", "tree", "--no-sync", "2", "--find-unused-parameters", "true",
+        "--eval-every", "1", "--seed", "5", "--gradient-as-bucket-view", "true"},
+       {"batch 4 x 2 micro", "seed=5", "broadcast_buffers=false", "seed_per_rank=false", "average=postdivide",
+        "bucket_cap_mb=1", "allreduce=tree", "find_unused_parameters=true", "eval_every=1", "gradient_as_bucket_view"}},
+  };
+  for (const auto& [args, want] : cases) {
+    std::vector<std::string> a = args;
+    a.push_back("--quiet");
+    const CommandResult r = ddp_sim(a);
+    const std::string header = r.out.substr(0, r.out.find('\n'));
+    for (const std::string& w : want) EXPECT_NE(header.find(w), std::string::npos) << w << " not in: " << header;
+  }
+  // Nothing is named twice or at its default.
+  const std::string plain = ddp_sim({"--quiet"}).out;
+  EXPECT_EQ(plain.substr(0, plain.find('\n')).find("seed="), std::string::npos) << plain;
+}
+
 TEST(DdpSim, BadInputGetsOneLineAndExit2) {
   const std::vector<BadInput> cases = {
       {{"--layers", "6"}, "--layers needs at least two sizes"},
