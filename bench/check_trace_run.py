@@ -1,6 +1,6 @@
 """The training run bench/check_trace.cc records and checks: an MLP of about --params-m million parameters
 (Linear(W, W) x 6 with W chosen to fit), SGD with momentum, DDP over Gloo on --world-size CPU ranks, batch 8,
---steps optimizer steps, traced with verify/ddplab_trace.py unless --no-trace. Prints one line,
+--steps optimizer steps, traced with verify/ddplab_trace unless --no-trace. Prints one line,
 'train ms/step <median over the steps after the first>', measured on rank 0 around each whole step (forward,
 backward with DDP's all-reduce, optimizer.step and, traced, the recorder's snapshots and file writes).
 """

@@ -1,4 +1,4 @@
-// ddp_check's reader and replay on traces written here, by hand, in the format ddplab_trace.py writes
+// ddp_check's reader and replay on traces written here, by hand, in the format ddplab_trace writes
 // (docs/trace_format.md), with no torch: a two-rank SGD run whose every value is a small binary fraction
 // (sums exact in any order, as nccl-tests chooses its data), checked as predicted; then each kind of bad
 // trace the issue names, refused with one line naming the file; then a seeded mutation fuzzer over the

@@ -1,5 +1,5 @@
 // Issue 41: ddp_check learns the all-reduce's addition order from the run itself. The recorder's probes
-// (DDPTrace(measure_order=...), verify/ddplab_trace.py) on in-process communicators whose order the test hides
+// (DDPTrace(measure_order=...), verify/ddplab_trace) on in-process communicators whose order the test hides
 // (tests/ddp_check/order_probe.py: rings of one or several channels and any chunking recovered; a tree and
 // pairs of pairs said to be no chain; a rank whose decoding fails still takes part in every all-reduce, so none
 // hangs), and on real torch DDP runs over Gloo at 3, 5 and 8 ranks: the measured

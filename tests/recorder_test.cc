@@ -1,4 +1,4 @@
-// The recorder (verify/ddplab_trace.py) never breaks a training run, under Debian's torch 1.13 and the torch 2.x
+// The recorder (verify/ddplab_trace) never breaks a training run, under Debian's torch 1.13 and the torch 2.x
 // of tools/install_deps.sh --with-torch2, on 2 Gloo ranks:
 //  - tests/ddp_check/recorder_faults.py injects a fault at each of its hook points (parameter hook, forward pre-hook,
 //    engine callbacks, optimizer.step wrapper and closure, manifest and step writers, close(), every spy, an
@@ -148,6 +148,25 @@ INSTANTIATE_TEST_SUITE_P(Scripts, UncheckedParams,
                          [](const auto& info) {
                            return torch_name(std::get<0>(info.param)) + "_" + std::get<1>(info.param).script;
                          });
+
+// The recorder as a learner installs it: `pip install ./verify` (a copy of verify/'s package and pyproject.toml,
+// offline: --no-build-isolation) into a directory of its own; a script with the documented lines and no sys.path
+// line imports it from there, and ddp_check finds the run as predicted.
+TEST(PipInstall, TheInstalledPackageTracesARun) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  const std::string dir = testing::temp_dir(), src = dir + "/src", site = dir + "/site", run = dir + "/run";
+  ASSERT_EQ(testing::run_command({"/bin/mkdir", "-p", src}).status, 0);
+  ASSERT_EQ(testing::run_command({"/bin/cp", "-rL", "verify/ddplab_trace", "verify/pyproject.toml", src}).status, 0);
+  const auto pip = testing::run_command({"/usr/bin/python3", "-m", "pip", "install", "--quiet", "--no-build-isolation",
+                                         "--no-deps", "--no-index", "--target", site, src});
+  ASSERT_EQ(pip.status, 0) << pip.out << pip.err;
+  const auto traced = testing::run_command({"/usr/bin/env", "PYTHONPATH=" + site, "DDPLAB_START_METHOD=fork",
+                                            "/usr/bin/python3", "tests/ddp_check/pip_installed.py", run});
+  ASSERT_EQ(traced.status, 0) << traced.err;
+  EXPECT_NE(traced.out.find("ddplab_trace from " + site), std::string::npos) << traced.out;
+  const auto check = testing::run_command({"verify/ddp_check", run, "--quiet"});
+  EXPECT_EQ(check.status, 0) << check.out << check.err;
+}
 
 // tests/ddp_check/scripts/lightning_strategies.py: 2 CPU ranks, 2 epochs of 4 steps, LightningCallback.
 class Lightning : public ::testing::TestWithParam<std::string> {};

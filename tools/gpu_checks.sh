@@ -8,7 +8,7 @@
 # 2-4: every sim-vs-real row exact); faults (timed fault runs, the device trainer at 2, 4, 8); labs (001-004 on
 # NCCL; 005-007 at 2 ranks print the simulator's every line, at 3 pinned they run); order
 # (nccl_order for ws 2-8 -> OUTDIR/nccl_order.tar.gz holding nccl/wsN.json, the goldens of tests/golden/nccl/);
-# check (the machine's torch 2.x DDP over NCCL, 3 ranks sharing the GPU, traced by verify/ddplab_trace.py with the
+# check (the machine's torch 2.x DDP over NCCL, 3 ranks sharing the GPU, traced by verify/ddplab_trace with the
 # ring pinned and unpinned -> OUTDIR/check_{pinned,unpinned}.tar.xz; unpinned, the recorder measures NCCL's order
 # at close() (measure_order, issue 41); back here: bazel run //verify:ddp_check -- DIR for each: pinned says
 # "pinned", unpinned "measured on the run's own communicator" and exact where NCCL summed along rings);

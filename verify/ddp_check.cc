@@ -1,5 +1,5 @@
 // bazel run //verify:ddp_check -- RUN_DIR [--json FILE] [--report FILE.html]
-// Checks a real PyTorch DDP run recorded by verify/ddplab_trace.py: replays DDP from every rank's own
+// Checks a real PyTorch DDP run recorded by verify/ddplab_trace: replays DDP from every rank's own
 // local gradients with ddplab's Reducer, collectives, comm hooks and optimizers, and compares with what
 // the ranks recorded, step by step. Exit: 0 nothing of severity "problem" found, 1 something was,
 // 2 bad input (a bad trace: one line naming the file and what is wrong).
@@ -18,7 +18,7 @@ namespace {
 using namespace ddplab;
 
 constexpr const char* kUsage = R"(usage: ddp_check RUN_DIR [--json FILE] [--report FILE.html] [--quiet]
-Checks a PyTorch DDP run recorded with verify/ddplab_trace.py (DDPTrace or LightningCallback).
+Checks a PyTorch DDP run recorded with verify/ddplab_trace (DDPTrace or LightningCallback).
   RUN_DIR            the directory given to DDPTrace (rank0/, rank1/, ...)
   --json FILE        the verdict, counts and findings as JSON (written atomically)
   --report FILE.html the run as one page: findings, per step predicted vs recorded, the first divergence

@@ -1,4 +1,4 @@
-// Labs that run a real PyTorch script traced by verify/ddplab_trace.py and check it with ddp_check's library
+// Labs that run a real PyTorch script traced by verify/ddplab_trace and check it with ddp_check's library
 // (lab 004's Lightning section, lab 008): the script's run and the checker's verdict as text.
 #pragma once
 

@@ -1,4 +1,4 @@
-"""The recorder's digest (verify/ddplab_trace.py _digest, "digest": "fold64") against its definition in
+"""The recorder's digest (verify/ddplab_trace _digest, "digest": "fold64") against its definition in
 docs/trace_format.md, written here the slow way with numpy: random tensors of every length class (empty, one
 float, an odd tail, a partial last row of 1021 words, many rows), a view at an odd offset (a bucket view), a
 transposed matrix. Then the digests of the fixed vectors tests/check_trace_test.cc gives ddp_check's fold64_of
@@ -15,7 +15,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "verify"))
-import ddplab_trace as T  # noqa: E402
+from recorder_internals import T  # noqa: E402
 
 
 def by_definition(t):

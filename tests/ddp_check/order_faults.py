@@ -1,4 +1,4 @@
-"""Faults injected into the recorder's order probes (verify/ddplab_trace.py, measure_order) on one rank of a
+"""Faults injected into the recorder's order probes (verify/ddplab_trace, measure_order) on one rank of a
 3-rank Gloo run of scripts/measured_order.py; the test (order_test) runs each traced and untraced:
   decode  rank 1's decoding fails (a MemoryError in _probe_maxpos): it still takes part in every all-reduce, its
           sizes are written without an order and with why, one stderr line
@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts"))
 import common  # noqa: E402  (puts verify/ on sys.path)
-import ddplab_trace as T  # noqa: E402
+from recorder_internals import T  # noqa: E402
 import measured_order  # noqa: E402
 
 

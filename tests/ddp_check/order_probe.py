@@ -15,7 +15,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "verify"))
-import ddplab_trace as T  # noqa: E402
+from recorder_internals import T  # noqa: E402
 
 
 def ring_orders(N, n, chunk, channels, perms):

@@ -1,4 +1,4 @@
-"""Reads a run that verify/ddplab_trace.py wrote (docs/trace_format.md), independently of it, and checks it.
+"""Reads a run that verify/ddplab_trace wrote (docs/trace_format.md), independently of it, and checks it.
 
     /usr/bin/python3 tests/ddp_check/read_trace.py RUN_DIR [--clean] [-v]
 

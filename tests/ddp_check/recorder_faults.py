@@ -1,4 +1,4 @@
-"""The recorder never breaks a run: faults injected into verify/ddplab_trace.py at each of its hook points, on a
+"""The recorder never breaks a run: faults injected into verify/ddplab_trace at each of its hook points, on a
 small 2-rank Gloo run, must each leave exactly one stderr line per rank starting with "ddplab_trace:", a manifest
 that says where and why the recording stopped, and final parameters bitwise equal to the untraced run's (with
 the optimizer's own step called as often). Control cases (no fault) check what a clean recording holds:
@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, rand
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "scripts"))
 import common  # noqa: E402  (puts verify/ on sys.path)
-import ddplab_trace as T  # noqa: E402
+from recorder_internals import T  # noqa: E402
 
 STEPS = 6  # optimizer steps per run: 4 batches per rank per epoch, so two epochs
 
@@ -134,10 +134,16 @@ def train(rank, world_size, cfg, run_dir, after_construct=None, before_close=Non
 
 
 # ----- faults -----
+def owner(name):
+    """The class of DDPTrace's parts (DDPTrace or one of its mixins) that defines the method."""
+    return next(c for c in T.DDPTrace.__mro__ if name in c.__dict__)
+
+
 def fail_method(name, at_step=1, once=False):
     """DDPTrace.<name> raises from step at_step on (once: only the first time)."""
     def inject():
-        original = T.DDPTrace.__dict__[name]
+        cls = owner(name)
+        original = cls.__dict__[name]
         fired = []
 
         def bad(self, *args, **kwargs):
@@ -146,8 +152,8 @@ def fail_method(name, at_step=1, once=False):
                 raise RuntimeError("injected fault")
             return original(self, *args, **kwargs)
 
-        setattr(T.DDPTrace, name, bad)
-        return lambda: setattr(T.DDPTrace, name, original)
+        setattr(cls, name, bad)
+        return lambda: setattr(cls, name, original)
     return inject
 
 
@@ -166,14 +172,15 @@ def open_step():
 def half_locals():
     """An unknown tensor kind from step 1 on: the recorder's copies of the local gradients come back float16."""
     def inject():
-        original = T.DDPTrace.__dict__["_keep_local"]
+        cls = owner("_keep_local")
+        original = cls.__dict__["_keep_local"]
 
         def _keep_local(self, k, i, grad):
             c = original(self, k, i, grad)
             return c.half() if self._step >= 1 else c
 
-        T.DDPTrace._keep_local = _keep_local
-        return lambda: setattr(T.DDPTrace, "_keep_local", original)
+        cls._keep_local = _keep_local
+        return lambda: setattr(cls, "_keep_local", original)
     return inject
 
 

@@ -1,4 +1,4 @@
-"""The recorder's step writer (verify/ddplab_trace.py, _StepWriter) writes exactly the bytes it is given, with
+"""The recorder's step writer (verify/ddplab_trace, _StepWriter) writes exactly the bytes it is given, with
 O_DIRECT where the file system takes it and buffered where it does not, and reports a failed write to the
 training's thread. Sizes around the page (O_DIRECT writes whole pages, then cuts the file to its length).
 
@@ -14,7 +14,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "verify"))
-import ddplab_trace as T  # noqa: E402
+from recorder_internals import T  # noqa: E402
 
 SIZES = [1, 8, 4095, 4096, 4097, 3 * 4096 + 5, 1 << 20, (1 << 20) + 12345]
 

@@ -1,0 +1,119 @@
+"""What the recorder reduces a tensor to: fingerprints of samples, isfinite flags, and the 32-bit fold64
+digest ddp_check recomputes from its prediction."""
+
+import hashlib
+import zlib
+
+import torch
+
+from .common import _HAVE_NUMPY, _local, _tensor_bytes
+
+
+def _fingerprint(sample):
+    """First 8 bytes of BLAKE2b (64-byte digest) over the sample's raw bytes, as 16 hex digits."""
+    return hashlib.blake2b(bytes(_tensor_bytes(sample))).digest()[:8].hex()
+
+
+def _param_entry(name, p):
+    """A parameter's manifest entry; "strides" where its memory is not row-major (channels_last): DDP's reducer
+    lays its gradient into the bucket in the parameter's own strides, so the ring chunks it in memory order."""
+    t = _local(p)
+    entry = {"name": name, "shape": list(t.shape), "dtype": "float32"}
+    if t.dim() > 1 and not t.is_contiguous() and t.layout == torch.strided:
+        entry["strides"] = list(t.stride())
+    return entry
+
+
+def _nonfinite(named):
+    """The names of [(name, tensor)] holding a NaN or an infinity: one isfinite pass each on the tensor's own
+    device, and one transfer of a flag per tensor."""
+    named = [(n, _local(t).detach()) for n, t in named if t is not None]
+    named = [(n, t) for n, t in named if t.is_floating_point() and t.numel()]
+    if not named:
+        return []
+    flags = torch.stack([torch.isfinite(t).all().to("cpu") for _, t in named]).tolist()
+    return [n for (n, _), ok in zip(named, flags) if not ok]
+
+
+def _first_tensor(obj, depth=0):
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if depth > 4:
+        return None
+    if isinstance(obj, (list, tuple)):
+        for x in obj:
+            t = _first_tensor(x, depth + 1)
+            if t is not None:
+                return t
+    if isinstance(obj, dict):
+        for x in obj.values():
+            t = _first_tensor(x, depth + 1)
+            if t is not None:
+                return t
+    return None
+
+
+def _sqrt_is_ieee(device):
+    """Whether this torch's float32 sqrt on `device` is IEEE's correctly rounded one (double sqrt rounded once
+    to float is). Debian's 1.13 is; pip's CPU builds compute it with MKL's VML, 1 ulp off on about one value in
+    five. ddp_check then compares Adam's step allclose. Uses its own tensors: draws nothing from the run's RNG."""
+    x = torch.arange(1, 4097, dtype=torch.float64).mul_(0.7853981633974483).float().to(device)
+    return bool(torch.equal(x.sqrt(), x.double().sqrt().float()))
+
+
+_FOLD_COLUMNS = 1021
+
+
+def _fold_numpy(a, n, words):
+    import numpy as np
+    w = a[:2 * words].view(np.uint64)
+    full = words // _FOLD_COLUMNS * _FOLD_COLUMNS
+    sums = np.add.reduce(w[:full].reshape(-1, _FOLD_COLUMNS), axis=0)  # wraps modulo 2^64
+    sums[:words - full] += w[full:]
+    if n % 2:
+        sums[words % _FOLD_COLUMNS] += np.uint64(a[n - 1:].view(np.uint32)[0])
+    return zlib.crc32(sums.astype("<u8").tobytes())
+
+
+def _digest(t):
+    """The digest ddp_check recomputes from its prediction ("digest": "fold64", src/check/trace.cc fold64_of):
+    the float32 tensor's bytes, row-major little-endian, as 64-bit words (a last odd float is a word's low half)
+    summed modulo 2^64 into 1021 columns (word j into column j mod 1021), then zlib's CRC-32 of the 1021 sums.
+    Integer sums are exact in any order, so torch's own sum folds on the tensor's device (a GPU sends 8 KiB, not
+    the tensor) at about half a CRC's cost over all the bytes (bench/README.md)."""
+    t = _local(t).detach().reshape(-1)
+    n = t.numel()
+    words = n // 2
+    if _HAVE_NUMPY and t.device.type == "cpu" and words >= _FOLD_COLUMNS:
+        try:  # numpy's uint64 reduce is the same sums, about 1.6x faster than torch's int64 one on a CPU
+            return _fold_numpy(t.numpy(), n, words)
+        except Exception:
+            pass
+    sums = torch.zeros(_FOLD_COLUMNS, dtype=torch.int64, device=t.device)
+    if words:
+        head = t[:2 * words]
+        try:
+            w = head.view(torch.int64)
+        except RuntimeError:  # a view at an odd offset (a bucket view): its words are not 8-byte aligned
+            w = head.clone().view(torch.int64)
+        full = words // _FOLD_COLUMNS * _FOLD_COLUMNS
+        if full:
+            sums += w[:full].view(-1, _FOLD_COLUMNS).sum(0)
+        if full < words:
+            sums[:words - full] += w[full:]
+    if n % 2:
+        sums[words % _FOLD_COLUMNS] += t[n - 1:].view(torch.int32).to(torch.int64)[0] & 0xFFFFFFFF
+    return zlib.crc32(_tensor_bytes(sums.cpu()))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The all-reduce's addition order, measured on the run's own communicator (docs/trace_format.md,
+# "allreduce_order"). For each bucket size n and each pair of ranks (a, b), one SUM all-reduce where rank a
+# holds +2^30, rank b -2^30 and every other rank 1: in a chain ((x_p0 + x_p1) + x_p2) + ..., the ones added
+# before both big values are absorbed (2^30 + m rounds to 2^30 for m < 32) and the pair cancels exactly, so
+# the result counts the ones added after the later of a and b: N - 1 - max(pos a, pos b). Element by element,
+# the N(N-1)/2 probes give every rank's position (rank c's is the least of its pairs' maxima; the first two
+# share position 1, and x_a + x_b = x_b + x_a), and a result no chain can give says the element is no chain
+# (a tree, two partial sums added). A seeded all-reduce (rank r: torch.randn(n) from manual_seed(seed + r)),
+# digested, lets ddp_check confirm the whole order, not just the positions. Cost: N(N-1)/2 + 1 all-reduces
+# of each distinct bucket size, at close().

@@ -1,0 +1,241 @@
+"""The backward of a step: local gradients, .grad before and after DDP, inputs, as the hooks see them."""
+
+
+import torch
+
+from .common import _Unrecordable, _cpu_copy, _dtype_name
+from .digests import _digest, _fingerprint, _first_tensor, _nonfinite
+from .hooks import _HookInfo
+from .writer import _bits
+
+
+class _Record:
+    """DDPTrace's part that records a step's backward: the forward pre-hooks, the parameter hooks (local
+    gradients, prior .grad), the end-of-backward and after-DDP callbacks, and the digests of what they saw."""
+
+    def _recording(self):
+        return not self._stopped and not self._closed and self._step % self.every == 0
+
+    def _reset_step(self):
+        self._backwards = []   # [{"sync": bool, "ready": [i...]}]
+        self._cur_bw = None
+        self._locals = []      # per backward: {i: tensor}
+        self._prior = {}
+        self._prior_zero = []  # full=False: parameters whose prior .grad was all +0.0 (named, not copied)
+        self._prior_taken = False
+        self._zero_grads = []  # zero_grad calls between this record's backwards
+        self._inputs = []
+        self._grad_snap = None
+        self._grad_crc = None  # digest mode: {i: digest of .grad after DDP}, in place of _grad_snap
+        self._before = None
+        self._step_join = None
+        self._nf = {}          # kind -> names (or forward indices, for "input") holding a NaN or an infinity
+
+    def _note_nonfinite(self, kind, names):
+        """Keeps which tensors of this step are not finite, and the run's first."""
+        if not names:
+            return
+        self._nf.setdefault(kind, []).extend(names)
+        if self._nonfinite_first is None:
+            self._nonfinite_first = {"step": self._step, "kind": kind, "name": str(names[0])}
+
+    def _forward_pre_hook(self, module, args, kwargs=None):
+        if self._stopped or self._closed:
+            return None
+        try:
+            self._forward_pre_hook_body(args, kwargs)
+        except Exception as e:
+            self._stop_for(e, "forward pre-hook")
+        return None
+
+    def _forward_pre_hook_body(self, args, kwargs):
+        self._in_ddp_forward = True
+        if not torch.is_grad_enabled():
+            return  # evaluation forwards build no graph and are not recorded
+        self._fwd_sync = bool(getattr(self.ddp, "require_backward_grad_sync", True))
+        cfg = getattr(self.ddp, "_join_config", None)
+        if cfg is not None and getattr(cfg, "enable", False):
+            self._join_seen = True
+            self._step_join = {"divide_by_initial_world_size":
+                               bool(getattr(self.ddp, "_divide_by_initial_world_size", True))}
+        self._note_input(args, kwargs)
+
+    def _note_input(self, args, kwargs):
+        """A training forward's batch: one fingerprint per sample, and whether it holds a NaN or an infinity."""
+        if self._last_epoch is not None:
+            self._last_epoch["training"] = True
+        if self._recording():
+            x = _first_tensor(args)
+            if x is None and kwargs:
+                x = _first_tensor(kwargs)
+            fps = []
+            if x is not None:
+                xc = x.detach()
+                if xc.device.type != "cpu":
+                    xc = xc.cpu()
+                if _nonfinite([("x", xc)]):
+                    self._note_nonfinite("input", [len(self._inputs)])
+                if xc.dim() == 0:
+                    fps.append(_fingerprint(xc))
+                else:
+                    for j in range(xc.shape[0]):
+                        fps.append(_fingerprint(xc[j]))
+            self._inputs.append(fps)
+
+    def _module_pre_hook(self, module, args):
+        """On DDP's wrapped module: a forward that did not come through DDP's is ddp_model.module(x)."""
+        if self._stopped or self._closed:
+            return None
+        try:
+            via_ddp, self._in_ddp_forward = self._in_ddp_forward, False
+            # (inside a backward: a recomputation, activation checkpointing over the whole module)
+            if not via_ddp and torch.is_grad_enabled() and self._cur_bw is None:
+                self._module_forward = True
+                self._note_input(args, None)  # its batch is still the rank's data
+        except Exception as e:
+            self._stop_for(e, "module forward pre-hook")
+        return None
+
+    def _make_unshard_hook(self, group):
+        def hook(module, args):
+            if self._stopped or self._closed:
+                return None
+            try:
+                for fp in group.fsdp_params:
+                    up = fp.unsharded_param
+                    if id(up) in self._unsharded_hooked or not up.requires_grad:
+                        continue
+                    self._unsharded_hooked[id(up)] = up
+                    self._handles.append(up.register_hook(self._make_grad_hook(self._index.get(id(fp.sharded_param)))))
+            except Exception as e:
+                self._stop_for(e, "FSDP forward pre-hook")
+            return None
+
+        return hook
+
+    def _make_grad_hook(self, i):
+        def hook(grad):
+            if not (self._stopped or self._closed):
+                try:
+                    with self._lock:
+                        self._on_grad_locked(i, grad)
+                except Exception as e:
+                    self._stop_for(e, "parameter hook")
+            return None
+
+        return hook
+
+    def _on_grad_locked(self, i, grad):
+        rec = self._recording()
+        if self._cur_bw is None:  # the first parameter this backward reached
+            # DDP decides at forward whether the backward reduces (Reducer.prepare_for_backward): a backward
+            # with no DDP forward since the previous one (the wrapped module called itself, or a second backward
+            # of one graph) is not reduced.
+            sync = self._fwd_sync
+            self._fwd_sync = None
+            self._cur_bw = {"sync": bool(sync), "ready": []}
+            if sync is None:  # "module": the wrapped module's own forward ran; "none": no forward at all
+                self._cur_bw["forward"] = "module" if self._module_forward else "none"
+            self._module_forward = False
+            self._backwards.append(self._cur_bw)
+            self._locals.append({})
+            self._engine.queue_callback(self._end_of_backward)
+        if i is None:  # an unchecked parameter
+            return
+        self._cur_bw["ready"].append(i)
+        if rec:
+            if not self._prior_taken:
+                # The step's first backward reached its first parameter: no AccumulateGrad of the step has run
+                # yet, so every .grad is as the step found it (for each parameter, as it was when the step's
+                # first backward reached it).
+                self._prior_taken = True
+                for j, p in enumerate(self._params):
+                    if p.grad is None:
+                        continue
+                    if not self.full and not _bits(p.grad).any():  # every bit zero (+0.0): named, not copied
+                        self._prior_zero.append(j)
+                    else:
+                        self._prior[j] = _cpu_copy(p.grad)
+            if grad is not None:
+                if self._fsdp is not None and grad.dtype in (torch.bfloat16, torch.float16):
+                    grad = grad.float()  # FSDP2 under a 16-bit reduce_dtype: exact in float32; ddp_check reduces in it
+                if grad.layout != torch.strided or grad.dtype != torch.float32:
+                    raise _Unrecordable("the gradient of '%s' is %s %s (found mid-run), and the trace format holds "
+                                        "dense float32 only" % (self._names[i], str(grad.layout).replace("torch.", ""),
+                                                                _dtype_name(grad.dtype)))
+                self._locals[-1][i] = self._keep_local(len(self._locals) - 1, i, grad)
+
+    def _keep_local(self, k, i, grad):
+        """A CPU copy of a local gradient: into the buffer kept for it (written before the next step reuses it)."""
+        if self.full:
+            return _cpu_copy(grad)
+        buf = self._local_pool.get((k, i))
+        if buf is None or buf.shape != grad.shape:
+            buf = self._local_pool[(k, i)] = _cpu_copy(grad)
+        else:
+            buf.copy_(grad.detach())
+        return buf
+
+    def _full_step(self):
+        """Whether this step's file holds every tensor: full=True, or the first step this rank records."""
+        return self.full or (not self._steps and self._in_flight is None)
+
+    def _digest_grads(self):
+        """.grad after DDP as a digest: ddp_check predicts it bit for bit (Gloo on the CPU; no comm hook, or
+        torch's allreduce, fp16 or bf16 compress); elsewhere the values are kept (compared allclose, or needed
+        as the optimizer's input where the gradient is not predicted)."""
+        if self._full_step() or self.backend != "gloo" or any(p.device.type != "cpu" for p in self._params):
+            return False
+        if self._fsdp is not None:
+            return not self._fsdp_layout_safe()["not_modelled"]
+        info = _HookInfo(self.ddp, self._powersgd_cache)
+        if info.kind in ("fp16_compress_wrapper", "bf16_compress_wrapper"):
+            return info.inner == "allreduce"
+        return info.kind in (None, "allreduce", "fp16_compress", "bf16_compress")
+
+    def _digest_params(self):
+        """Parameters and state after the step as digests, except where ddp_check compares them allclose
+        (Adam/AdamW under a torch whose float sqrt is not IEEE's)."""
+        if self._full_step():
+            return False
+        return not (type(self.optimizer).__name__ in ("Adam", "AdamW") and self._sqrt_exact is False)
+
+    def _end_of_backward(self):
+        # Runs once the backward's graph ran, before the callbacks queued after it: DDP's finalize_backward,
+        # queued by the reducer's hooks, which run after ours.
+        if self._stopped or self._closed:
+            return
+        try:
+            self._end_of_backward_body()
+        except Exception as e:
+            self._stop_for(e, "end-of-backward callback")
+
+    def _end_of_backward_body(self):
+        with self._lock:
+            bw = self._cur_bw
+            self._cur_bw = None
+        if bw is None:
+            return
+        if bw["sync"]:
+            if self._first_ready is None:
+                self._first_ready = list(bw["ready"])
+            if self._recording():
+                self._engine.queue_callback(self._after_ddp)
+
+    def _after_ddp(self):
+        # Queued by _end_of_backward, so after DDP's finalize_backward: .grad is what DDP left.
+        if self._stopped or self._closed:
+            return
+        try:
+            self._after_ddp_body()
+        except Exception as e:
+            self._stop_for(e, "after-DDP callback")
+
+    def _after_ddp_body(self):
+        self._note_nonfinite("grad", _nonfinite((self._names[i], p.grad) for i, p in enumerate(self._params)))
+        if self._digest_grads():
+            self._grad_crc = {i: _digest(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
+            self._grad_snap = None
+        else:
+            self._grad_snap = {i: _cpu_copy(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
+            self._grad_crc = None

@@ -1,0 +1,260 @@
+"""optimizer.step(): what the step saw and did, and the step file."""
+
+import json
+import os
+
+import torch
+
+from .common import _cpu_copy, _dtype_name, _jsonable, _number, _tensor_bytes, _why
+from .digests import _digest, _nonfinite
+from .spies import _JOIN_EVENTS
+from .writer import _bits_equal, _safetensors_parts
+
+
+class _Step:
+    """DDPTrace's part around optimizer.step(): the snapshot before it, the records after it, and the step
+    file handed to the writer."""
+
+    def _snapshot_before(self):
+        opt = self.optimizer
+        # Digests (full=False): parameters equal to where the last recorded step left them, and a .grad equal to
+        # what DDP left, are named, not copied.
+        follows = not self.full and self._last_after_step == self._step - 1 and self._last_after_crc is not None
+        if follows and self._params and all(_digest(p) == self._last_after_crc[i] for i, p in enumerate(self._params)):
+            params = "previous"
+        else:
+            params = {i: _cpu_copy(p) for i, p in enumerate(self._params)}
+        live = {i: p.grad for i, p in enumerate(self._params) if p.grad is not None}
+        if self.full or not live:
+            same = False
+        elif self._grad_crc is not None:
+            same = set(live) == set(self._grad_crc) and all(_digest(g) == self._grad_crc[i] for i, g in live.items())
+        else:
+            snap = self._grad_snap or {}
+            same = set(live) == set(snap) and all(_bits_equal(g.detach(), snap[i]) for i, g in live.items())
+        grads = "grad" if same else {i: _cpu_copy(g) for i, g in live.items()}
+        if params != "previous":
+            self._note_nonfinite("param_before", _nonfinite((self._names[i], t) for i, t in params.items()))
+        if grads != "grad":
+            self._note_nonfinite("grad_step", _nonfinite((self._names[i], t) for i, t in grads.items()))
+        # The state before this step is what the optimizer left after the previous one: a digest where ddp_check
+        # predicted that step (it replays the optimizer from the first recorded step's state).
+        state_digest = follows and self._digest_params()
+        state, steps, skipped = [], {}, []
+        for i, p in enumerate(self._params):
+            st = opt.state.get(p) if hasattr(opt.state, "get") else None
+            if not st:
+                continue
+            for k, v in st.items():
+                if k == "step":
+                    steps[self._names[i]] = _number(v)
+                elif isinstance(v, torch.Tensor) and v.dim() > 0:
+                    if v.dtype != torch.float32 or v.layout != torch.strided:
+                        skipped.append({"name": self._names[i], "key": str(k), "dtype": _dtype_name(v.dtype)})
+                        continue
+                    key = "state/%s/%s" % (self._names[i], k)
+                    state.append((key, _digest(v) if state_digest else _cpu_copy(v)))
+        lr = [float(_number(g["lr"])) for g in opt.param_groups]
+        # Every hyperparameter as step() will read it (a scheduler or a loop may have changed momentum, betas,
+        # weight_decay, ... since DDPTrace was made): per group, the keys whose value differs from the manifest's.
+        groups = []
+        for g, first in zip(opt.param_groups, self._groups):
+            now = {k: _jsonable(v) for k, v in g.items() if k != "params"}
+            groups.append({k: v for k, v in now.items() if first.get(k, None) != v})
+        bufs = [("buffer/" + n, _cpu_copy(b)) for n, b in self._float_buffers]
+        ints = {}
+        for n, b in self._int_buffers:
+            ints[n] = int(b.item()) if b.numel() == 1 else b.detach().cpu().tolist()
+        self._before = {"params": params, "grads": grads, "state": state, "steps": steps, "lr": lr, "groups": groups,
+                        "num_groups": len(opt.param_groups),
+                        "buffers": bufs, "ints": ints, "skipped": skipped}
+
+    def _snapshot_before_safe(self):
+        if self._stopped:
+            return
+        try:
+            with torch.no_grad():
+                self._snapshot_before()
+        except Exception as e:
+            self._before = None
+            self._stop_for(e, "optimizer.step wrapper")
+
+    def _step_wrapper(self, *args, **kwargs):
+        if self._stopped or self._closed:
+            return self._original_step(*args, **kwargs)
+        call_args, call_kwargs, rec = args, kwargs, False
+        try:
+            rec, call_args, call_kwargs = self._before_step(args, kwargs)
+        except Exception as e:
+            self._stop_for(e, "optimizer.step wrapper")
+            call_args, call_kwargs = args, kwargs
+        try:
+            out = self._original_step(*call_args, **call_kwargs)
+        except BaseException:  # the script's own error: passes through unchanged
+            try:
+                self._reset_step()
+            except Exception:
+                pass
+            raise
+        if not self._stopped:
+            try:
+                self._after_step(rec)
+            except Exception as e:
+                self._stop_for(e, "optimizer.step wrapper")
+        return out
+
+    def _before_step(self, args, kwargs):
+        # The segment of uneven steps: Join contexts entered and exited so far, and the step's index in it.
+        c = _JOIN_EVENTS[0] - self._join_base
+        if c != self._seg_c:
+            self._seg_c, self._seg_k = c, 0
+        ep = self._last_epoch  # the loader iteration that fed this step
+        if ep is not None:
+            if ep["first_step"] is None:
+                ep["first_step"] = self._step
+            ep["last_step"] = self._step
+        rec = self._recording()
+        if not rec:
+            return rec, args, kwargs
+        closure = kwargs.get("closure", args[0] if args else None)
+        if closure is None:
+            self._snapshot_before_safe()
+            return rec, args, kwargs
+        taken = []
+
+        def traced_closure(*cargs, **ckwargs):
+            out = closure(*cargs, **ckwargs)
+            if not taken:
+                taken.append(True)
+                self._snapshot_before_safe()
+            return out
+
+        if "closure" in kwargs:
+            return rec, args, dict(kwargs, closure=traced_closure)
+        return rec, (traced_closure,) + tuple(args[1:]), kwargs
+
+    def _after_step(self, rec):
+        if rec and self._before is not None:
+            with torch.no_grad():
+                self._write_step()
+        else:
+            if self._nonfinite_first is None:  # a step not recorded: its parameters' health still is
+                with torch.no_grad():
+                    bad = _nonfinite(zip(self._names, self._params))
+                if bad:
+                    self._nonfinite_first = {"step": self._step, "kind": "param_after", "name": bad[0]}
+                    self._write_manifest_safe(False)
+            if self._in_flight is not None and self._writer.done():
+                self._finish_write()  # with every=K: the manifest lists a finished file at the next step
+        self._step += 1
+        self._seg_k += 1
+        self._reset_step()
+
+    def _finish_write(self):
+        """Waits for the file in flight; lists its step in the manifest once it is whole. False when it failed
+        (recording then stops, named at that step)."""
+        step, self._in_flight = self._in_flight, None
+        if step is None:
+            return True
+        try:
+            self._writer.wait()
+        except Exception as e:
+            self._stop(_why(e, "step writer"), at_step=step)
+            return False
+        self._steps.append(step)
+        self._write_manifest_safe(False)
+        return True
+
+    def _write_step(self):
+        if not self._finish_write() or self._stopped:  # the manifest listing the last file may have failed
+            return
+        b = self._before
+        names = self._names
+        tensors = []
+        for k, loc in enumerate(self._locals):
+            for i in self._backwards[k]["ready"]:  # each parameter is reached once per backward
+                if i in loc:
+                    tensors.append(("local/%d/%s" % (k, names[i]), loc[i]))
+        self._note_nonfinite("local", _nonfinite((key[len("local/"):], t) for key, t in tensors))
+        self._note_nonfinite("param_after", _nonfinite(zip(names, self._params)))
+        elided = {}
+        for i in sorted(self._prior):
+            tensors.append(("prior/" + names[i], self._prior[i]))
+        if self._prior_zero:
+            elided["prior_zero"] = [names[i] for i in self._prior_zero]
+        crc = {}  # digests of what ddp_check predicts, in place of the tensors
+        if self._grad_snap is not None:
+            for i in sorted(self._grad_snap):
+                tensors.append(("grad/" + names[i], self._grad_snap[i]))
+        elif self._grad_crc is not None:
+            for i in sorted(self._grad_crc):
+                crc["grad/" + names[i]] = self._grad_crc[i]
+        if b["grads"] == "grad":
+            elided["grad_step"] = "grad"
+        else:
+            for i in sorted(b["grads"]):
+                tensors.append(("grad_step/" + names[i], b["grads"][i]))
+        if b["params"] == "previous":
+            elided["param_before"] = "previous"
+        else:
+            for i in range(len(names)):
+                tensors.append(("param_before/" + names[i], b["params"][i]))
+        if self._digest_params():
+            after_crc = [_digest(p) for p in self._params]
+            for i in range(len(names)):
+                crc["param_after/" + names[i]] = after_crc[i]
+        else:
+            after = [_cpu_copy(p) for p in self._params]
+            after_crc = None if self.full else [_digest(t) for t in after]
+            for i in range(len(names)):
+                tensors.append(("param_after/" + names[i], after[i]))
+        for key, v in b["state"]:
+            if isinstance(v, int):
+                crc[key] = v
+            else:
+                tensors.append((key, v))
+        tensors.extend(b["buffers"])
+        # The parameters DDP does not reduce: a digest each step, and their values once they have changed.
+        outside = {}
+        for name, p in self._outside:
+            d = _digest(p)
+            outside[name] = d
+            if self._outside_first.setdefault(name, d) != d or self.full:
+                tensors.append(("outside/" + name, _cpu_copy(p)))
+        meta = {
+            "step": self._step, "rank": self.rank, "run_id": self.run_id,
+            "segment": [self._seg_c, self._seg_k],
+            "backwards": [dict(bw, ready=list(bw["ready"])) for bw in self._backwards],
+            "inputs": self._inputs,
+            "state_steps": b["steps"],
+            "lr": b["lr"],
+            "group_changes": b["groups"],
+            "zero_grads": list(self._zero_grads),
+            "num_groups": b["num_groups"],
+            "int_buffers": b["ints"],
+        }
+        if self._step_join is not None:
+            meta["join"] = self._step_join
+        if b["skipped"]:
+            meta["state_skipped"] = b["skipped"]
+        if elided:
+            meta["elided"] = elided
+        meta["nonfinite"] = self._nf  # {} : every tensor of the step was finite
+        if outside:
+            meta["outside"] = outside
+        meta["digest"] = "fold64"  # how "crc32" below and ddp_check's digests of this file's tensors are taken
+        if crc:
+            meta["crc32"] = crc  # the key's name predates fold64
+        head, data_size, total = _safetensors_parts(tensors, json.dumps(meta, separators=(",", ":")))
+        if self._bytes + total > self.max_bytes:
+            self._stop("size bound %d bytes reached" % self.max_bytes, " (use every=K or max_bytes=...)")
+            return
+        path = os.path.join(self.dir, "step%06d.safetensors" % self._step)
+        self._writer.submit(path, [head] + [_tensor_bytes(t) for _, t in tensors], total)
+        self._in_flight = self._step
+        self._bytes += total
+        self._last_after_crc, self._last_after_step = after_crc, self._step
+
+    # ----- spies' reports -----
+    def _on_averaged(self, group_size):
+        self._averaging.append({"after_step": self._step - 1, "group_size": int(group_size)})

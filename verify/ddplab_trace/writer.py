@@ -1,0 +1,161 @@
+"""Step files: safetensors bytes, written whole by a thread of their own (temporary name, then rename)."""
+
+import errno
+import json
+import mmap
+import os
+import threading
+
+import torch
+
+from .common import _Unrecordable, _dtype_name, _local
+
+
+def _write_atomically(path, chunks):
+    d, base = os.path.split(path)
+    tmp = os.path.join(d, "." + base + ".tmp")
+    with open(tmp, "wb") as f:
+        for c in chunks:
+            f.write(c)
+    os.replace(tmp, path)
+
+
+_PAGE = 4096
+
+
+class _StepWriter:
+    """Writes step files off the training thread, and past the page cache where the file system allows.
+
+    A buffered write of 100 MB into fresh page-cache pages costs ~230 ms of CPU (allocating and filling the
+    pages); the same write with O_DIRECT costs ~8 ms of CPU and ~210 ms of waiting on the disk (measured here,
+    bench/README.md). So each step's file is copied into a page-aligned staging buffer (two, used in turn:
+    the training reuses its own buffers at the next backward) and written from a thread with O_DIRECT, while
+    the training goes on. At most one write is in flight; the next step's submit, and close(), wait for it.
+    A file system that refuses O_DIRECT (tmpfs) gets buffered writes from the same thread. The thread is not
+    a daemon: a script that ends without close() still finishes its last file (temporary name, then rename)."""
+
+    def __init__(self):
+        self._direct = hasattr(os, "O_DIRECT")
+        self._arenas = [None, None]
+        self._turn = 0
+        self._thread = None
+        self._result = None  # (path, error) of the write in flight, set by the thread
+
+    def _arena(self, size):
+        need = (size + _PAGE - 1) // _PAGE * _PAGE
+        a = self._arenas[self._turn]
+        if a is None or len(a) < need:
+            if a is not None:
+                a.close()
+            a = self._arenas[self._turn] = mmap.mmap(-1, max(need, _PAGE))
+        self._turn ^= 1
+        return a
+
+    def submit(self, path, chunks, total):
+        """Copies the chunks (bytes-likes) into a staging buffer now, and writes them to `path` in the thread."""
+        arena = self._arena(total)
+        view = memoryview(arena)
+        off = 0
+        for c in chunks:
+            c = memoryview(c).cast("B")
+            view[off:off + len(c)] = c
+            off += len(c)
+        view.release()
+        self._thread = threading.Thread(target=self._run, args=(path, arena, total), name="ddplab_trace writer")
+        self._thread.start()
+
+    def wait(self):
+        """Waits for the write in flight; returns its path, or raises what went wrong in it. None when idle."""
+        t, self._thread = self._thread, None
+        if t is None:
+            return None
+        t.join()
+        path, error = self._result
+        self._result = None
+        if error is not None:
+            raise error
+        return path
+
+    def done(self):
+        return self._thread is None or not self._thread.is_alive()
+
+    def _run(self, path, arena, total):
+        d, base = os.path.split(path)
+        tmp = os.path.join(d, "." + base + ".tmp")
+        try:
+            self._write(tmp, arena, total)
+            os.replace(tmp, path)
+            self._result = (path, None)
+        except BaseException as e:  # reported by wait(), in the training's thread; no half-written file left
+            self._result = (path, e)
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+
+    def _write(self, tmp, arena, total):
+        if not (self._direct and self._write_direct(tmp, arena, total)):
+            with open(tmp, "wb") as f:
+                with memoryview(arena) as v:
+                    f.write(v[:total])
+
+    def _write_direct(self, tmp, arena, total):
+        """O_DIRECT: whole pages from the page-aligned buffer, then the file cut to its length. False where the
+        file system refuses it (it is then not tried again)."""
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+        except OSError:
+            self._direct = False
+            return False
+        try:
+            padded = (total + _PAGE - 1) // _PAGE * _PAGE
+            with memoryview(arena) as v:
+                off = 0
+                while off < padded:
+                    n = os.write(fd, v[off:padded])
+                    if n <= 0:
+                        raise OSError("short write to %s" % tmp)
+                    off += n
+            os.ftruncate(fd, total)
+        except OSError as e:
+            os.close(fd)
+            if e.errno == errno.EINVAL:  # alignment the device wants is not the page: buffered from now on
+                self._direct = False
+                return False
+            raise
+        os.close(fd)
+        return True
+
+
+def _bits(t):
+    """A float32 tensor's bits as int32 (one flat view; a copy only where the tensor is not contiguous)."""
+    return _local(t).detach().reshape(-1).view(torch.int32)
+
+
+def _bits_equal(a, b):
+    """Bit for bit the same float32 tensors (NaNs and the sign of zero included); b on the CPU."""
+    a = _local(a)
+    if a.shape != b.shape:
+        return False
+    if a.device.type != "cpu":
+        a = a.cpu()
+    return torch.equal(_bits(a), _bits(b))
+
+
+def _safetensors_parts(tensors, metadata_text):
+    """(header bytes with its 8-byte length, data size, total size) for [(name, cpu float32 tensor)]."""
+    header = {}
+    offset = 0
+    for name, t in tensors:
+        if t.dtype != torch.float32 or t.layout != torch.strided or t.device.type != "cpu":
+            raise _Unrecordable("tensor '%s' is %s %s on %s, and the trace format holds dense float32 only "
+                                "(an unknown tensor kind)" % (name, str(t.layout).replace("torch.", ""),
+                                                              _dtype_name(t.dtype), t.device.type))
+        n = t.numel() * 4
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    header["__metadata__"] = {"ddplab": metadata_text}
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * ((8 - len(text) % 8) % 8)  # safetensors pads the header to a multiple of 8 bytes
+    head = len(text).to_bytes(8, "little") + text
+    return head, offset, len(head) + offset
