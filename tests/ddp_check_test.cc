@@ -1,5 +1,5 @@
 // ddp_check on real PyTorch DDP runs: the learner-style scripts in tests/ddp_check/scripts/ run on Gloo
-// (2-3 processes), traced by verify/ddplab_trace.py, under Debian's torch 1.13 and under the torch 2.x of
+// (2-3 processes), traced by verify/ddplab_trace, under Debian's torch 1.13 and under the torch 2.x of
 // tools/install_deps.sh --with-torch2; then //verify:ddp_check reads the trace.
 //  - clean runs (an MLP, a CNN with BatchNorm, a residual model, a small transformer; SGD with momentum,
 //    Adam, AdamW; no_sync, find_unused_parameters, static_graph, gradient_as_bucket_view, small buckets, Join
@@ -179,6 +179,18 @@ const Case kCases[] = {
     {"ce_single_column", "nothing-trains", "zero-gradients", -1, -1, "", 1},
     {"deepcopy_optimizer", "optimizer-misses-parameters", "none", -1, -1, "", 1, "", "", false, true,
      "nothing-trains/parameters-unchanged"},
+    // The whole run (long_run.py: 200 steps, 3 ranks): the recorder keeps its first 10 steps whole, then digests
+    // only; one bit flipped on purpose is named at its step, on its rank (docs/trace_format.md's table).
+    {"long_run", nullptr, "", -1, -1, "", 0, "", "whole_run_clean"},
+    {"long_run", "replicas-diverged", "gradients-changed", 1, 150, "2.weight", 1, "--flip-grad 150:1",
+     "whole_run_flip_grad_one_rank"},
+    {"long_run", "grads-changed-before-step", "", -1, 170, "2.weight", 0, "--flip-grad 170:all",
+     "whole_run_flip_grad_every_rank"},
+    {"long_run", "replicas-diverged", "outside-step", 2, 121, "2.weight", 1, "--flip-param 120:2",
+     "whole_run_flip_param"},
+    {"long_run", "replicas-diverged", "optimizer-state", 0, 131, "2.weight", 1, "--flip-state 130:0",
+     "whole_run_flip_state"},
+    {"long_run", "nonfinite", "input", 1, 160, "", 1, "--nan-input 160:1", "whole_run_nan"},
     // FSDP2's own mistakes: the optimizer built before fully_shard replaced the parameters; gradient sync switched
     // off for accumulation and never back on (no reduce-scatter ever runs: no gradient to compare).
     {"fsdp2_mlp", "optimizer-misses-parameters", "before-fully-shard", -1, -1, "", 1,
@@ -363,6 +375,21 @@ TEST_P(DdpCheck, RealRun) {
       }
     }
   }
+  if (script == "long_run") {  // 10 steps replayed, 190 compared across ranks, each of those a small file
+    int64_t whole = 0;
+    for (const json& l : j["per_step"]) whole += l["whole_run"].get<bool>();
+    EXPECT_EQ(whole, 190);
+    EXPECT_NE(check.out.find("whole run: 190 steps of digests compared across ranks"), std::string::npos) << check.out;
+    struct stat full{}, digests{};
+    ASSERT_EQ(stat((dir + "/rank1/step000005.safetensors").c_str(), &full), 0);
+    ASSERT_EQ(stat((dir + "/rank1/step000100.safetensors").c_str(), &digests), 0);
+    EXPECT_LT(digests.st_size, 4096);
+    EXPECT_LT(10 * digests.st_size, full.st_size);
+    if (!c.kind) {  // nothing happened: the 190 whole-run steps are one line of the step lines (not --quiet)
+      const auto lines = testing::run_command({"verify/ddp_check", dir});
+      EXPECT_NE(lines.out.find("step   10-199 | whole run: every rank's digests"), std::string::npos) << lines.out;
+    }
+  }
   if (!c.kind) {
     for (const json& f : j["findings"]) EXPECT_NE(f["severity"], "problem") << f.dump();
     return;
@@ -414,6 +441,10 @@ std::vector<std::tuple<std::string, Case>> all_cases() {
     for (const Case& c : kCases) {
       if (c.torch2_only && std::string(torch) == "torch1.13") continue;
       if (kTorch113Only.count(c.script) && std::string(torch) == "torch2") continue;
+      // The whole run under torch 2.x: the clean run and one flip (the rest: torch 1.13's, the same recorder code).
+      if (std::string(c.script) == "long_run" && std::string(torch) == "torch2" &&
+          std::string(c.label) != "whole_run_clean" && std::string(c.label) != "whole_run_flip_grad_one_rank")
+        continue;
       // The run-health mistakes at 2 ranks: the recorder's probes are the 3-rank cases' (both torches); one torch
       // checks the 2-rank findings (a torch-2-only case keeps its torch).
       if (std::string(c.script) == "run_health" && std::string(c.args).find("--world-size 2") != std::string::npos &&
@@ -442,11 +473,11 @@ TEST_P(Recorder, TracedRunEqualsUntracedRun) {
   setenv("DDPLAB_START_METHOD", "fork", 1);
   const auto r = testing::run_command({"/usr/bin/timeout", "600", python_for(torch), "tests/ddp_check/traced_equals_untraced.py",
                                        "nosync", "find_unused", "join_uneven", "mingpt_split", "health_module_call",
-                                       "health_unfreeze", "health_nan_input", "cnn_channels_last"});
+                                       "health_unfreeze", "health_nan_input", "cnn_channels_last", "long_run"});
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   EXPECT_EQ(r.status, 0);
   for (const char* name : {"nosync", "find_unused", "join_uneven", "mingpt_split", "health_module_call", "health_unfreeze",
-                           "health_nan_input", "cnn_channels_last"})
+                           "health_nan_input", "cnn_channels_last", "long_run"})
     EXPECT_NE(r.out.find(std::string("ok   ") + name), std::string::npos) << name;
 }
 
@@ -666,7 +697,8 @@ INSTANTIATE_TEST_SUITE_P(Torches, Schedulers, ::testing::Values("torch1.13", "to
 
 // Seed notebook 004's Lightning section (notebooks_ported/004_parallelism/lightning_ddp.py: Trainer(strategy="ddp",
 // accelerator="cpu", devices=2) with LightningCallback) checked: DDP's gradients bit for bit, Adam's steps
-// allclose (torch 2.x from pip: MKL's sqrt), one step per batch of the rank's 500 samples.
+// allclose (torch 2.x from pip: MKL's sqrt), one step per batch of the rank's 500 samples; from the 11th step on,
+// the ranks' digests compared.
 TEST(Lightning, SeedNotebook004IsAsPredicted) {
   SKIP_UNLESS_AVAILABLE(std::string("torch2"));
   const std::string dir = testing::temp_dir() + "/run", json_path = testing::temp_dir() + "/check.json";
@@ -680,7 +712,10 @@ TEST(Lightning, SeedNotebook004IsAsPredicted) {
   EXPECT_EQ(j["world_size"], 2);
   EXPECT_EQ(j["steps"], 16);  // ceil(500 / 32) batches per rank
   EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
-  EXPECT_EQ(j["grads"]["checked"], 2 * 2 * 16);
+  EXPECT_EQ(j["grads"]["checked"], 2 * 2 * 10);  // the first 10 steps replayed; the 6 after them whole-run steps
+  int64_t whole = 0;
+  for (const json& l : j["per_step"]) whole += l["whole_run"].get<bool>();
+  EXPECT_EQ(whole, 6);
   EXPECT_EQ(j["params"]["different"], 0);
   EXPECT_EQ(j["step_exact"], false);
 }

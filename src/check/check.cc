@@ -174,6 +174,10 @@ CheckResult check_run(const Run& run) {
                                            "for uneven inputs, or give every rank as many batches (DistributedSampler "
                                            "does)"));
     }
+    // A whole-run step on every rank that ran it: digests only, compared across ranks (3.) instead of replayed.
+    const bool digests_only =
+        std::all_of(recs.begin(), recs.end(), [](const StepRecord* rec) { return !rec || rec->digests_only; });
+    line.whole_run = digests_only;
     // 0. The run's health: NaN, parameters DDP does not reduce, .grad not cleared, forwards not through DDP.
     {
       std::vector<const StepRecord*> before(static_cast<size_t>(ws));
@@ -193,7 +197,7 @@ CheckResult check_run(const Run& run) {
                                 step, r));
       pairing_lost = !unsynced.empty();
     }
-    if (replay.grads_checked() && !pairing_lost && !missing && m.optimizer_class != "LBFGS") {
+    if (replay.grads_checked() && !pairing_lost && !missing && !digests_only && m.optimizer_class != "LBFGS") {
       std::string why;
       const bool predicted = replay.predict(recs, &why);
       for (const std::string& note : replay.take_notes()) found.add("buckets-not-as-predicted", "note", "", step, -1, "", note);
@@ -266,6 +270,10 @@ CheckResult check_run(const Run& run) {
       const StepRecord* rec = recs[r];
       if (!rec) return;
       RankStep& o = rs[r];
+      if (rec->digests_only) {
+        o.moved = !first_difference(run.ranks[r], *rec, "param_before", *rec, "param_after").empty();
+        return;
+      }
       const Manifest& rm = run.ranks[r];  // its own shapes: under FSDP each rank holds its own shards
       std::tie(o.ln, o.dn) = norms(rm, *rec);
       for (const auto& [key_name, t] : rec->tensors)
@@ -289,6 +297,7 @@ CheckResult check_run(const Run& run) {
       seen.any_nonzero = seen.any_nonzero || o.nonzero;
       seen.any_moved = seen.any_moved || o.moved;
       for (const Backward& b : rec->backwards) seen.any_sync = seen.any_sync || b.sync;
+      if (rec->digests_only) continue;  // nothing to predict from: the ranks are compared below
       StepRecord& mine = *cur[static_cast<size_t>(r)];
       const std::string& unknown = o.unknown;
       if (!unknown.empty()) {
@@ -392,8 +401,9 @@ CheckResult check_run(const Run& run) {
       for (int r = 0; r < ws; ++r)
         if (!moved[static_cast<size_t>(r)].empty()) found.changed_outside_step(step, r, moved[static_cast<size_t>(r)]);
     } else {
-      line.replicas_equal = replay.local_gradients() ? !after_averaging || seen.averagings > 0
-                                                     : found.replicas(recs, moved, first, &res.first_divergence);
+      line.replicas_equal = digests_only               ? found.whole_run_step(recs, &res.first_divergence)
+                            : replay.local_gradients() ? !after_averaging || seen.averagings > 0
+                                                       : found.replicas(recs, moved, first, &res.first_divergence);
     }
     found.per_step(recs);
     res.grads.checked += line.grads.checked, res.grads.exact += line.grads.exact;

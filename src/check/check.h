@@ -42,6 +42,9 @@ struct StepLine {
   Counts grads, params;                           // all ranks
   std::vector<Counts> rank_grads, rank_params;  // per rank (the --report page)
   bool replicas_equal = true;
+  // A whole-run step (the recorder kept digests only): the ranks' digests compared with each other, nothing
+  // replayed; grads and params count nothing.
+  bool whole_run = false;
 };
 
 // The cmp table at the first divergence: predicted (or rank 0's) against recorded, per parameter.

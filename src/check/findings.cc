@@ -210,8 +210,20 @@ void Findings::unreduced_before_step(int64_t step) {
 bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::vector<std::string>& moved,
                         bool first_step, Divergence* div) {
   const Manifest& m = run_.first();
+  // The reference is a rank the most others agree with (the first such): at 3 ranks or more the odd one out is
+  // named, not every rank that differs from rank 0; at 2 ranks (or a tie) the first rank.
   const StepRecord* ref = nullptr;
   for (const StepRecord* rec : recs) ref = ref ? ref : rec;
+  const bool all_equal = std::all_of(recs.begin(), recs.end(), [&](const StepRecord* rec) {
+    return !rec || first_difference(m, *rec, "param_after", *ref, "param_after").empty();
+  });
+  size_t agree_most = 0;
+  for (const StepRecord* a : recs) {
+    if (!a || all_equal) continue;
+    size_t agree = 0;
+    for (const StepRecord* b : recs) agree += b && first_difference(m, *a, "param_after", *b, "param_after").empty();
+    if (agree > agree_most) ref = a, agree_most = agree;
+  }
   const int r0 = ref->rank;
   const auto synced = [](const StepRecord& rec) {
     for (const Backward& b : rec.backwards)
@@ -303,12 +315,25 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
         ss += double((*s)[k]) * (*s)[k];
       }
     }
+    // A whole-run step keeps digests only: that .grad changed shows, not how.
+    std::string changed_digest;
+    for (size_t i = 0; i < m.params.size() && first.empty() && rec.digests_only && changed_digest.empty(); ++i) {
+      uint32_t g = 0, s = 0;
+      if (rec.digest("grad", m.params[i].name, &g) && rec.digest("grad_step", m.params[i].name, &s) && g != s)
+        changed_digest = m.params[i].name;
+    }
     // A backward after the step's last all-reduce (a second backward of one graph) changed .grad: said as such.
     bool late_backward = false;
     for (size_t k = 0, synced = 0; k < rec.backwards.size(); ++k) {
       synced += rec.backwards[k].sync;
       late_backward = late_backward || (synced && !rec.backwards[k].sync);
     }
+    if (!changed_digest.empty() && !late_backward)
+      add("grads-changed-before-step", "note", "", step, rec.rank, changed_digest,
+          fmt::format("step {}, rank {}: .grad was changed between backward and optimizer.step() (first '{}'; a "
+                      "whole-run step keeps digests only, so not by how much): clip_grad_norm_, a rescale, or code "
+                      "that edits gradients",
+                      step, rec.rank, changed_digest));
     if (!first.empty() && !late_backward) {
       const double factor = gg > 0 ? gs / gg : 0.0;
       const bool uniform = gg > 0 && std::abs(ss - factor * factor * gg) <= 1e-6 * ss + 1e-30;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -42,6 +43,10 @@ class Findings {
   // nothing DDP does explains it ("" : none). True when every rank's parameters after the step agree.
   bool replicas(const std::vector<const StepRecord*>& recs, const std::vector<std::string>& moved, bool first_step,
                 Divergence* div);
+  // A whole-run step (digests only): each stage's digests compared across ranks (whole_run.cc); a rank whose
+  // digests the others do not share is named once, at its first step and stage. True when the parameters after
+  // the step agree.
+  bool whole_run_step(const std::vector<const StepRecord*>& recs, Divergence* div);
   // FSDP2: rank r's shard `name` changed between its previous step and this one, outside optimizer.step().
   void changed_outside_step(int64_t step, int r, const std::string& name);
   // FSDP2: the step ran before its last backward's gradients were reduce-scattered.
@@ -70,6 +75,7 @@ class Findings {
   std::vector<int64_t> identical_steps_;  // steps whose inputs were the same on every rank
   int64_t steps_with_inputs_ = 0;
   bool diverged_ = false;
+  std::set<int> whole_run_named_;  // ranks a whole-run step named as diverged
   bool join_skew_ = false;
 };
 

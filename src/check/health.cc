@@ -87,7 +87,8 @@ void Health::step(const std::vector<const StepRecord*>& recs, const std::vector<
       for (size_t i = 0; i < m.params.size(); ++i) {
         if (std::find(m.missing_params.begin(), m.missing_params.end(), i) != m.missing_params.end()) continue;
         const safetensors::Tensor* p = rec->find("prior", m.params[i].name);
-        if (p && !all_zero(p->data)) {
+        // A whole-run step keeps a digest of a prior .grad that is not all zeros (zeros are named, elided).
+        if ((p && !all_zero(p->data)) || (!p && rec->crc32.count("prior/" + m.params[i].name))) {
           carried.push_back(rec->rank);
           if (first.empty()) first = m.params[i].name;
           break;

@@ -1,4 +1,7 @@
 // ddp_check's outputs: the text a learner reads and the --json document (the --report page: report_html.cc).
+#include <algorithm>
+#include <set>
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -60,17 +63,40 @@ std::string format_text(const CheckResult& r) {
   out += fmt::format("addition order: {}\n", r.order);
   out += fmt::format("{}: {}\n", r.sharded ? "sharding" : "buckets (from iteration 1)", r.buckets);
   if (!r.step_exact) out += fmt::format("optimizer step: {}\n", r.step_why);
-  for (const StepLine& l : r.lines) {
+  std::set<int64_t> found_at;  // steps a finding names: their whole-run lines are printed one by one
+  for (const Finding& f : r.findings) found_at.insert(f.step);
+  for (size_t i = 0; i < r.lines.size(); ++i) {
+    const StepLine& l = r.lines[i];
     std::string idle;  // ranks with no record of this iteration: joined (Join), or their trace ended
     for (size_t k = 0; k < l.ran.size(); ++k)
       if (!l.ran[k]) idle += fmt::format("{}{}", idle.empty() ? "" : ",", k);
-    out += fmt::format("step {:>4} | {} | {} | {}{}\n", l.step, counts_text(l.grads, "grads"),
-                       counts_text(l.params, "params"),
+    const auto quiet = [&](const StepLine& x) {
+      return x.whole_run && !found_at.count(x.step) && std::all_of(x.ran.begin(), x.ran.end(), [](bool b) { return b; });
+    };
+    if (quiet(l)) {  // a stretch of whole-run steps where nothing new happened: one line
+      size_t j = i;
+      while (j + 1 < r.lines.size() && quiet(r.lines[j + 1]) && r.lines[j + 1].replicas_equal == l.replicas_equal) ++j;
+      const std::string steps = fmt::format("{} step{}", j - i + 1, j > i ? "s" : "");
+      out += fmt::format("step {:>4}{} | {} | {}\n", l.step, j > i ? fmt::format("-{}", r.lines[j].step) : "",
+                         l.replicas_equal ? "whole run: every rank's digests of .grad, the step's gradients, the "
+                                            "parameters and the optimizer state equal (" + steps + ")"
+                                          : "whole run: digests compared across ranks (" + steps + "), as diverged above",
+                         l.replicas_equal ? "replicas equal" : "replicas DIFFER");
+      i = j;
+      continue;
+    }
+    out += fmt::format("step {:>4} | {} | {} | {}{}\n", l.step,
+                       l.whole_run ? "whole run: digests compared across ranks" : counts_text(l.grads, "grads"),
+                       l.whole_run ? "no replay" : counts_text(l.params, "params"),
                        r.sharded ? "sharded" : l.replicas_equal ? "replicas equal" : "replicas DIFFER",
                        idle.empty() ? "" : " | no step on rank " + idle);
   }
   out += data_lines(r);
-  out += fmt::format("\nsummary: {}; {}\n", counts_text(r.grads, "grads"), counts_text(r.params, "params"));
+  const auto whole = std::count_if(r.lines.begin(), r.lines.end(), [](const StepLine& l) { return l.whole_run; });
+  out += fmt::format("\nsummary: {}; {}{}\n", counts_text(r.grads, "grads"), counts_text(r.params, "params"),
+                     whole ? fmt::format("; whole run: {} step{} of digests compared across ranks", whole,
+                                         whole == 1 ? "" : "s")
+                           : "");
   if (!r.data.verdict.empty()) out += "data: " + r.data.verdict + "\n";
   if (r.findings.empty()) out += "findings: none\n";
   for (const Finding& f : r.findings)
@@ -95,7 +121,7 @@ std::string format_json(const CheckResult& r) {
   nlohmann::json steps = nlohmann::json::array();
   for (const StepLine& l : r.lines)
     steps.push_back({{"step", l.step}, {"grads", counts_json(l.grads)}, {"params", counts_json(l.params)},
-                     {"replicas_equal", l.replicas_equal}, {"ran", l.ran}});
+                     {"replicas_equal", l.replicas_equal}, {"ran", l.ran}, {"whole_run", l.whole_run}});
   nlohmann::json j = {{"verdict", r.problems() ? "problems" : "as-predicted"},
                       {"world_size", r.world_size},
                       {"sharded", r.sharded},

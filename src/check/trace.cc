@@ -178,6 +178,12 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     rec.param_before_is_previous = e.value("param_before", std::string()) == "previous";
   }
   rec.grad_step_is_grad = grad_step_is_grad;
+  // A whole-run step (the recorder's mode after its first steps): no local gradients, every other tensor a digest.
+  if (meta.contains("mode")) {
+    const json& mode = meta.at("mode");
+    if (mode != "digests") fail(rec.path, "\"mode\" is " + mode.dump() + ", not \"digests\" (the mode ddp_check knows)");
+    rec.digests_only = true;
+  }
   if (meta.contains("digest")) {
     const json& d = meta.at("digest");
     if (!d.is_string() || (d != "fold64" && d != "crc32"))
@@ -192,8 +198,11 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
       const std::string kind = key.substr(0, slash == std::string::npos ? 0 : slash);
       std::string name = slash == std::string::npos ? "" : key.substr(slash + 1);
       if (kind == "state" && name.rfind('/') != std::string::npos) name = name.substr(0, name.rfind('/'));
-      if (kind != "grad" && kind != "param_after" && kind != "state")
-        fail(rec.path, "digest '" + key + "' is not of grad/, param_after/ or state/ (the kinds ddp_check predicts)");
+      const bool whole_run_kind = kind == "grad_step" || kind == "param_before" || kind == "prior";
+      if (kind != "grad" && kind != "param_after" && kind != "state" && !(rec.digests_only && whole_run_kind))
+        fail(rec.path, "digest '" + key + "' is not of grad/, param_after/ or state/ (the kinds ddp_check predicts)" +
+                           (whole_run_kind ? "; a step in \"mode\": \"digests\" may also hold grad_step/, "
+                                             "param_before/ and prior/" : ""));
       if (!std::any_of(m.params.begin(), m.params.end(), [&](const TensorInfo& t) { return t.name == name; }))
         fail(rec.path, "digest '" + key + "' names no parameter of the manifest");
       if (rec.tensors.count(key)) fail(rec.path, "'" + key + "' is both a tensor and a digest");
@@ -251,7 +260,7 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
       rec.crc32["grad_step/" + p.name] = rec.crc32.at("grad/" + p.name);
     if (!rec.find("param_after", p.name) && !rec.crc32.count("param_after/" + p.name))
       fail(rec.path, "has no param_after/" + p.name);
-    if (!rec.find("param_before", p.name) && !rec.param_before_is_previous)
+    if (!rec.find("param_before", p.name) && !rec.param_before_is_previous && !rec.crc32.count("param_before/" + p.name))
       fail(rec.path, "has no param_before/" + p.name);
   }
   return rec;

@@ -1,4 +1,4 @@
-// Reading a run recorded by verify/ddplab_trace.py (docs/trace_format.md): one manifest per rank, one
+// Reading a run recorded by verify/ddplab_trace (docs/trace_format.md): one manifest per rank, one
 // safetensors file per rank and recorded optimizer step. Everything read is checked before it is used:
 // a missing or empty directory, a rank or step that is missing, a manifest of another run, shapes that
 // disagree with the manifest, a truncated or corrupt tensor file: each is a TraceError of one line,
@@ -188,6 +188,9 @@ struct StepRecord {
   bool param_before_is_previous = false;
   // The recorder left grad_step/ out: it equals grad/ (find("grad_step", ...) gives grad/'s tensor).
   bool grad_step_is_grad = false;
+  // A whole-run step ("mode": "digests"): the recorder kept no local gradients and only digests of the rest, so
+  // ddp_check compares the ranks' digests with each other instead of replaying DDP (docs/trace_format.md).
+  bool digests_only = false;
   bool divide_by_initial_world_size = true;
   safetensors::TensorMap tensors;
   // Digests of tensors the recorder left out ("<kind>/<name>" -> CRC-32 of the float32 bytes): what ddp_check

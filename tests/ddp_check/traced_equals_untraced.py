@@ -21,7 +21,7 @@ CLEAN = ["mlp_sgd", "cnn_bn_adam", "resnet_adamw", "transformer_sgd", "nosync", 
          "fp16_hook", "powersgd_hook", "small_buckets", "foreach_allreduce", "repeats_clean", "join_uneven",
          "fp16_wrapper", "hook_type", "noop_hook", "post_localsgd", "powersgd_rank4", "static_graph_unused",
          "all_optimizers", "schedulers", "tutorial_peek", "nanogpt_batches", "dcgan", "measured_order",
-         "cnn_channels_last"]
+         "cnn_channels_last", "long_run"]  # long_run: 200 steps, the whole-run mode after the first 10
 # torch 1.13 cannot run these on CPU (each script's docstring says why): skipped there.
 TORCH2_ONLY = ["bf16_hook", "bf16_wrapper", "quantization_pertensor", "quantization_perchannel"]
 MISTAKES = ["no_sampler", "no_set_epoch", "overlapping", "broadcast_buffers_off", "clip_grad", "unused",

@@ -11,6 +11,10 @@ FORMAT = "ddplab-trace"
 VERSION = 1
 DEFAULT_MAX_BYTES = 2 << 30  # per rank
 MAX_DATA_INDICES = 10_000_000  # per rank, all loaders together (data.json)
+# Recorded steps a rank keeps whole (its local gradients, every tensor ddp_check replays) before the whole-run
+# mode: from then on a step keeps no local gradient and digests only, a few bytes per tensor, so a run of any
+# length is recorded to its end (full=True keeps every step whole).
+FULL_STEPS = 10
 
 try:  # only to know whether Tensor.numpy() works
     import numpy

@@ -3,7 +3,7 @@
 
 import torch
 
-from .common import _Unrecordable, _cpu_copy, _dtype_name
+from .common import FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
 from .digests import _digest, _fingerprint, _first_tensor, _nonfinite
 from .hooks import _HookInfo
 from .writer import _bits
@@ -30,6 +30,7 @@ class _Record:
         self._before = None
         self._step_join = None
         self._nf = {}          # kind -> names (or forward indices, for "input") holding a NaN or an infinity
+        self._local_finite = []  # whole-run steps: (local name, isfinite(...).all() on the gradient's device)
 
     def _note_nonfinite(self, kind, names):
         """Keeps which tensors of this step are not finite, and the run's first."""
@@ -149,13 +150,14 @@ class _Record:
                 # yet, so every .grad is as the step found it (for each parameter, as it was when the step's
                 # first backward reached it).
                 self._prior_taken = True
+                whole = self._whole_run()
                 for j, p in enumerate(self._params):
                     if p.grad is None:
                         continue
                     if not self.full and not _bits(p.grad).any():  # every bit zero (+0.0): named, not copied
                         self._prior_zero.append(j)
                     else:
-                        self._prior[j] = _cpu_copy(p.grad)
+                        self._prior[j] = _digest(p.grad) if whole else _cpu_copy(p.grad)
             if grad is not None:
                 if self._fsdp is not None and grad.dtype in (torch.bfloat16, torch.float16):
                     grad = grad.float()  # FSDP2 under a 16-bit reduce_dtype: exact in float32; ddp_check reduces in it
@@ -163,7 +165,11 @@ class _Record:
                     raise _Unrecordable("the gradient of '%s' is %s %s (found mid-run), and the trace format holds "
                                         "dense float32 only" % (self._names[i], str(grad.layout).replace("torch.", ""),
                                                                 _dtype_name(grad.dtype)))
-                self._locals[-1][i] = self._keep_local(len(self._locals) - 1, i, grad)
+                if self._whole_run():  # no copy: whether it is finite, a flag left on its device until the write
+                    self._local_finite.append(("%d/%s" % (len(self._locals) - 1, self._names[i]),
+                                               torch.isfinite(grad.detach()).all()))
+                else:
+                    self._locals[-1][i] = self._keep_local(len(self._locals) - 1, i, grad)
 
     def _keep_local(self, k, i, grad):
         """A CPU copy of a local gradient: into the buffer kept for it (written before the next step reuses it)."""
@@ -176,6 +182,11 @@ class _Record:
             buf.copy_(grad.detach())
         return buf
 
+    def _whole_run(self):
+        """A whole-run step: after the first FULL_STEPS files (full=False), no local gradient is kept and every
+        other tensor is a digest, whatever ddp_check could replay: the ranks' digests are compared with each other."""
+        return not self.full and self._written >= FULL_STEPS
+
     def _full_step(self):
         """Whether this step's file holds every tensor: full=True, or the first step this rank records."""
         return self.full or (not self._steps and self._in_flight is None)
@@ -184,6 +195,8 @@ class _Record:
         """.grad after DDP as a digest: ddp_check predicts it bit for bit (Gloo on the CPU; no comm hook, or
         torch's allreduce, fp16 or bf16 compress); elsewhere the values are kept (compared allclose, or needed
         as the optimizer's input where the gradient is not predicted)."""
+        if self._whole_run():
+            return True
         if self._full_step() or self.backend != "gloo" or any(p.device.type != "cpu" for p in self._params):
             return False
         if self._fsdp is not None:
@@ -196,6 +209,8 @@ class _Record:
     def _digest_params(self):
         """Parameters and state after the step as digests, except where ddp_check compares them allclose
         (Adam/AdamW under a torch whose float sqrt is not IEEE's)."""
+        if self._whole_run():
+            return True
         if self._full_step():
             return False
         return not (type(self.optimizer).__name__ in ("Adam", "AdamW") and self._sqrt_exact is False)

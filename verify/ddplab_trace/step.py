@@ -20,8 +20,12 @@ class _Step:
         # Digests (full=False): parameters equal to where the last recorded step left them, and a .grad equal to
         # what DDP left, are named, not copied.
         follows = not self.full and self._last_after_step == self._step - 1 and self._last_after_crc is not None
+        whole = self._whole_run()
         if follows and self._params and all(_digest(p) == self._last_after_crc[i] for i, p in enumerate(self._params)):
             params = "previous"
+        elif whole:  # changed outside the step: its digest, and whether it is finite
+            self._note_nonfinite("param_before", _nonfinite((self._names[i], p) for i, p in enumerate(self._params)))
+            params = {i: _digest(p) for i, p in enumerate(self._params)}
         else:
             params = {i: _cpu_copy(p) for i, p in enumerate(self._params)}
         live = {i: p.grad for i, p in enumerate(self._params) if p.grad is not None}
@@ -32,14 +36,18 @@ class _Step:
         else:
             snap = self._grad_snap or {}
             same = set(live) == set(snap) and all(_bits_equal(g.detach(), snap[i]) for i, g in live.items())
-        grads = "grad" if same else {i: _cpu_copy(g) for i, g in live.items()}
-        if params != "previous":
+        if not same and whole:
+            self._note_nonfinite("grad_step", _nonfinite((self._names[i], g) for i, g in live.items()))
+            grads = {i: _digest(g) for i, g in live.items()}
+        else:
+            grads = "grad" if same else {i: _cpu_copy(g) for i, g in live.items()}
+        if params != "previous" and not whole:
             self._note_nonfinite("param_before", _nonfinite((self._names[i], t) for i, t in params.items()))
-        if grads != "grad":
+        if grads != "grad" and not whole:
             self._note_nonfinite("grad_step", _nonfinite((self._names[i], t) for i, t in grads.items()))
         # The state before this step is what the optimizer left after the previous one: a digest where ddp_check
         # predicted that step (it replays the optimizer from the first recorded step's state).
-        state_digest = follows and self._digest_params()
+        state_digest = (follows and self._digest_params()) or whole
         state, steps, skipped = [], {}, []
         for i, p in enumerate(self._params):
             st = opt.state.get(p) if hasattr(opt.state, "get") else None
@@ -176,13 +184,23 @@ class _Step:
                 if i in loc:
                     tensors.append(("local/%d/%s" % (k, names[i]), loc[i]))
         self._note_nonfinite("local", _nonfinite((key[len("local/"):], t) for key, t in tensors))
+        if self._local_finite:  # whole-run steps: the flags cross to the host once per step
+            ok = torch.stack([f.to("cpu") for _, f in self._local_finite]).tolist()
+            self._note_nonfinite("local", [n for (n, _), good in zip(self._local_finite, ok) if not good])
         self._note_nonfinite("param_after", _nonfinite(zip(names, self._params)))
         elided = {}
+        crc = {}  # digests of what ddp_check predicts, in place of the tensors (whole-run steps: of every tensor)
+
+        def keep(key, v):  # a digest (an int) or a tensor
+            if isinstance(v, int):
+                crc[key] = v
+            else:
+                tensors.append((key, v))
+
         for i in sorted(self._prior):
-            tensors.append(("prior/" + names[i], self._prior[i]))
+            keep("prior/" + names[i], self._prior[i])
         if self._prior_zero:
             elided["prior_zero"] = [names[i] for i in self._prior_zero]
-        crc = {}  # digests of what ddp_check predicts, in place of the tensors
         if self._grad_snap is not None:
             for i in sorted(self._grad_snap):
                 tensors.append(("grad/" + names[i], self._grad_snap[i]))
@@ -193,12 +211,12 @@ class _Step:
             elided["grad_step"] = "grad"
         else:
             for i in sorted(b["grads"]):
-                tensors.append(("grad_step/" + names[i], b["grads"][i]))
+                keep("grad_step/" + names[i], b["grads"][i])
         if b["params"] == "previous":
             elided["param_before"] = "previous"
         else:
             for i in range(len(names)):
-                tensors.append(("param_before/" + names[i], b["params"][i]))
+                keep("param_before/" + names[i], b["params"][i])
         if self._digest_params():
             after_crc = [_digest(p) for p in self._params]
             for i in range(len(names)):
@@ -209,10 +227,7 @@ class _Step:
             for i in range(len(names)):
                 tensors.append(("param_after/" + names[i], after[i]))
         for key, v in b["state"]:
-            if isinstance(v, int):
-                crc[key] = v
-            else:
-                tensors.append((key, v))
+            keep(key, v)
         tensors.extend(b["buffers"])
         # The parameters DDP does not reduce: a digest each step, and their values once they have changed.
         outside = {}
@@ -242,6 +257,8 @@ class _Step:
         meta["nonfinite"] = self._nf  # {} : every tensor of the step was finite
         if outside:
             meta["outside"] = outside
+        if self._whole_run():
+            meta["mode"] = "digests"  # a whole-run step: no local gradients, digests of the rest
         meta["digest"] = "fold64"  # how "crc32" below and ddp_check's digests of this file's tensors are taken
         if crc:
             meta["crc32"] = crc  # the key's name predates fold64
@@ -252,6 +269,7 @@ class _Step:
         path = os.path.join(self.dir, "step%06d.safetensors" % self._step)
         self._writer.submit(path, [head] + [_tensor_bytes(t) for _, t in tensors], total)
         self._in_flight = self._step
+        self._written += 1
         self._bytes += total
         self._last_after_crc, self._last_after_step = after_crc, self._step
 

@@ -71,6 +71,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy):
         # Everything close() and the manifest read, so that a recorder stopped anywhere can still close.
         self._step = 0
         self._steps = []
+        self._written = 0  # step files handed to the writer: FULL_STEPS of them whole, then the whole-run mode
         self._bytes = 0
         self._stopped = False
         self._stopped_info = None

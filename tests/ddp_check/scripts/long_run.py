@@ -1,0 +1,74 @@
+"""A long clean run recorded whole, then in the whole-run mode (digests only after the recorder's first steps),
+with one bit flipped on purpose: the silent data corruption a learner cannot find by hand. An MLP, SGD with
+momentum, DistributedSampler, 3 ranks, one step per batch over as many epochs as --steps needs.
+
+  --flip-grad STEP:RANK     after backward and before optimizer.step(), the lowest mantissa bit of one element
+                            of '2.weight'.grad flipped on RANK (all: on every rank, the same element)
+  --flip-param STEP:RANK    after optimizer.step(), the same bit of one element of '2.weight' itself
+  --flip-state STEP:RANK    after optimizer.step(), the same bit of one element of its momentum buffer
+  --nan-input STEP:RANK     a NaN in the batch of RANK at STEP (the run goes on, on NaN)
+"""
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import common
+from ddplab_trace import DDPTrace
+
+
+def flip(t):  # the lowest mantissa bit of element [3, 5]: a value wrong in its last place
+    with torch.no_grad():
+        v = t.view(torch.int32)
+        v[3, 5] ^= 1
+
+
+def when(spec, step, rank):
+    if not spec:
+        return False
+    at, who = spec.split(":")
+    return int(at) == step and (who == "all" or int(who) == rank)
+
+
+def main(rank, world_size, args):
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(240, 16), torch.randn(240, 4))
+    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=4, sampler=sampler)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 4))
+    ddp = DDP(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
+    step = 0
+    for epoch in range(10_000):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            if when(args.nan_input, step, rank):
+                x = x.clone()
+                x[0, 0] = float("nan")
+            optimizer.zero_grad()
+            nn.functional.mse_loss(ddp(x), y).backward()
+            if when(args.flip_grad, step, rank):
+                flip(model[2].weight.grad)
+            optimizer.step()
+            if when(args.flip_param, step, rank):
+                flip(model[2].weight)
+            if when(args.flip_state, step, rank):
+                flip(optimizer.state[model[2].weight]["momentum_buffer"])
+            step += 1
+            if step == args.steps:
+                break
+        if step == args.steps:
+            break
+    if trace:
+        trace.close()
+    common.save_final(ddp, args)
+
+
+def extra(p):
+    for f in ("--flip-grad", "--flip-param", "--flip-state", "--nan-input"):
+        p.add_argument(f, default="")
+
+
+if __name__ == "__main__":
+    common.launch(main, common.parse_args(world_size=3, steps=200, extra=extra))
