@@ -47,6 +47,7 @@ PKGS=(
                                        # its vectorised exp/tanh/erf
   python3-sklearn                      # ships the 8x8 digits (--dataset digits)
   python3-venv                         # --with-torch2: the torch 2.x virtual environment
+  python3-pip python3-setuptools       # recorder_test: `pip install ./verify`, as a learner installs the recorder
 )
 
 SUDO=""
