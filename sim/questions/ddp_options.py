@@ -26,6 +26,8 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from forwarding_pg import ForwardingPG
+
 STEPS = 4
 RUNS = [  # name, world_size, DDP keyword arguments
     ('default', 3, {}), ('again', 3, {}), ('cap1', 3, {'bucket_cap_mb': 1}),
@@ -33,26 +35,18 @@ RUNS = [  # name, world_size, DDP keyword arguments
     ('find_unused', 3, {'find_unused_parameters': True}), ('default_ws2', 2, {}), ('cap1_ws2', 2, {'bucket_cap_mb': 1})]
 
 
-class NotingPG(dist.ProcessGroup):
-    """Notes each all-reduce's tensor (size, storage range), then forwards it to the real (gloo) group."""
+class NotingPG(ForwardingPG):
+    """Notes each all-reduce's tensor (size, storage range) before the real (gloo) group runs it."""
     def __init__(self, pg):
-        super().__init__(pg.rank(), pg.size())
-        self.pg, self.sent = pg, []
+        super().__init__(pg)
+        self.sent = []
 
-    def allreduce(self, tensors, opts):
+    def seen(self, op, tensors):
+        if op != 'ar':
+            return
         t = tensors[0]
         size = str(t.numel()) if t.is_floating_point() else f'{t.numel()} used-flags'  # find_unused's bitmap
         self.sent.append((size, t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
-        return self.pg.allreduce(tensors, opts)
-
-    def broadcast(self, tensors, opts):
-        return self.pg.broadcast(tensors, opts)
-
-    def allgather(self, outs, ins, opts):
-        return self.pg.allgather(outs, ins, opts)
-
-    def getBackendName(self):
-        return 'noting-gloo'
 
 
 def wchar():

@@ -30,6 +30,8 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from forwarding_pg import ForwardingPG
+
 TIMEOUT_S = 5
 CASES = [  # name, BatchNorm model, who evaluates, how ('ddp' / 'module' / 'barrier'), after which steps
     ('A', True, 'r0', 'ddp', (1,)), ('Ad', True, 'r0', 'ddp', (1,)), ('A2', True, 'r0', 'ddp', (2,)),
@@ -37,29 +39,18 @@ CASES = [  # name, BatchNorm model, who evaluates, how ('ddp' / 'module' / 'barr
     ('C', False, 'r0', 'barrier', (2,)), ('D', True, 'r0', 'module', (1, 2, 3)), ('E', True, 'all', 'ddp', (1, 2, 3))]
 
 
-class TracedPG(dist.ProcessGroup):
-    """Logs every collective issued on it, then forwards it to the real (gloo) group."""
+class TracedPG(ForwardingPG):
+    """Logs every collective issued on it (a file per rank), then forwards it to the real (gloo) group."""
     def __init__(self, pg, path):
-        super().__init__(pg.rank(), pg.size())
-        self.pg, self.path, self.names = pg, path, {}
+        super().__init__(pg)
+        self.path, self.names = path, {}
 
     def note(self, tok, tensors=()):
         with open(self.path, 'a') as f:  # on disk at once: a rank may die by SIGABRT mid-run
             f.write(self.names.get((tok, sum(t.numel() for t in tensors)), tok) + '\n')
 
-    def broadcast(self, tensors, opts):
-        self.note('bc', tensors)
-        return self.pg.broadcast(tensors, opts)
-
-    def allreduce(self, tensors, opts):
-        self.note('ar', tensors)
-        return self.pg.allreduce(tensors, opts)
-
-    def allgather(self, outs, ins, opts):
-        return self.pg.allgather(outs, ins, opts)  # DDP's constructor only
-
-    def getBackendName(self):
-        return 'traced-gloo'
+    def seen(self, op, tensors):
+        self.note(op, tensors)
 
 
 def first_line(msg):

@@ -30,29 +30,22 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from forwarding_pg import ForwardingPG
+
 WORLD_SIZE, STEPS = 3, 4
 CASES = ['nan', 'nan_guard', 'module_call', 'unfreeze', 'rewrap']
 LAYERS = ['0', '2', '4']  # the Linear layers' names in the Sequential
 
 
-class CountingPG(dist.ProcessGroup):
-    """Counts the floats all-reduced on it, then forwards each collective to the real (gloo) group."""
+class CountingPG(ForwardingPG):
+    """Counts the floats all-reduced on it before the real (gloo) group runs them."""
     def __init__(self, pg):
-        super().__init__(pg.rank(), pg.size())
-        self.pg, self.floats = pg, 0
+        super().__init__(pg)
+        self.floats = 0
 
-    def allreduce(self, tensors, opts):
-        self.floats += sum(t.numel() for t in tensors if t.is_floating_point())
-        return self.pg.allreduce(tensors, opts)
-
-    def broadcast(self, tensors, opts):
-        return self.pg.broadcast(tensors, opts)
-
-    def allgather(self, outs, ins, opts):
-        return self.pg.allgather(outs, ins, opts)
-
-    def getBackendName(self):
-        return 'counting-gloo'
+    def seen(self, op, tensors):
+        if op == 'ar':
+            self.floats += sum(t.numel() for t in tensors if t.is_floating_point())
 
 
 def nonfinite(tensors):
