@@ -299,9 +299,10 @@ TEST_P(DdpCheck, RealRun) {
   // A finding seen again at later steps says so inside its place, before the sentence that explains it.
   for (const auto& f : j["findings"]) {
     const int64_t n = f.value("repeats", 0);
-    if (n > 0)
+    if (n > 0) {
       EXPECT_NE(check.out.find(fmt::format("; again at {} later step{}): ", n, n == 1 ? "" : "s")), std::string::npos)
           << check.out;
+    }
   }
   // Wherever a gradient or a step is predicted, it is predicted bit for bit: mistakes change what the
   // ranks did, not DDP's arithmetic (sum_hook's and diverge_grads' hooks are not DDP's average; under

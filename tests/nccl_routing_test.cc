@@ -59,6 +59,7 @@ const std::map<std::string, Args>& examples() {
       {"no-sync", {"--no-sync", "2"}},
       {"no-sync-loss", {"--no-sync", "2", "--no-sync-loss", "divide"}},
       {"loss-divisor", {"--loss-divisor", "3"}},
+      {"inject-nan", {"--inject-nan", "1:1"}},
       {"sync-on", {"--no-sync", "2", "--sync-on", "first"}},
       {"sync-batchnorm", {"--sync-batchnorm", "true"}},
       {"allreduce", {"--allreduce", "tree"}},
@@ -135,6 +136,12 @@ TEST(NcclRouting, EveryRowReachesTheRanksOnNccl) {
   for (const ddp::FlagSpec& f : ddp::flag_table()) {
     auto it = examples().find(f.name);
     if (it == examples().end()) continue;
+    if (std::string(f.name) == "inject-nan") {  // ddp_sim's alone: ddp_verify refuses it on every backend
+      const auto r = verify({"--backend", "nccl"}, {}, it->second);
+      EXPECT_EQ(r.status, 2) << r.err;
+      EXPECT_NE(r.err.find("--inject-nan is ddp_sim's"), std::string::npos) << r.err;
+      continue;
+    }
     for (const Args& model : models_for(f.applies, f.name)) {
       const auto r = verify({"--backend", "nccl"}, model, it->second);
       ++tried;

@@ -15,6 +15,10 @@ Compute compute_from_flags(const Flags& flags, Backend backend) {
 }
 
 std::string backend_refusal(const ddp::Config& cfg, Backend backend, Compute compute) {
+  if (cfg.inject_nan_rank >= 0) {
+    return "--inject-nan is ddp_sim's (where one rank's NaN goes): ddp_verify compares the real ranks with the "
+           "simulator, and NaN equals nothing, so there is nothing to verify; run it in bazel-bin/sim/ddp_sim";
+  }
   if (backend == Backend::gloo && cfg.comm_hook.name == "bf16-compress") {
     return "--comm-hook bf16-compress does not run on Gloo: torch 1.13's register_comm_hook refuses it without "
            "CUDA and NCCL (\"BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+.\") and "
