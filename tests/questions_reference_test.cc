@@ -126,8 +126,8 @@ TEST(QuestionsReference, RankZeroOnlyWork) {
                 "0 timed out after 5s; rank 1 completed",
                 "answer: rank 0 alone evaluates through the DDP wrapper after every step, a model without buffers: both "
                 "ranks complete, parameters equal: rank 0's evaluation issues no collective",
-                "answer: rank 0 alone calls dist.barrier() after step 2: rank 0 timed out after 5s; rank 1 timed out "
-                "after 5s",
+                // rank 1 then times out too, or loses the connection first when rank 0's timeout closes it
+                "answer: rank 0 alone calls dist.barrier() after step 2: rank 0 timed out after 5s; rank 1 ",
                 "answer: rank 0 alone evaluates through ddp.module after every step (BatchNorm): both ranks complete, "
                 "parameters equal: rank 0's evaluation issues no collective",
                 "answer: every rank evaluates through the DDP wrapper after every step (BatchNorm): both ranks "
