@@ -13,6 +13,7 @@
 #include "src/check/findings.h"
 #include "src/check/health.h"
 #include "src/check/replay.h"
+#include "src/check/sample_replay.h"
 #include "src/check/step_compare.h"
 #include "src/base/parallel.h"
 #include "src/collective/allreduce.h"
@@ -76,6 +77,7 @@ CheckResult check_run(const Run& run) {
   std::vector<safetensors::TensorMap> carried(static_cast<size_t>(ws));
   std::vector<int64_t> carried_step(static_cast<size_t>(ws), -1);
   std::set<int> gone;  // ranks whose trace ended, already reported
+  SampleCounts sampled;
   // The ranks' files are read, and their optimizer steps predicted, side by side (each rank's work touches only
   // its own records); what is compared and said stays in rank order.
   ThreadPool pool(std::min(available_cores(), ws));
@@ -405,6 +407,12 @@ CheckResult check_run(const Run& run) {
                             : replay.local_gradients() ? !after_averaging || seen.averagings > 0
                                                        : found.replicas(recs, moved, first, &res.first_divergence);
     }
+    if (digests_only && !pairing_lost && !missing && !replay.sharded()) {
+      check_sample(run, replay, recs, res.step_exact, found, &sampled);
+      std::vector<const StepRecord*> before(static_cast<size_t>(ws));
+      for (int r = 0; r < ws; ++r) before[static_cast<size_t>(r)] = prev[static_cast<size_t>(r)].get();
+      found.whole_run_alike(recs, before);
+    }
     found.per_step(recs);
     res.grads.checked += line.grads.checked, res.grads.exact += line.grads.exact;
     res.grads.allclose += line.grads.allclose, res.grads.different += line.grads.different;
@@ -433,6 +441,7 @@ CheckResult check_run(const Run& run) {
   seen.steps = !res.lines.empty();
   what_the_run_did(m, seen, found);
   res.buckets = replay.buckets();
+  res.sampled = {sampled.steps, sampled.values, sampled.exact, sampled.allclose, sampled.why};
   if (!data_findings(run, data, &found, &res.data)) {
     bool loaders = false;
     for (const RankData& d : data) loaders = loaders || !d.loaders.empty();

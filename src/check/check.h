@@ -67,6 +67,12 @@ struct CheckResult {
   bool step_exact = true;    // the optimizer step is predicted bit for bit
   std::string step_why;      // why not, when not
   Counts grads, params;
+  // The whole-run steps' samples (sample_replay.h): steps replayed, sampled values compared and how they matched,
+  // and why some step's all-reduce could not be replayed ("" : every one was).
+  struct Sampled {
+    int64_t steps = 0, values = 0, exact = 0, allclose = 0;
+    std::string why;
+  } sampled;
   std::vector<StepLine> lines;
   DataSummary data;
   // Per step and rank, for the --report page: the norm of the rank's own (local, accumulated) gradient and

@@ -47,6 +47,9 @@ class Findings {
   // digests the others do not share is named once, at its first step and stage. True when the parameters after
   // the step agree.
   bool whole_run_step(const std::vector<const StepRecord*>& recs, Divergence* div);
+  // A whole-run step where every rank's parameters or optimizer state changed alike since its previous step's
+  // optimizer.step() left them (prev[r]: rank r's previous record): a note, since the replicas stay equal.
+  void whole_run_alike(const std::vector<const StepRecord*>& recs, const std::vector<const StepRecord*>& prev);
   // FSDP2: rank r's shard `name` changed between its previous step and this one, outside optimizer.step().
   void changed_outside_step(int64_t step, int r, const std::string& name);
   // FSDP2: the step ran before its last backward's gradients were reduce-scattered.

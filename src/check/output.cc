@@ -97,6 +97,11 @@ std::string format_text(const CheckResult& r) {
                      whole ? fmt::format("; whole run: {} step{} of digests compared across ranks", whole,
                                          whole == 1 ? "" : "s")
                            : "");
+  if (r.sampled.steps)
+    out += fmt::format("sample: {} values of {} whole-run steps replayed, {} exact{}{}\n", r.sampled.values,
+                       r.sampled.steps, r.sampled.exact,
+                       r.sampled.allclose ? fmt::format(", {} allclose", r.sampled.allclose) : "",
+                       r.sampled.why.empty() ? "" : " (their all-reduce not replayed: " + r.sampled.why + ")");
   if (!r.data.verdict.empty()) out += "data: " + r.data.verdict + "\n";
   if (r.findings.empty()) out += "findings: none\n";
   for (const Finding& f : r.findings)
@@ -134,6 +139,9 @@ std::string format_json(const CheckResult& r) {
                       {"step_why", r.step_why},
                       {"grads", counts_json(r.grads)},
                       {"params", counts_json(r.params)},
+                      {"sample", {{"steps", r.sampled.steps}, {"values", r.sampled.values},
+                                  {"exact", r.sampled.exact}, {"allclose", r.sampled.allclose},
+                                  {"why", r.sampled.why}}},
                       {"findings", findings},
                       {"data", data_json(r.data)},
                       {"per_step", steps}};

@@ -43,6 +43,12 @@ class FsdpReplay {
   std::vector<size_t> group_of_;  // parameter -> its group
 };
 
+// One element of a whole-run step's sample (sample_replay.cc): parameter `param`, row-major element `element`.
+struct SampleSlot {
+  size_t param = 0;
+  int64_t element = 0;
+};
+
 class GradReplay {
  public:
   explicit GradReplay(const Run& run);
@@ -53,6 +59,12 @@ class GradReplay {
   // reduced as DDP reduces it). false (and `why` set) when the step cannot be predicted.
   // recs[r] is null for a rank that has joined (Join): it contributes zeros to every all-reduce.
   bool predict(const std::vector<const StepRecord*>& recs, std::string* why);
+  // A whole-run step's sample (sample_replay.cc): every rank's .grad after DDP at the sampled elements,
+  // grad[rank][slot], from the sampled prior and local gradients, accumulated and all-reduced as predict() does
+  // whole tensors, in the current bucket layout and the run's order; known[slot] false where some rank holds no
+  // gradient there. false (and `why`) where the sample cannot be replayed bit for bit.
+  bool predict_sample(const std::vector<const StepRecord*>& recs, const std::vector<SampleSlot>& plan,
+                      std::vector<std::vector<float>>* grad, std::vector<bool>* known, std::string* why) const;
   // Rank r's predicted parameter i (.grad meaningful when has_grad).
   const Parameter& param(int r, size_t i) const { return params_[static_cast<size_t>(r)][i]; }
 

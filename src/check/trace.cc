@@ -47,6 +47,27 @@ const safetensors::Tensor* StepRecord::find(const std::string& kind, const std::
 
 StepRecord read_step_fields(const Run& run, int rank, int64_t step);
 
+namespace {
+
+// "sample": {"slots": K, "absent": {kind: [slot, ...]}}; its tensors are read with the others.
+constexpr int64_t kMaxSampleSlots = 1 << 16;
+
+void read_sample(const json& s, StepRecord* rec) {
+  if (!rec->digests_only) fail(rec->path, "\"sample\" in a step that is not in \"mode\": \"digests\"");
+  if (!s.is_object()) fail(rec->path, "\"sample\" is not an object");
+  rec->sample.slots = static_cast<size_t>(integer(field(s, "slots", rec->path), "sample.slots", rec->path, 1, kMaxSampleSlots));
+  if (!s.contains("absent")) return;
+  if (!s.at("absent").is_object()) fail(rec->path, "\"sample\".absent is not an object");
+  for (const auto& [kind, slots] : s.at("absent").items()) {
+    if (!slots.is_array()) fail(rec->path, "\"sample\".absent." + kind + " is not a list");
+    for (const json& k : slots)
+      rec->sample.absent[kind].insert(static_cast<size_t>(
+          integer(k, "sample.absent slot", rec->path, 0, static_cast<int64_t>(rec->sample.slots) - 1)));
+  }
+}
+
+}  // namespace
+
 StepRecord read_step(const Run& run, int rank, int64_t step) {
   try {
     return read_step_fields(run, rank, step);
@@ -184,6 +205,10 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     if (mode != "digests") fail(rec.path, "\"mode\" is " + mode.dump() + ", not \"digests\" (the mode ddp_check knows)");
     rec.digests_only = true;
   }
+  if (meta.contains("sample")) read_sample(meta.at("sample"), &rec);
+  if (meta.contains("state_changed") && meta.at("state_changed").is_array())
+    for (const json& n : meta.at("state_changed"))
+      if (n.is_string()) rec.state_changed.push_back(n.get<std::string>());
   if (meta.contains("digest")) {
     const json& d = meta.at("digest");
     if (!d.is_string() || (d != "fold64" && d != "crc32"))
@@ -208,6 +233,27 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
       if (rec.tensors.count(key)) fail(rec.path, "'" + key + "' is both a tensor and a digest");
       rec.crc32[key] = static_cast<uint32_t>(integer(v, "digest '" + key + "'", rec.path, 0, 0xffffffffLL));
     }
+  }
+  // The sample's tensors (read_sample checked its kinds) leave the map of the parameters' tensors.
+  for (auto it = rec.tensors.lower_bound("sample/"); it != rec.tensors.end() && it->first.rfind("sample/", 0) == 0;) {
+    const std::string kind = it->first.substr(7);
+    if (!rec.sample.slots) fail(rec.path, "tensor '" + it->first + "' but no \"sample\" in the metadata");
+    if (it->second.data.size() != rec.sample.slots)
+      fail(rec.path, fmt::format("tensor '{}' holds {} values, the sample has {} slots", it->first, it->second.data.size(),
+                                 rec.sample.slots));
+    const size_t s2 = kind.find('/');
+    const std::string head = kind.substr(0, s2);
+    if (head == "local") {
+      const int64_t k = parse_int("backward index of '" + it->first + "'", kind.substr(s2 + 1));
+      if (k < 0 || static_cast<size_t>(k) >= rec.backwards.size())
+        fail(rec.path, fmt::format("tensor '{}' names backward {}, but the step has {}", it->first, k, rec.backwards.size()));
+    } else if (!(s2 == std::string::npos && (head == "prior" || head == "grad" || head == "grad_step" ||
+                                             head == "param_before" || head == "param_after")) &&
+               !(s2 != std::string::npos && s2 + 1 < kind.size() && (head == "state" || head == "state_after"))) {
+      fail(rec.path, "tensor '" + it->first + "' is of no sample kind ddp_check knows");
+    }
+    rec.sample.values[kind] = std::move(it->second.data);
+    it = rec.tensors.erase(it);
   }
   // Every tensor must name a known parameter or buffer and have its shape.
   std::map<std::string, const TensorInfo*> params, buffers, unsharded;  // FSDP: local/ holds unsharded gradients

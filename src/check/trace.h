@@ -191,6 +191,22 @@ struct StepRecord {
   // A whole-run step ("mode": "digests"): the recorder kept no local gradients and only digests of the rest, so
   // ddp_check compares the ranks' digests with each other instead of replaying DDP (docs/trace_format.md).
   bool digests_only = false;
+  // A whole-run step's sample (docs/trace_format.md, "The sample"): the same `slots` elements on every rank, each
+  // kind's values ("prior", "local/<k>", "grad", "grad_step", "param_before", "param_after", "state/<key>",
+  // "state_after/<key>") and the slots a kind lacks (a parameter without that tensor). slots = 0: no sample.
+  struct Sample {
+    size_t slots = 0;
+    std::map<std::string, std::vector<float>> values;
+    std::map<std::string, std::set<size_t>> absent;
+    bool has(const std::string& kind, size_t slot) const {
+      auto a = absent.find(kind);
+      return values.count(kind) && (a == absent.end() || !a->second.count(slot));
+    }
+  };
+  Sample sample;
+  // Optimizer state the recorder saw changed (in place, or replaced) since the previous step's optimizer.step()
+  // left it, "<name>/<key>" (whole-run steps).
+  std::vector<std::string> state_changed;
   bool divide_by_initial_world_size = true;
   safetensors::TensorMap tensors;
   // Digests of tensors the recorder left out ("<kind>/<name>" -> CRC-32 of the float32 bytes): what ddp_check

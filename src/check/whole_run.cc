@@ -107,4 +107,34 @@ bool Findings::whole_run_step(const std::vector<const StepRecord*>& recs, Diverg
   return params_equal;
 }
 
+void Findings::whole_run_alike(const std::vector<const StepRecord*>& recs, const std::vector<const StepRecord*>& prev) {
+  const Manifest& m = run_.first();
+  std::set<std::string> params, state;  // each rank's first change (all must agree, and every rank must have one)
+  int64_t step = -1;
+  size_t ranks = 0;
+  for (size_t r = 0; r < recs.size(); ++r) {
+    const StepRecord* rec = recs[r];
+    if (!rec) continue;
+    step = rec->step;
+    ++ranks;
+    const StepRecord* p = prev[r];
+    params.insert(p && p->step + 1 == rec->step ? first_difference(m, *rec, "param_before", *p, "param_after") : "");
+    state.insert(rec->state_changed.empty() ? "" : rec->state_changed.front());
+  }
+  if (ranks < 2) return;
+  const auto note = [&](const std::string& first, const char* cause, const char* what, const char* edits) {
+    add("changed-outside-step", "note", cause, step, -1, first,
+        fmt::format("step {}: {} changed since optimizer.step() of step {} left them, outside any step, alike on every "
+                    "rank ('{}' first): {}, or a value corrupted alike. The replicas stay equal, so DDP is not "
+                    "wrong; say so if your script did not mean it",
+                    step, what, step - 1, first, edits));
+  };
+  if (params.size() == 1 && !params.begin()->empty())
+    note(*params.begin(), "parameters", "the parameters",
+         "code that edits them on every rank (a clamp under torch.no_grad(), a checkpoint loaded)");
+  if (state.size() == 1 && !state.begin()->empty())
+    note(*state.begin(), "optimizer-state", "the optimizer's state",
+         "code that edits it on every rank (optimizer.load_state_dict, a reset of the momentum)");
+}
+
 }  // namespace ddplab::check

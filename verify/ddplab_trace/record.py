@@ -6,6 +6,7 @@ import torch
 from .common import FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
 from .digests import _digest, _fingerprint, _first_tensor, _nonfinite
 from .hooks import _HookInfo
+from .sample import _Sample
 from .writer import _bits
 
 
@@ -31,6 +32,7 @@ class _Record:
         self._step_join = None
         self._nf = {}          # kind -> names (or forward indices, for "input") holding a NaN or an infinity
         self._local_finite = []  # whole-run steps: (local name, isfinite(...).all() on the gradient's device)
+        self._sample = None      # whole-run steps: the sampled elements of every tensor (sample.py)
 
     def _note_nonfinite(self, kind, names):
         """Keeps which tensors of this step are not finite, and the run's first."""
@@ -151,9 +153,12 @@ class _Record:
                 # first backward reached it).
                 self._prior_taken = True
                 whole = self._whole_run()
+                sample = self._sampling()
                 for j, p in enumerate(self._params):
                     if p.grad is None:
                         continue
+                    if sample is not None:
+                        sample.take("prior", j, p.grad)
                     if not self.full and not _bits(p.grad).any():  # every bit zero (+0.0): named, not copied
                         self._prior_zero.append(j)
                     else:
@@ -168,6 +173,8 @@ class _Record:
                 if self._whole_run():  # no copy: whether it is finite, a flag left on its device until the write
                     self._local_finite.append(("%d/%s" % (len(self._locals) - 1, self._names[i]),
                                                torch.isfinite(grad.detach()).all()))
+                    if self._sampling() is not None:
+                        self._sample.take("local/%d" % (len(self._locals) - 1), i, grad)
                 else:
                     self._locals[-1][i] = self._keep_local(len(self._locals) - 1, i, grad)
 
@@ -186,6 +193,12 @@ class _Record:
         """A whole-run step: after the first FULL_STEPS files (full=False), no local gradient is kept and every
         other tensor is a digest, whatever ddp_check could replay: the ranks' digests are compared with each other."""
         return not self.full and self._written >= FULL_STEPS
+
+    def _sampling(self):
+        """This whole-run step's sample (made at its first use), or None: a step recorded whole, or FSDP2's shards."""
+        if self._sample is None and self._whole_run() and self._fsdp is None:
+            self._sample = _Sample(self._step, self._params)
+        return self._sample
 
     def _full_step(self):
         """Whether this step's file holds every tensor: full=True, or the first step this rank records."""
@@ -250,6 +263,8 @@ class _Record:
         self._note_nonfinite("grad", _nonfinite((self._names[i], p.grad) for i, p in enumerate(self._params)))
         if self._digest_grads():
             self._grad_crc = {i: _digest(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
+            if self._sampling() is not None:
+                self._sample.take_all("grad", enumerate(p.grad for p in self._params))
             self._grad_snap = None
         else:
             self._grad_snap = {i: _cpu_copy(p.grad) for i, p in enumerate(self._params) if p.grad is not None}

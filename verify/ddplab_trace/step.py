@@ -7,6 +7,7 @@ import torch
 
 from .common import _cpu_copy, _dtype_name, _jsonable, _number, _tensor_bytes, _why
 from .digests import _digest, _nonfinite
+from .sample import SLOTS
 from .spies import _JOIN_EVENTS
 from .writer import _bits_equal, _safetensors_parts
 
@@ -21,6 +22,9 @@ class _Step:
         # what DDP left, are named, not copied.
         follows = not self.full and self._last_after_step == self._step - 1 and self._last_after_crc is not None
         whole = self._whole_run()
+        sample = self._sampling()
+        if sample is not None:
+            sample.take_all("param_before", enumerate(self._params))
         if follows and self._params and all(_digest(p) == self._last_after_crc[i] for i, p in enumerate(self._params)):
             params = "previous"
         elif whole:  # changed outside the step: its digest, and whether it is finite
@@ -36,6 +40,8 @@ class _Step:
         else:
             snap = self._grad_snap or {}
             same = set(live) == set(snap) and all(_bits_equal(g.detach(), snap[i]) for i, g in live.items())
+        if sample is not None:
+            sample.take_all("grad_step", live.items())
         if not same and whole:
             self._note_nonfinite("grad_step", _nonfinite((self._names[i], g) for i, g in live.items()))
             grads = {i: _digest(g) for i, g in live.items()}
@@ -49,6 +55,10 @@ class _Step:
         # predicted that step (it replays the optimizer from the first recorded step's state).
         state_digest = (follows and self._digest_params()) or whole
         state, steps, skipped = [], {}, []
+        versions = self._state_versions() if whole else None
+        saved_step, saved = getattr(self, "_saved_versions", (None, None))
+        changed = ([k for k in versions if saved.get(k) != versions[k]] + [k for k in saved if k not in versions]
+                   if whole and saved_step == self._step - 1 else [])
         for i, p in enumerate(self._params):
             st = opt.state.get(p) if hasattr(opt.state, "get") else None
             if not st:
@@ -61,6 +71,8 @@ class _Step:
                         skipped.append({"name": self._names[i], "key": str(k), "dtype": _dtype_name(v.dtype)})
                         continue
                     key = "state/%s/%s" % (self._names[i], k)
+                    if sample is not None:
+                        sample.take("state/%s" % k, i, v)
                     state.append((key, _digest(v) if state_digest else _cpu_copy(v)))
         lr = [float(_number(g["lr"])) for g in opt.param_groups]
         # Every hyperparameter as step() will read it (a scheduler or a loop may have changed momentum, betas,
@@ -74,8 +86,20 @@ class _Step:
         for n, b in self._int_buffers:
             ints[n] = int(b.item()) if b.numel() == 1 else b.detach().cpu().tolist()
         self._before = {"params": params, "grads": grads, "state": state, "steps": steps, "lr": lr, "groups": groups,
+                        "state_changed": changed,
                         "num_groups": len(opt.param_groups),
                         "buffers": bufs, "ints": ints, "skipped": skipped}
+
+    def _state_versions(self):
+        """{"<name>/<key>": (id, version)} of the optimizer's state tensors: an edit in place bumps a tensor's
+        version counter, a load replaces the tensor. Costs nothing per element."""
+        out = {}
+        for i, p in enumerate(self._params):
+            st = self.optimizer.state.get(p) if hasattr(self.optimizer.state, "get") else None
+            for k, v in (st or {}).items():
+                if isinstance(v, torch.Tensor) and v.dim() > 0:
+                    out["%s/%s" % (self._names[i], k)] = (id(v), v._version)
+        return out
 
     def _snapshot_before_safe(self):
         if self._stopped:
@@ -236,6 +260,16 @@ class _Step:
             outside[name] = d
             if self._outside_first.setdefault(name, d) != d or self.full:
                 tensors.append(("outside/" + name, _cpu_copy(p)))
+        sample = self._sample
+        if sample is not None:  # what the step left, for the replay of the sample
+            sample.take_all("param_after", enumerate(self._params))
+            for i, p in enumerate(self._params):
+                st = self.optimizer.state.get(p) if hasattr(self.optimizer.state, "get") else None
+                for k, v in (st or {}).items():
+                    if k != "step" and isinstance(v, torch.Tensor) and v.dim() > 0 and v.dtype == torch.float32:
+                        sample.take("state_after/%s" % k, i, v)
+            sampled, absent = sample.kinds()
+            tensors.extend(sampled)
         meta = {
             "step": self._step, "rank": self.rank, "run_id": self.run_id,
             "segment": [self._seg_c, self._seg_k],
@@ -259,6 +293,10 @@ class _Step:
             meta["outside"] = outside
         if self._whole_run():
             meta["mode"] = "digests"  # a whole-run step: no local gradients, digests of the rest
+        if sample is not None:
+            meta["sample"] = {"slots": SLOTS, "absent": absent}
+        if b["state_changed"]:
+            meta["state_changed"] = sorted(b["state_changed"])
         meta["digest"] = "fold64"  # how "crc32" below and ddp_check's digests of this file's tensors are taken
         if crc:
             meta["crc32"] = crc  # the key's name predates fold64
@@ -272,6 +310,8 @@ class _Step:
         self._written += 1
         self._bytes += total
         self._last_after_crc, self._last_after_step = after_crc, self._step
+        if self._whole_run():  # what the next step's state is compared with (from the last full step on)
+            self._saved_versions = (self._step, self._state_versions())
 
     # ----- spies' reports -----
     def _on_averaged(self, group_size):

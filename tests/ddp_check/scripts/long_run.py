@@ -7,6 +7,8 @@ momentum, DistributedSampler, 3 ranks, one step per batch over as many epochs as
   --flip-param STEP:RANK    after optimizer.step(), the same bit of one element of '2.weight' itself
   --flip-state STEP:RANK    after optimizer.step(), the same bit of one element of its momentum buffer
   --nan-input STEP:RANK     a NaN in the batch of RANK at STEP (the run goes on, on NaN)
+  --flip-in-step STEP:RANK  inside optimizer.step(), after torch's arithmetic, the same bit of an element of
+                            '2.weight' that the recorder's sample holds at STEP (a value corrupted inside the step)
 """
 import torch
 import torch.nn as nn
@@ -15,6 +17,30 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import common
 from ddplab_trace import DDPTrace
+from ddplab_trace.sample import _plan
+
+
+class SGD(torch.optim.SGD):
+    """torch's SGD, and at one step a bit flipped inside step() (named SGD: ddp_check models torch's SGD)."""
+
+    def __init__(self, params, flip_at, **kw):
+        super().__init__(params, **kw)
+        self.flip_at, self.steps = flip_at, 0
+
+    def step(self, closure=None):
+        out = super().step(closure)
+        if self.flip_at is not None and self.steps == self.flip_at[0]:
+            with torch.no_grad():
+                self.flip_at[1].view(-1).view(torch.int32)[self.flip_at[2]] ^= 1
+        self.steps += 1
+        return out
+
+
+def sampled_element(model, step):
+    """An element of '2.weight' in the recorder's sample at `step` (sample.py's plan)."""
+    params = list(model.parameters())
+    slots, elems = _plan(step, [p.numel() for p in params])[2]  # parameter 2: '2.weight'
+    return elems[0]
 
 
 def flip(t):  # the lowest mantissa bit of element [3, 5]: a value wrong in its last place
@@ -37,7 +63,11 @@ def main(rank, world_size, args):
     loader = DataLoader(data, batch_size=4, sampler=sampler)
     model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 4))
     ddp = DDP(model)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    flip_at = None
+    if args.flip_in_step and (args.flip_in_step.split(":")[1] in ("all", str(rank))):
+        at = int(args.flip_in_step.split(":")[0])
+        flip_at = (at, model[2].weight, sampled_element(model, at))
+    optimizer = SGD(ddp.parameters(), flip_at, lr=0.05, momentum=0.9)
     trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step = 0
     for epoch in range(10_000):
@@ -66,7 +96,7 @@ def main(rank, world_size, args):
 
 
 def extra(p):
-    for f in ("--flip-grad", "--flip-param", "--flip-state", "--nan-input"):
+    for f in ("--flip-grad", "--flip-param", "--flip-state", "--nan-input", "--flip-in-step"):
         p.add_argument(f, default="")
 
 
