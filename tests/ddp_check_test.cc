@@ -191,6 +191,16 @@ const Case kCases[] = {
     {"long_run", "replicas-diverged", "optimizer-state", 0, 131, "2.weight", 1, "--flip-state 130:0",
      "whole_run_flip_state"},
     {"long_run", "nonfinite", "input", 1, 160, "", 1, "--nan-input 160:1", "whole_run_nan"},
+    // The same element flipped on every rank: the replicas stay equal, so no digest comparison sees it. An edit
+    // between steps is seen by each rank's own digests (parameters) or version counters (state): a note; a value
+    // written wrong inside optimizer.step() by the sample's replay, where the sample holds it (the script flips an
+    // element the sample holds at that step).
+    {"long_run", "changed-outside-step", "parameters", -1, 141, "2.weight", 0, "--flip-param 140:all",
+     "whole_run_flip_param_every_rank"},
+    {"long_run", "changed-outside-step", "optimizer-state", -1, 146, "2.weight/momentum_buffer", 0,
+     "--flip-state 145:all", "whole_run_flip_state_every_rank"},
+    {"long_run", "step-not-as-predicted", "sample", 0, 180, "2.weight", 1, "--flip-in-step 180:all",
+     "whole_run_flip_in_step"},
     // FSDP2's own mistakes: the optimizer built before fully_shard replaced the parameters; gradient sync switched
     // off for accumulation and never back on (no reduce-scatter ever runs: no gradient to compare).
     {"fsdp2_mlp", "optimizer-misses-parameters", "before-fully-shard", -1, -1, "", 1,
@@ -384,8 +394,15 @@ TEST_P(DdpCheck, RealRun) {
     struct stat full{}, digests{};
     ASSERT_EQ(stat((dir + "/rank1/step000005.safetensors").c_str(), &full), 0);
     ASSERT_EQ(stat((dir + "/rank1/step000100.safetensors").c_str(), &digests), 0);
-    EXPECT_LT(digests.st_size, 4096);
-    EXPECT_LT(10 * digests.st_size, full.st_size);
+    EXPECT_LT(digests.st_size, 6144);  // metadata, digests and the sample's 8 kinds of 64 values: 3.9 KiB here
+    EXPECT_LT(5 * digests.st_size, full.st_size);
+    // Each whole-run step's sample (64 elements: .grad after DDP, the parameters and momentum after the step, on 3
+    // ranks) replayed bit for bit; where a bit was flipped inside the step, that one element on every rank differs.
+    EXPECT_EQ(j["sample"]["steps"], 190) << j["sample"].dump();
+    EXPECT_EQ(j["sample"]["values"], 190 * 3 * 64 * 3) << j["sample"].dump();
+    EXPECT_EQ(j["sample"]["why"], "") << j["sample"].dump();
+    const bool in_step = std::string(c.label) == "whole_run_flip_in_step";
+    EXPECT_EQ(j["sample"]["exact"].get<int64_t>() + (in_step ? 3 : 0), 190 * 3 * 64 * 3) << j["sample"].dump();
     if (!c.kind) {  // nothing happened: the 190 whole-run steps are one line of the step lines (not --quiet)
       const auto lines = testing::run_command({"verify/ddp_check", dir});
       EXPECT_NE(lines.out.find("step   10-199 | whole run: every rank's digests"), std::string::npos) << lines.out;

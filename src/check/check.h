@@ -17,11 +17,12 @@ namespace ddplab::check {
 // kinds: nonfinite (uninitialised | parameter | input | overflow | all-reduce | changed-before-step |
 // step-overflow | unrecorded-step), not-reduced-by-ddp (frozen | parameters_to_ignore), grads-not-cleared,
 // not-all-reduced (module-call | second-backward | no-sync), replicas-diverged (cause: gradients | gradients-changed | optimizer | outside-step),
-// grad-not-as-predicted, step-not-as-predicted, not-all-reduced, uneven-steps, optimizer-misses-parameters,
+// grad-not-as-predicted, step-not-as-predicted (sample: a whole-run step's sampled element), not-all-reduced, uneven-steps, optimizer-misses-parameters,
 // nothing-trains, same-data-on-all-ranks, same-order-every-epoch, overlapping-data,
 // validation-overlaps-training, buffers-differ, grads-changed-before-step, unused-parameters,
 // buckets-not-as-predicted, model-averaging, recording-stopped, not-checked, nonfinite; under FSDP2 also
-// changed-outside-step (outside-step), not-reduced (gradient-sync-off | before-step) and
+// changed-outside-step (outside-step; on every rank alike in a whole-run step, parameters | optimizer-state: a
+// note), not-reduced (gradient-sync-off | before-step) and
 // grads-changed-before-step (per-rank: a problem).
 // severity: "problem" or "note". docs/checking_a_real_run.md has the table.
 struct Finding {
