@@ -51,15 +51,18 @@ std::string step_file(const std::map<std::string, std::pair<std::vector<int64_t>
 }
 
 // A run of two ranks, parameters w [2, 2] and b [2], plain SGD lr 0.5, two steps; `tamper` may change
-// rank 1's gradient after DDP (a finding) before the files are written.
-std::string make_trace(const std::string& dir, bool tamper = false, bool overflow = false) {
+// rank 1's gradient after DDP (a finding) before the files are written. `whole_run` adds a third step in the
+// whole-run mode (digests compared, a 4-slot sample replayed); `sample_flip` flips the last bit of rank 1's
+// sampled .grad after DDP there.
+std::string make_trace(const std::string& dir, bool tamper = false, bool overflow = false, bool whole_run = false,
+                       bool sample_flip = false) {
   std::vector<float> local[2][2] = {{{0.5f, -1.0f, 0.25f, 2.0f}, {1.0f, -0.5f}},
                                     {{1.5f, 1.0f, -0.75f, 0.0f}, {0.0f, 0.5f}}};
   if (overflow) local[1][1][0] = std::numeric_limits<float>::quiet_NaN();  // one rank's loss overflowed
   std::vector<float> w = {1.0f, 2.0f, -1.0f, 0.5f}, b = {0.25f, -0.25f};
   ::mkdir(dir.c_str(), 0755);
   for (int r = 0; r < 2; ++r) ::mkdir((dir + "/rank" + std::to_string(r)).c_str(), 0755);
-  for (int step = 0; step < 2; ++step) {
+  for (int step = 0; step < (whole_run ? 3 : 2); ++step) {
     std::vector<float> avg_w(4), avg_b(2);
     for (size_t k = 0; k < 4; ++k) avg_w[k] = local[0][0][k] * 0.5f + local[1][0][k] * 0.5f;
     for (size_t k = 0; k < 2; ++k) avg_b[k] = local[0][1][k] * 0.5f + local[1][1][k] * 0.5f;
@@ -76,12 +79,43 @@ std::string make_trace(const std::string& dir, bool tamper = false, bool overflo
                    {"inputs", {{r ? "02" : "01", r ? "04" : "03"}}}, {"lr", {0.5}},
                    {"outside", {{"frozen", 7}}}};  // a parameter DDP does not reduce, unchanged
       if (!overflow) meta["nonfinite"] = json::object();  // with a NaN: a trace from before the recorder noted them
-      const std::string bytes = step_file({{"local/0/w", {{2, 2}, local[r][0]}}, {"local/0/b", {{2}, local[r][1]}},
-                                           {"grad/w", {{2, 2}, avg_w}}, {"grad/b", {{2}, avg_b}},
-                                           {"grad_step/w", {{2, 2}, seen_w}}, {"grad_step/b", {{2}, avg_b}},
-                                           {"param_before/w", {{2, 2}, w}}, {"param_before/b", {{2}, b}},
-                                           {"param_after/w", {{2, 2}, after_w}}, {"param_after/b", {{2}, b2}}},
-                                          meta);
+      std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> tensors = {
+          {"local/0/w", {{2, 2}, local[r][0]}}, {"local/0/b", {{2}, local[r][1]}},
+          {"grad/w", {{2, 2}, avg_w}},          {"grad/b", {{2}, avg_b}},
+          {"grad_step/w", {{2, 2}, seen_w}},    {"grad_step/b", {{2}, avg_b}},
+          {"param_before/w", {{2, 2}, w}},      {"param_before/b", {{2}, b}},
+          {"param_after/w", {{2, 2}, after_w}}, {"param_after/b", {{2}, b2}}};
+      if (step == 2) {
+        // The whole-run mode: no local/, and the sample. Slot k is element ((step * 4 + k) * 2654435761) mod 6 of
+        // [w b] laid end to end (the rule in docs/trace_format.md, written out here): 2, 3 (w: laid out
+        // column-major, so the recorder leaves it out) and 4, 5 (b's two elements).
+        meta["mode"] = "digests";
+        tensors.erase("local/0/w"), tensors.erase("local/0/b");
+        std::map<std::string, std::vector<float>> sample;
+        json absent = json::array();
+        for (uint64_t k = 0; k < 4; ++k) {
+          const uint64_t flat = ((2 * 4 + k) * uint64_t{2654435761}) % 6;
+          const size_t e = flat < 4 ? 0 : flat - 4;
+          if (flat < 4) absent.push_back(k);
+          sample["local/0"].push_back(flat < 4 ? 0.0f : local[r][1][e]);
+          sample["grad"].push_back(flat < 4 ? 0.0f : avg_b[e]);
+          sample["grad_step"].push_back(flat < 4 ? 0.0f : avg_b[e]);
+          sample["param_before"].push_back(flat < 4 ? 0.0f : b[e]);
+          sample["param_after"].push_back(flat < 4 ? 0.0f : b2[e]);
+        }
+        if (sample_flip && r == 1) {
+          uint32_t bits;
+          std::memcpy(&bits, &sample["grad"][3], sizeof bits);
+          bits ^= 1u;
+          std::memcpy(&sample["grad"][3], &bits, sizeof bits);
+        }
+        meta["sample"] = {{"slots", 4}, {"absent", json::object()}};
+        for (auto& [kind, v] : sample) {
+          meta["sample"]["absent"][kind] = absent;
+          tensors["sample/" + kind] = {{4}, v};
+        }
+      }
+      const std::string bytes = step_file(tensors, meta);
       char name[64];
       std::snprintf(name, sizeof name, "/rank%d/step%06d.safetensors", r, step);
       write(dir + name, bytes);
@@ -94,7 +128,7 @@ std::string make_trace(const std::string& dir, bool tamper = false, bool overflo
     const json manifest = {
         {"format", "ddplab-trace"}, {"version", 1}, {"run_id", "abc"}, {"rank", r}, {"world_size", 2},
         {"backend", "gloo"}, {"torch_version", "test"}, {"every", 1},
-        {"steps", tamper ? json::array({0}) : json::array({0, 1})},
+        {"steps", tamper ? json::array({0}) : whole_run ? json::array({0, 1, 2}) : json::array({0, 1})},
         {"ddp", {{"bucket_cap_mb", 25.0}, {"comm_hook", nullptr}}},
         // w laid out column-major (strides [1, 2], as channels_last lays out a conv weight): its bucket holds it
         // in memory order; at two ranks the same sums either way.
@@ -157,6 +191,30 @@ TEST(CheckTrace, HandMadeRunIsAsPredicted) {
   EXPECT_EQ(r.grads.exact, 8);
   EXPECT_EQ(r.params.exact, 8);
   EXPECT_TRUE(r.order_known);
+}
+
+// A whole-run step: its digests compared across the ranks, and its sample (b's two elements) replayed through the
+// all-reduce and SGD's step bit for bit; a sampled .grad one bit off on rank 1 is named at that step and element.
+TEST(CheckTrace, WholeRunSampleIsReplayed) {
+  const check::CheckResult r = check::check_run(check::open_run(make_trace(testing::temp_dir() + "/whole", false, false, true)));
+  std::printf("%s", check::format_text(r).c_str());
+  EXPECT_FALSE(r.problems());
+  EXPECT_EQ(r.sampled.steps, 1);
+  EXPECT_EQ(r.sampled.values, 8);  // 2 ranks x 2 elements x (.grad after DDP, the parameter after the step)
+  EXPECT_EQ(r.sampled.exact, 8);
+  const check::CheckResult bad =
+      check::check_run(check::open_run(make_trace(testing::temp_dir() + "/flip", false, false, true, true)));
+  std::printf("%s", check::format_text(bad).c_str());
+  EXPECT_EQ(bad.sampled.exact, 7);
+  const check::Finding* f = nullptr;
+  for (const check::Finding& g : bad.findings)
+    if (g.kind == "grad-not-as-predicted") f = &g;
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->cause, "sample");
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_EQ(f->step, 2);
+  EXPECT_EQ(f->name, "b");
+  EXPECT_NE(f->message.find("element 1"), std::string::npos) << f->message;
 }
 
 // torch's own layout, as the recorder saw it, is compared with the replay's: a layout that differs is said,
@@ -364,9 +422,9 @@ TEST(CheckTrace, BadFsdpManifestsGetOneLine) {
 TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
   constexpr int kCases = 1500;
   fuzz::Rng rng(fuzz::kSeed);
-  const std::string base = make_trace(testing::temp_dir() + "/base");
+  const std::string base = make_trace(testing::temp_dir() + "/base", false, false, true);  // with a whole-run step
   const std::vector<std::string> files = {"/rank0/manifest.json", "/rank1/manifest.json", "/rank0/step000000.safetensors",
-                                          "/rank1/step000001.safetensors"};
+                                          "/rank1/step000001.safetensors", "/rank0/step000002.safetensors"};
   int refused = 0, loaded = 0;
   for (int c = 0; c < kCases; ++c) {
     const std::string dir = testing::temp_dir() + "/case";
@@ -376,7 +434,8 @@ TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
     fs::copy(fsdp ? fsdp_trace() : base, dir, fs::copy_options::recursive);
     for (const auto& e : fs::recursive_directory_iterator(dir))
       fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
-    const std::string file = dir + fuzz::pick(rng, files);
+    // The FSDP2 run has no step 2 (the whole-run step is the hand-made run's).
+    const std::string file = dir + (fsdp ? files[static_cast<size_t>(fuzz::pick(rng, 4))] : fuzz::pick(rng, files));
     std::string bytes = slurp(file), what;
     if (file.find("manifest") != std::string::npos) {
       fuzz::Parts p{bytes, ""};

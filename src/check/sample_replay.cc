@@ -133,7 +133,8 @@ void check_sample(const Run& run, const GradReplay& replay, const std::vector<co
   ++counts->steps;
   const size_t np = m.params.size();
   std::vector<std::vector<size_t>> slots_of(np);
-  for (size_t k = 0; k < plan.size(); ++k) slots_of[plan[k].param].push_back(k);
+  for (size_t k = 0; k < plan.size(); ++k)  // a channels_last parameter is left out, as the recorder leaves it
+    if (m.params[plan[k].param].strides.empty()) slots_of[plan[k].param].push_back(k);
   Manifest ms = m;  // the model as the sample sees it: each parameter its sampled elements
   for (size_t i = 0; i < np; ++i) {
     ms.params[i].shape = {static_cast<int64_t>(slots_of[i].size())};
