@@ -4,10 +4,10 @@
 import torch
 
 from .common import FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
-from .digests import _digest, _fingerprint, _first_tensor, _nonfinite
+from .digests import _digest, _finite_flag, _fingerprint, _first_tensor, _nonfinite
 from .hooks import _HookInfo
 from .sample import _Sample
-from .writer import _bits
+from .writer import _all_bits_zero
 
 
 class _Record:
@@ -31,7 +31,7 @@ class _Record:
         self._before = None
         self._step_join = None
         self._nf = {}          # kind -> names (or forward indices, for "input") holding a NaN or an infinity
-        self._local_finite = []  # whole-run steps: (local name, isfinite(...).all() on the gradient's device)
+        self._local_finite = []  # whole-run steps: (local name, _finite_flag(...) on the gradient's device)
         self._sample = None      # whole-run steps: the sampled elements of every tensor (sample.py)
 
     def _note_nonfinite(self, kind, names):
@@ -159,7 +159,7 @@ class _Record:
                         continue
                     if sample is not None:
                         sample.take("prior", j, p.grad)
-                    if not self.full and not _bits(p.grad).any():  # every bit zero (+0.0): named, not copied
+                    if not self.full and _all_bits_zero(p.grad):  # every bit zero (+0.0): named, not copied
                         self._prior_zero.append(j)
                     else:
                         self._prior[j] = _digest(p.grad) if whole else _cpu_copy(p.grad)
@@ -171,8 +171,9 @@ class _Record:
                                         "dense float32 only" % (self._names[i], str(grad.layout).replace("torch.", ""),
                                                                 _dtype_name(grad.dtype)))
                 if self._whole_run():  # no copy: whether it is finite, a flag left on its device until the write
-                    self._local_finite.append(("%d/%s" % (len(self._locals) - 1, self._names[i]),
-                                               torch.isfinite(grad.detach()).all()))
+                    if grad.numel():
+                        self._local_finite.append(("%d/%s" % (len(self._locals) - 1, self._names[i]),
+                                                   _finite_flag(grad)))
                     if self._sampling() is not None:
                         self._sample.take("local/%d" % (len(self._locals) - 1), i, grad)
                 else:

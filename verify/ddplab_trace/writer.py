@@ -132,6 +132,15 @@ def _bits(t):
     return _local(t).detach().reshape(-1).view(torch.int32)
 
 
+def _all_bits_zero(t):
+    """Every bit of float32 tensor t is zero (+0.0 everywhere; -0.0 is not): the least and greatest of its bits
+    as int32 are both 0. One read, no tensor of t's size (bits.any() is about 4x slower on a CPU)."""
+    if not t.numel():
+        return True
+    lo, hi = torch.aminmax(_bits(t))
+    return int(lo) == 0 and int(hi) == 0
+
+
 def _bits_equal(a, b):
     """Bit for bit the same float32 tensors (NaNs and the sign of zero included); b on the CPU."""
     a = _local(a)
