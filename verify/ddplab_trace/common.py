@@ -15,6 +15,11 @@ MAX_DATA_INDICES = 10_000_000  # per rank, all loaders together (data.json)
 # mode: from then on a step keeps no local gradient and digests only, a few bytes per tensor, so a run of any
 # length is recorded to its end (full=True keeps every step whole).
 FULL_STEPS = 10
+# ... or fewer for a large model: as many as fit in FULL_BYTES a rank, the first step at 16 bytes per parameter
+# (local gradients, .grad, the parameters before and after) and each later one at 4 (local gradients), at least 2.
+# Reckoned from the parameter count, the same on every rank, so that every rank switches at the same step (FSDP2,
+# whose shards differ by rank, keeps FULL_STEPS).
+FULL_BYTES = 192 << 20
 
 try:  # only to know whether Tensor.numpy() works
     import numpy

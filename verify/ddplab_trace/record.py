@@ -3,7 +3,7 @@
 
 import torch
 
-from .common import FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
+from .common import FULL_BYTES, FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
 from .digests import _digest, _finite_flag, _fingerprint, _first_tensor, _nonfinite
 from .hooks import _HookInfo
 from .sample import _Sample
@@ -191,9 +191,17 @@ class _Record:
         return buf
 
     def _whole_run(self):
-        """A whole-run step: after the first FULL_STEPS files (full=False), no local gradient is kept and every
+        """A whole-run step: after the first _full_steps() files (full=False), no local gradient is kept and every
         other tensor is a digest, whatever ddp_check could replay: the ranks' digests are compared with each other."""
-        return not self.full and self._written >= FULL_STEPS
+        return not self.full and self._written >= self._full_steps()
+
+    def _full_steps(self):
+        """How many steps a rank records whole: FULL_STEPS, or as many as fit FULL_BYTES (common.py), at least 2."""
+        if getattr(self, "_n_full", None) is None:
+            n = sum(p.numel() for p in self._params)
+            later = max(0, FULL_BYTES - 16 * n) // max(4 * n, 1)
+            self._n_full = FULL_STEPS if self._fsdp is not None else max(2, min(FULL_STEPS, 1 + later))
+        return self._n_full
 
     def _sampling(self):
         """This whole-run step's sample (made at its first use), or None: a step recorded whole, or FSDP2's shards."""
