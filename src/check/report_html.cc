@@ -70,6 +70,11 @@ std::string format_html(const CheckResult& r) {
   if (!r.step_exact)
     out += " Amber is expected in this run: the optimizer step is compared allclose, not bit for bit (" +
            esc(r.step_why) + ").";
+  if (r.sampled.steps)
+    out += fmt::format(" Pale green: a whole-run step (the recorder's first steps are replayed whole, the later ones "
+                       "kept as digests and a sample): every rank's digests equal to the others', and its sample of "
+                       "{} values in all replayed, {} exactly.",
+                       r.sampled.values, r.sampled.exact);
   if (r.lines.size() > kMaxColumns)
     out += fmt::format(" The run has {} steps: each column is a run of {} consecutive steps, coloured as its worst.",
                        r.lines.size(), columns(r.lines.size())[0].second + 1);
@@ -190,6 +195,12 @@ std::string format_html(const CheckResult& r) {
       ++written;
       const Counts& g = l.rank_grads[k];
       const Counts& p = l.rank_params[k];
+      if (l.whole_run) {
+        out += fmt::format("<tr class={}><td>{}</td><td>{}</td><td colspan=6>whole run: digests compared across ranks, "
+                           "the sample replayed</td><td>{}</td></tr>\n",
+                           l.replicas_equal ? "ok" : "bad", l.step, k, l.replicas_equal ? "equal" : "differ");
+        continue;
+      }
       out += fmt::format("<tr class={}><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}/{}</td>"
                          "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
                          l.replicas_equal && !g.different && !p.different ? "ok" : "bad", l.step, k, g.exact,

@@ -26,6 +26,7 @@ inline constexpr const char* kClose = "#ffe08a";
 inline constexpr const char* kDifferent = "#f4a9a1";
 inline constexpr const char* kAbsent = "#c9ccd1";
 inline constexpr const char* kUnchecked = "#f4f5f7";
+inline constexpr const char* kWholeRun = "#e3f4e6";  // a whole-run step: digests equal across ranks, sample exact
 inline constexpr const char* kMarker = "#c00000";
 inline constexpr const char* kOwn = "#0072B2";
 inline constexpr const char* kShared = "#D55E00";

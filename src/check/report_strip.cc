@@ -10,7 +10,9 @@ namespace {
 
 // ---- 1. the step strip ------------------------------------------------------------------------------------
 
-enum class Cell { kAbsent, kUnchecked, kExact, kClose, kDifferent };  // worse is larger
+// Worse is larger. A whole-run step (digests compared, the sample replayed) says less than a replayed one: a column
+// of both shows it.
+enum class Cell { kAbsent, kUnchecked, kExact, kWholeRun, kClose, kDifferent };
 
 // A problem finding that lies on this step and rank: one at the step (its rank, or every rank's), or one of the
 // whole run that says nothing trains (no step is then as it should be, however exact the arithmetic).
@@ -26,6 +28,7 @@ const Finding* problem_at(const CheckResult& r, const StepLine& l, size_t rank) 
 Cell cell_of(const CheckResult& r, const StepLine& l, size_t rank) {
   if (rank < l.ran.size() && !l.ran[rank]) return Cell::kAbsent;
   if (problem_at(r, l, rank)) return Cell::kDifferent;
+  if (l.whole_run) return Cell::kWholeRun;
   const Counts none;
   const Counts& g = rank < l.rank_grads.size() ? l.rank_grads[rank] : none;
   const Counts& p = rank < l.rank_params.size() ? l.rank_params[rank] : none;
@@ -40,6 +43,7 @@ const char* fill_of(Cell c) {
     case Cell::kAbsent: return kAbsent;
     case Cell::kUnchecked: return kUnchecked;
     case Cell::kExact: return kExact;
+    case Cell::kWholeRun: return kWholeRun;
     case Cell::kClose: return kClose;
     case Cell::kDifferent: return kDifferent;
   }
@@ -51,6 +55,7 @@ const char* word_of(Cell c) {
     case Cell::kAbsent: return "did not take part (joined, or its trace ended)";
     case Cell::kUnchecked: return "not checked";
     case Cell::kExact: return "exactly as predicted";
+    case Cell::kWholeRun: return "whole run: its digests equal to the other ranks', its sample exactly as predicted";
     case Cell::kClose: return "close to the prediction, not bit for bit";
     case Cell::kDifferent: return "DIFFERENT from the prediction, or a problem found here";
   }
@@ -165,10 +170,12 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
   // The key.
   double kx = left;
   const double ky = height - 16;
-  for (const auto& [fill, word] : std::vector<std::pair<const char*, const char*>>{
-           {kExact, "exact"}, {kClose, r.step_exact ? "close, not exact" : "close (expected: see below)"},
-           {kDifferent, "different or a problem"},
-           {kAbsent, "did not take part"}, {kUnchecked, "not checked"}}) {
+  std::vector<std::pair<const char*, const char*>> key = {
+      {kExact, "exact"}, {kClose, r.step_exact ? "close, not exact" : "close (expected: see below)"},
+      {kDifferent, "different or a problem"}, {kAbsent, "did not take part"}, {kUnchecked, "not checked"}};
+  if (std::any_of(r.lines.begin(), r.lines.end(), [](const StepLine& l) { return l.whole_run; }))
+    key.insert(key.begin() + 1, {kWholeRun, "whole run: digests, sample exact"});
+  for (const auto& [fill, word] : key) {
     out += fmt::format(
         "<rect class=\"key\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"13\" height=\"13\" fill=\"{}\" stroke=\"#888\"/>"
         "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">{}</text>\n",
