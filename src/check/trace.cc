@@ -300,7 +300,8 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
                          describe_shape(info->shape));
   }
   for (const TensorInfo& p : m.params) {
-    if (zero_priors.count(p.name) && !rec.find("prior", p.name))
+    // A whole-run step replays nothing from them: zeros are not made (a whole model's worth, every step).
+    if (zero_priors.count(p.name) && !rec.find("prior", p.name) && !rec.digests_only)
       rec.tensors["prior/" + p.name] = {p.shape, std::vector<float>(static_cast<size_t>(p.numel), 0.0f)};
     if (grad_step_is_grad && !rec.find("grad_step", p.name) && rec.crc32.count("grad/" + p.name))
       rec.crc32["grad_step/" + p.name] = rec.crc32.at("grad/" + p.name);
