@@ -80,7 +80,8 @@ TEST(StepWriter, WritesTheBytesGivenAndReportsAFailure) {
     EXPECT_NE(r.out.find(std::string("ok   ") + c + " "), std::string::npos) << c;
 }
 
-// The recorder's digest (fold64) is the one docs/trace_format.md defines, on both torches.
+// The recorder's digest (fold64) is the one docs/trace_format.md defines, on both torches; and what the whole-run
+// mode relies on.
 TEST_P(Faults, TheDigestIsAsDefined) {
   const std::string torch = GetParam();
   SKIP_UNLESS_AVAILABLE(torch);
@@ -88,6 +89,8 @@ TEST_P(Faults, TheDigestIsAsDefined) {
   std::printf("%s", r.out.c_str());
   ASSERT_EQ(r.status, 0) << tail(r.err);
   EXPECT_NE(r.out.find("digests as defined"), std::string::npos);
+  // The whole-run mode's NaN/inf flag, all-zero test, torch's version counter under .data, the sample's slots.
+  EXPECT_NE(r.out.find("whole-run flags and sample checked"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Torches, Faults, ::testing::Values("torch1.13", "torch2"),

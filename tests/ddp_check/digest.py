@@ -2,7 +2,9 @@
 docs/trace_format.md, written here the slow way with numpy: random tensors of every length class (empty, one
 float, an odd tail, a partial last row of 1021 words, many rows), a view at an odd offset (a bucket view), a
 transposed matrix. Then the digests of the fixed vectors tests/check_trace_test.cc gives ddp_check's fold64_of
-(src/check/trace.cc): values whose float32 bits are i * 2654435761 mod 2^32, i = 0 .. n-1.
+(src/check/trace.cc): values whose float32 bits are i * 2654435761 mod 2^32, i = 0 .. n-1. Then what the
+whole-run mode relies on, on this torch: the NaN/inf flag and the all-zero test, torch's version counter (bumped
+by an edit through .detach(), not through .data), and the sample's slots covering a model once.
 
     python tests/ddp_check/digest.py      (prints the fixed vectors' digests; exit status 1 on a mismatch)
 """
@@ -34,6 +36,49 @@ def fixed(n):
     return torch.from_numpy(bits.astype(np.uint32).view(np.float32).copy())
 
 
+def flags_and_sample():
+    """What the whole-run mode relies on (docs/trace_format.md, "The whole run"), on this torch."""
+    bad = []
+    g = torch.Generator().manual_seed(1)
+    # The NaN/inf flag (torch.aminmax): exact where a sum would not be.
+    t = torch.randn(5000, generator=g)
+    for v, want in [(float("nan"), False), (float("inf"), False), (-float("inf"), False), (3e38, True)]:
+        u = t.clone()
+        u[1234] = v
+        u[4321] = v if v == v else 1.0  # 3e38 twice: a float32 sum overflows, the values are finite
+        if bool(T._finite_flag(u)) != want:
+            bad.append("_finite_flag with %r" % v)
+    # Every bit zero: +0.0 only (-0.0 and the least subnormal are not).
+    z = torch.zeros(3000)
+    if not T._all_bits_zero(z):
+        bad.append("_all_bits_zero(+0.0)")
+    for v in (-0.0, 1e-45):
+        u = z.clone()
+        u[2999] = v
+        if T._all_bits_zero(u):
+            bad.append("_all_bits_zero with %r" % v)
+    # torch's version counter: an in-place edit through .detach() bumps it, one through .data does not, so the
+    # recorder digests .grad and the parameters to see a change (and reads the counter only for optimizer state).
+    x = torch.zeros(4)
+    v0 = x._version
+    x.data.add_(1)
+    if x._version != v0:
+        bad.append(".data.add_() bumped the version counter")
+    x.detach().add_(1)
+    if x._version == v0:
+        bad.append(".detach().add_() left the version counter")
+    # The sample's slots: consecutive steps visit every element once in total / 64 steps.
+    sizes = [7, 1, 64, 3, 53]  # 128 elements: 2 steps
+    seen = []
+    for step in (6, 7):
+        for i, (slots, elems) in T._plan(step, sizes).items():
+            seen += [(i, e) for e in elems]
+    if sorted(seen) != sorted((i, e) for i, n in enumerate(sizes) for e in range(n)):
+        bad.append("the sample's slots of two consecutive steps do not cover a 128-element model once")
+    print("whole-run flags and sample checked" if not bad else "whole-run flags and sample: %d bad" % len(bad))
+    return bad
+
+
 def main():
     g = torch.Generator().manual_seed(0)
     bad = []
@@ -63,6 +108,7 @@ def main():
         if d != by_definition(t):
             bad.append("fixed n=%d" % n)
         print("fixed n=%d fold64 %d" % (n, d))
+    bad += flags_and_sample()
     for b in bad:
         print("FAIL " + b)
     print("digests as defined" if not bad else "%d mismatches" % len(bad))
