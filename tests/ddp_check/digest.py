@@ -48,6 +48,11 @@ def flags_and_sample():
         u[4321] = v if v == v else 1.0  # 3e38 twice: a float32 sum overflows, the values are finite
         if bool(T._finite_flag(u)) != want:
             bad.append("_finite_flag with %r" % v)
+    for dt in (torch.float16, torch.bfloat16, torch.float64):  # other dtypes the recorder meets (optimizer state)
+        u = t.to(dt)
+        u[7] = float("nan")
+        if bool(T._finite_flag(u)) or not bool(T._finite_flag(t.to(dt))):
+            bad.append("_finite_flag on %s" % dt)
     # Every bit zero: +0.0 only (-0.0 and the least subnormal are not).
     z = torch.zeros(3000)
     if not T._all_bits_zero(z):

@@ -29,7 +29,10 @@ def _finite_flag(t):
     Its least and greatest values: a NaN anywhere makes both NaN (torch.aminmax propagates NaN), +inf is the
     greatest, -inf the least; unlike a sum, nothing finite overflows. One read of t and no tensor of t's size
     (isfinite(t).all() writes a bool per element first: about 18x slower on a CPU, bench/README.md)."""
-    lo, hi = torch.aminmax(t.detach())
+    t = t.detach()
+    if t.dtype not in (torch.float32, torch.float64):  # torch 1.13 has no aminmax for Half on a CPU
+        return torch.isfinite(t).all()
+    lo, hi = torch.aminmax(t)
     return torch.isfinite(lo) & torch.isfinite(hi)
 
 
