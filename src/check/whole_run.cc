@@ -122,6 +122,8 @@ void Findings::whole_run_alike(const std::vector<const StepRecord*>& recs, const
     state.insert(rec->state_changed.empty() ? "" : rec->state_changed.front());
   }
   if (ranks < 2) return;
+  for (const Averaging& a : m.averaging)  // a model averager changed every rank's parameters: by design
+    if (a.after_step == step - 1) return;
   const auto note = [&](const std::string& first, const char* cause, const char* what, const char* edits) {
     add("changed-outside-step", "note", cause, step, -1, first,
         fmt::format("step {}: {} changed since optimizer.step() of step {} left them, outside any step, alike on every "
@@ -129,10 +131,21 @@ void Findings::whole_run_alike(const std::vector<const StepRecord*>& recs, const
                     "wrong; say so if your script did not mean it",
                     step, what, step - 1, first, edits));
   };
-  if (params.size() == 1 && !params.begin()->empty())
+  // Alike: the changed tensor's digest is the same on every rank (else layer 1 named the odd rank out).
+  const auto same_everywhere = [&](const std::string& kind, const std::string& name) {
+    std::set<uint32_t> seen;
+    for (const StepRecord* rec : recs) {
+      uint32_t d = 0;
+      if (rec && !rec->digest(kind, name, &d)) return false;
+      if (rec) seen.insert(d);
+    }
+    return seen.size() == 1;
+  };
+  if (params.size() == 1 && !params.begin()->empty() && same_everywhere("param_before", *params.begin()))
     note(*params.begin(), "parameters", "the parameters",
          "code that edits them on every rank (a clamp under torch.no_grad(), a checkpoint loaded)");
-  if (state.size() == 1 && !state.begin()->empty())
+  // state_changed names "<name>/<key>", whose digest is state/<name>/<key>.
+  if (state.size() == 1 && !state.begin()->empty() && same_everywhere("state", *state.begin()))
     note(*state.begin(), "optimizer-state", "the optimizer's state",
          "code that edits it on every rank (optimizer.load_state_dict, a reset of the momentum)");
 }
