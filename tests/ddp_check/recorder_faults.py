@@ -184,6 +184,25 @@ def half_locals():
     return inject
 
 
+def failing_sample():
+    """The whole-run mode from step 2 on (FULL_STEPS 1: the least the recorder keeps whole is 2 steps), and the
+    sample's gather failing in its first whole-run step (the prior's or a local gradient's, in the parameter hook)."""
+    def inject():
+        full, take = T.FULL_STEPS, T._Sample.__dict__["take"]
+        T.FULL_STEPS = 1
+
+        def bad(self, kind, i, t):
+            raise RuntimeError("injected fault")
+
+        T._Sample.take = bad
+
+        def undo():
+            T.FULL_STEPS = full
+            T._Sample.take = take
+        return undo
+    return inject
+
+
 def failing_digests(original):
     def _digest(t):
         if open_step() >= 1:
@@ -252,6 +271,7 @@ CASES = [
     ("close", {}, fail_method("_detach", at_step=0), (STEPS, "close()"), STEPS),
     ("unknown_tensor_kind", {}, half_locals(), (1, "unknown tensor kind"), 1),
     ("disk_full", {}, disk_full_once(), (1, "No space left on device"), 1),
+    ("whole_run_sample", {}, failing_sample(), (2, "parameter hook"), 2),
     # the digests of what ddp_check predicts, taken from step 1 on (the first step keeps every value)
     ("digest", {}, fail_function("_digest", failing_digests), (1, "after-DDP callback"), 1),
     ("unwritable_run_dir", {"after": unwritable_dir, "before_close": writable_again}, None, (0, "cannot write"), 0),
