@@ -90,16 +90,19 @@ class _Step:
                         "num_groups": len(opt.param_groups),
                         "buffers": bufs, "ints": ints, "skipped": skipped}
 
+    def _state_tensors(self):
+        """(parameter index, key, tensor) of the optimizer's per-parameter state tensors (not the 0-dim step)."""
+        states = self.optimizer.state
+        for i, p in enumerate(self._params):
+            st = states.get(p) if hasattr(states, "get") else None
+            for k, v in (st or {}).items():
+                if isinstance(v, torch.Tensor) and v.dim() > 0:
+                    yield i, k, v
+
     def _state_versions(self):
         """{"<name>/<key>": (id, version)} of the optimizer's state tensors: an edit in place bumps a tensor's
         version counter, a load replaces the tensor. Costs nothing per element."""
-        out = {}
-        for i, p in enumerate(self._params):
-            st = self.optimizer.state.get(p) if hasattr(self.optimizer.state, "get") else None
-            for k, v in (st or {}).items():
-                if isinstance(v, torch.Tensor) and v.dim() > 0:
-                    out["%s/%s" % (self._names[i], k)] = (id(v), v._version)
-        return out
+        return {"%s/%s" % (self._names[i], k): (id(v), v._version) for i, k, v in self._state_tensors()}
 
     def _snapshot_before_safe(self):
         if self._stopped:
@@ -263,11 +266,9 @@ class _Step:
         sample = self._sample
         if sample is not None:  # what the step left, for the replay of the sample
             sample.take_all("param_after", enumerate(self._params))
-            for i, p in enumerate(self._params):
-                st = self.optimizer.state.get(p) if hasattr(self.optimizer.state, "get") else None
-                for k, v in (st or {}).items():
-                    if k != "step" and isinstance(v, torch.Tensor) and v.dim() > 0 and v.dtype == torch.float32:
-                        sample.take("state_after/%s" % k, i, v)
+            for i, k, v in self._state_tensors():
+                if k != "step" and v.dtype == torch.float32:
+                    sample.take("state_after/%s" % k, i, v)
             sampled, absent = sample.kinds()
             tensors.extend(sampled)
         meta = {
