@@ -201,6 +201,13 @@ const Case kCases[] = {
      "--flip-state 145:all", "whole_run_flip_state_every_rank"},
     {"long_run", "step-not-as-predicted", "sample", 0, 180, "2.weight", 1, "--flip-in-step 180:all",
      "whole_run_flip_in_step"},
+    // A contribution to the all-reduce that is not the gradient backward computed (a hook after DDPTrace's flips
+    // the highest mantissa bit of one local element the sample does not hold, on one rank): the all-reduce leaves
+    // the same sum on every rank, so only the weighted sums see it, on every rank. Its lowest bit instead: within
+    // rounding, seen by no layer (docs/trace_format.md's table).
+    {"long_run", "grad-not-as-predicted", "weighted-sum", -1, 175, "2.weight", 1, "--flip-local 175:1",
+     "whole_run_flip_local"},
+    {"long_run", nullptr, "", -1, -1, "", 0, "--flip-local 175:1:low", "whole_run_flip_local_low"},
     // FSDP2's own mistakes: the optimizer built before fully_shard replaced the parameters; gradient sync switched
     // off for accumulation and never back on (no reduce-scatter ever runs: no gradient to compare).
     {"fsdp2_mlp", "optimizer-misses-parameters", "before-fully-shard", -1, -1, "", 1,
@@ -403,6 +410,17 @@ TEST_P(DdpCheck, RealRun) {
     EXPECT_EQ(j["sample"]["why"], "") << j["sample"].dump();
     const bool in_step = std::string(c.label) == "whole_run_flip_in_step";
     EXPECT_EQ(j["sample"]["exact"].get<int64_t>() + (in_step ? 3 : 0), 190 * 3 * 64 * 3) << j["sample"].dump();
+    // Every whole-run step's all-reduces against rounding: 6 parameters on 3 ranks (a NaN's are left to its
+    // finding); the flipped contribution is outside the bound on every rank, nothing else is.
+    const json& w = j["wsum"];
+    EXPECT_EQ(w["steps"], 190) << w.dump();
+    EXPECT_EQ(w["why"], "") << w.dump();
+    if (std::string(c.label) != "whole_run_nan") {
+      EXPECT_EQ(w["tensors"], 190 * 3 * 6) << w.dump();
+    }
+    const bool local = std::string(c.label) == "whole_run_flip_local";
+    EXPECT_EQ(w["within"].get<int64_t>() + (local ? 3 : 0), w["tensors"].get<int64_t>()) << w.dump();
+    EXPECT_LT(w["worst"].get<double>(), 1.0) << w.dump();
     if (!c.kind) {  // nothing happened: the 190 whole-run steps are one line of the step lines (not --quiet)
       const auto lines = testing::run_command({"verify/ddp_check", dir});
       EXPECT_NE(lines.out.find("step   10-199 | whole run: every rank's digests"), std::string::npos) << lines.out;
@@ -461,7 +479,8 @@ std::vector<std::tuple<std::string, Case>> all_cases() {
       if (kTorch113Only.count(c.script) && std::string(torch) == "torch2") continue;
       // The whole run under torch 2.x: the clean run and one flip (the rest: torch 1.13's, the same recorder code).
       if (std::string(c.script) == "long_run" && std::string(torch) == "torch2" &&
-          std::string(c.label) != "whole_run_clean" && std::string(c.label) != "whole_run_flip_grad_one_rank")
+          std::string(c.label) != "whole_run_clean" && std::string(c.label) != "whole_run_flip_grad_one_rank" &&
+          std::string(c.label) != "whole_run_flip_local")
         continue;
       // The run-health mistakes at 2 ranks: the recorder's probes are the 3-rank cases' (both torches); one torch
       // checks the 2-rank findings (a torch-2-only case keeps its torch).

@@ -159,7 +159,7 @@ std::string save(const std::string& path, const TensorMap& tensors) {
   return write_file_atomic(path, out);
 }
 
-TensorMap load(const std::string& path, LoadInfo* info) {
+TensorMap load(const std::string& path, LoadInfo* info, const std::string& f64_prefix) {
   const auto fail = [&](const std::string& what) { return FormatError(one_line(path + ": " + what)); };
   // Only a regular file has a size to bound every read by: a directory, /dev/zero or a fifo is refused
   // before it is opened (opening a fifo would wait for a writer), and again after, in case it was swapped.
@@ -297,8 +297,10 @@ TensorMap load(const std::string& path, LoadInfo* info) {
                     data_size - pos, data_size));
   }
   for (const Entry& e : entries) {
-    if (std::strcmp(e.dtype->name, "F32") != 0) {
-      throw fail(fmt::format("tensor {} has dtype {}; only F32 tensors are read", quoted(e.name), e.dtype->name));
+    const bool f64 = !f64_prefix.empty() && e.name.rfind(f64_prefix, 0) == 0 && std::strcmp(e.dtype->name, "F64") == 0;
+    if (std::strcmp(e.dtype->name, "F32") != 0 && !f64) {
+      throw fail(fmt::format("tensor {} has dtype {}; only F32 tensors are read{}", quoted(e.name), e.dtype->name,
+                             f64_prefix.empty() ? "" : " (and F64 ones named " + f64_prefix + "...)"));
     }
   }
   const auto sum = found.metadata.find("checksum_fnv1a64");
@@ -309,10 +311,17 @@ TensorMap load(const std::string& path, LoadInfo* info) {
   for (const Entry& e : entries) {
     Tensor t;
     t.shape = e.shape;
-    t.data.resize(static_cast<size_t>(e.numel));
-    if (e.numel > 0) file.read(t.data.data(), data_begin + e.begin, e.end - e.begin);  // x86-64: LE
+    void* dst = nullptr;
+    if (std::strcmp(e.dtype->name, "F64") == 0) {
+      t.data64.resize(static_cast<size_t>(e.numel));
+      dst = t.data64.data();
+    } else {
+      t.data.resize(static_cast<size_t>(e.numel));
+      dst = t.data.data();
+    }
+    if (e.numel > 0) file.read(dst, data_begin + e.begin, e.end - e.begin);  // x86-64: LE
     if (sum != found.metadata.end()) {  // in offset order: the tensors tile the data, so this hashes all of it
-      h = fnv1a(h, reinterpret_cast<const unsigned char*>(t.data.data()), static_cast<size_t>(e.end - e.begin));
+      h = fnv1a(h, static_cast<const unsigned char*>(dst), static_cast<size_t>(e.end - e.begin));
     }
     out[e.name] = std::move(t);
   }

@@ -23,6 +23,7 @@ namespace ddplab::safetensors {
 struct Tensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
+  std::vector<double> data64;  // an F64 tensor load() was asked for (then `data` is empty)
 };
 using TensorMap = std::map<std::string, Tensor>;  // sorted by name, like safetensors writes them
 
@@ -44,7 +45,8 @@ struct LoadInfo {
   bool checksum_verified = false;               // "__metadata__" had checksum_fnv1a64, and it matched
   std::map<std::string, std::string> metadata;  // "__metadata__" as written (empty when absent)
 };
-// Throws FormatError("<path>: <what is wrong>").
-TensorMap load(const std::string& path, LoadInfo* info = nullptr);
+// Throws FormatError("<path>: <what is wrong>"). Tensors are F32; F64 ones are read (into data64) only where
+// their name begins with a non-empty f64_prefix (a trace's weighted sums, "wsum/").
+TensorMap load(const std::string& path, LoadInfo* info = nullptr, const std::string& f64_prefix = "");
 
 }  // namespace ddplab::safetensors

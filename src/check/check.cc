@@ -14,6 +14,7 @@
 #include "src/check/health.h"
 #include "src/check/replay.h"
 #include "src/check/sample_replay.h"
+#include "src/check/wsum_check.h"
 #include "src/check/step_compare.h"
 #include "src/base/parallel.h"
 #include "src/collective/allreduce.h"
@@ -78,6 +79,7 @@ CheckResult check_run(const Run& run) {
   std::vector<int64_t> carried_step(static_cast<size_t>(ws), -1);
   std::set<int> gone;  // ranks whose trace ended, already reported
   SampleCounts sampled;
+  WsumCounts wsums;
   // The ranks' files are read, and their optimizer steps predicted, side by side (each rank's work touches only
   // its own records); what is compared and said stays in rank order.
   ThreadPool pool(std::min(available_cores(), ws));
@@ -409,6 +411,7 @@ CheckResult check_run(const Run& run) {
     }
     if (digests_only && !pairing_lost && !missing && !replay.sharded()) {
       check_sample(run, replay, recs, res.step_exact, found, &sampled);
+      check_wsum(run.first(), replay, recs, found, &wsums);
       std::vector<const StepRecord*> before(static_cast<size_t>(ws));
       for (int r = 0; r < ws; ++r) before[static_cast<size_t>(r)] = prev[static_cast<size_t>(r)].get();
       found.whole_run_alike(recs, before);
@@ -442,6 +445,7 @@ CheckResult check_run(const Run& run) {
   what_the_run_did(m, seen, found);
   res.buckets = replay.buckets();
   res.sampled = {sampled.steps, sampled.values, sampled.exact, sampled.allclose, sampled.why};
+  res.wsum = {wsums.steps, wsums.tensors, wsums.within, wsums.worst, wsums.why};
   if (!data_findings(run, data, &found, &res.data)) {
     bool loaders = false;
     for (const RankData& d : data) loaders = loaders || !d.loaders.empty();

@@ -74,6 +74,13 @@ struct CheckResult {
     int64_t steps = 0, values = 0, exact = 0, allclose = 0;
     std::string why;
   } sampled;
+  // The whole-run steps' all-reduces against rounding (wsum_check.h): steps checked, rank-parameter pairs
+  // checked and within the bound, the largest |difference| / bound among those, and why some step was not.
+  struct Wsum {
+    int64_t steps = 0, tensors = 0, within = 0;
+    double worst = 0.0;
+    std::string why;
+  } wsum;
   std::vector<StepLine> lines;
   DataSummary data;
   // Per step and rank, for the --report page: the norm of the rank's own (local, accumulated) gradient and

@@ -102,6 +102,11 @@ std::string format_text(const CheckResult& r) {
                        r.sampled.steps, r.sampled.exact,
                        r.sampled.allclose ? fmt::format(", {} allclose", r.sampled.allclose) : "",
                        r.sampled.why.empty() ? "" : " (their all-reduce not replayed: " + r.sampled.why + ")");
+  if (r.wsum.steps || !r.wsum.why.empty())
+    out += fmt::format("all-reduce against rounding: {} of {} .grad tensors of {} whole-run steps within the bound "
+                       "(the closest at {:.2g} of it){}\n",
+                       r.wsum.within, r.wsum.tensors, r.wsum.steps, r.wsum.worst,
+                       r.wsum.why.empty() ? "" : " (some steps not checked: " + r.wsum.why + ")");
   if (!r.data.verdict.empty()) out += "data: " + r.data.verdict + "\n";
   if (r.findings.empty()) out += "findings: none\n";
   for (const Finding& f : r.findings)
@@ -142,6 +147,8 @@ std::string format_json(const CheckResult& r) {
                       {"sample", {{"steps", r.sampled.steps}, {"values", r.sampled.values},
                                   {"exact", r.sampled.exact}, {"allclose", r.sampled.allclose},
                                   {"why", r.sampled.why}}},
+                      {"wsum", {{"steps", r.wsum.steps}, {"tensors", r.wsum.tensors}, {"within", r.wsum.within},
+                                {"worst", r.wsum.worst}, {"why", r.wsum.why}}},
                       {"findings", findings},
                       {"data", data_json(r.data)},
                       {"per_step", steps}};

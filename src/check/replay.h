@@ -65,6 +65,14 @@ class GradReplay {
   // gradient there. false (and `why`) where the sample cannot be replayed bit for bit.
   bool predict_sample(const std::vector<const StepRecord*>& recs, const std::vector<SampleSlot>& plan,
                       std::vector<std::vector<float>>* grad, std::vector<bool>* known, std::string* why) const;
+  // A whole-run step's weighted sums (wsum_check.cc): per parameter, the ranks' local sums accumulated as
+  // AccumulateGrad does and scaled as the Reducer does, and the rounding bound around it. false (and `why`)
+  // where the step's all-reduce is not a plain sum of the local gradients.
+  struct WsumExpect {
+    bool known = false;
+    double sum = 0.0, bound = 0.0;
+  };
+  bool wsum_expect(const std::vector<const StepRecord*>& recs, std::vector<WsumExpect>* out, std::string* why) const;
   // Rank r's predicted parameter i (.grad meaningful when has_grad).
   const Parameter& param(int r, size_t i) const { return params_[static_cast<size_t>(r)][i]; }
 

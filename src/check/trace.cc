@@ -49,6 +49,37 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step);
 
 namespace {
 
+// "wsum": {"columns": 1021} and the float64 tensors "wsum/<kind>" [parameters, 2], which leave rec->tensors.
+void read_wsum(const json& meta, const Manifest& m, StepRecord* rec) {
+  const bool any = rec->tensors.lower_bound("wsum/") != rec->tensors.end() &&
+                   rec->tensors.lower_bound("wsum/")->first.rfind("wsum/", 0) == 0;
+  if (!meta.contains("wsum")) {
+    if (any) fail(rec->path, "tensor '" + rec->tensors.lower_bound("wsum/")->first + "' but no \"wsum\" in the metadata");
+    return;
+  }
+  if (!rec->digests_only) fail(rec->path, "\"wsum\" in a step that is not in \"mode\": \"digests\"");
+  const json& w = meta.at("wsum");
+  if (!w.is_object()) fail(rec->path, "\"wsum\" is not an object");
+  rec->wsum_columns = static_cast<size_t>(integer(field(w, "columns", rec->path), "wsum.columns", rec->path, 1021, 1021));
+  for (auto it = rec->tensors.lower_bound("wsum/"); it != rec->tensors.end() && it->first.rfind("wsum/", 0) == 0;) {
+    const std::string kind = it->first.substr(5);
+    const safetensors::Tensor& t = it->second;
+    if (t.shape != std::vector<int64_t>{static_cast<int64_t>(m.params.size()), 2} || !t.data.empty())
+      fail(rec->path, fmt::format("tensor '{}' should be F64 of shape [{}, 2] (one S and A per parameter), not {}",
+                                  it->first, m.params.size(), describe_shape(t.shape)));
+    if (kind.rfind("local/", 0) == 0) {
+      const int64_t k = parse_int("backward index of '" + it->first + "'", kind.substr(6));
+      if (k < 0 || static_cast<size_t>(k) >= rec->backwards.size())
+        fail(rec->path, fmt::format("tensor '{}' names backward {}, but the step has {}", it->first, k, rec->backwards.size()));
+    } else if (kind != "prior" && kind != "grad") {
+      fail(rec->path, "tensor '" + it->first + "' is of no weighted-sum kind ddp_check knows (prior, local/<k>, grad)");
+    }
+    std::vector<std::array<double, 2>>& out = rec->wsum[kind];
+    for (size_t i = 0; i < m.params.size(); ++i) out.push_back({t.data64[2 * i], t.data64[2 * i + 1]});
+    it = rec->tensors.erase(it);
+  }
+}
+
 // "sample": {"slots": K, "absent": {kind: [slot, ...]}}; its tensors are read with the others.
 constexpr int64_t kMaxSampleSlots = 1 << 16;
 
@@ -87,7 +118,7 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     fail(rec.path, fmt::format("missing: the manifest lists step {} for rank {}", step, rank));
   safetensors::LoadInfo info;
   try {
-    rec.tensors = safetensors::load(rec.path, &info);
+    rec.tensors = safetensors::load(rec.path, &info, "wsum/");
   } catch (const safetensors::FormatError& e) {
     throw TraceError(e.what());
   }
@@ -255,6 +286,7 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     rec.sample.values[kind] = std::move(it->second.data);
     it = rec.tensors.erase(it);
   }
+  read_wsum(meta, m, &rec);
   // Every tensor must name a known parameter or buffer and have its shape.
   std::map<std::string, const TensorInfo*> params, buffers, unsharded;  // FSDP: local/ holds unsharded gradients
   for (const TensorInfo& t : m.params) params[t.name] = &t;

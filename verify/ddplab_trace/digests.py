@@ -118,6 +118,75 @@ def _digest(t):
     return zlib.crc32(_tensor_bytes(sums.cpu()))
 
 
+# Weighted sums (docs/trace_format.md, "The weighted sums"): element i of a tensor, row-major, weighs
+#   w_(i mod WSUM_COLUMNS) = 1 + ((j * 2654435761) mod 2^20) / 2^20,  j = i mod WSUM_COLUMNS,
+# a number in [1, 2) exact in float64; distinct weights see two swapped elements where a plain sum would not.
+WSUM_COLUMNS = 1021
+_WSUM_ROWS = 256  # rows of WSUM_COLUMNS floats a chunk: 2 MiB of float64, in cache while it is summed
+_WEIGHTS = {}
+
+
+def _wsum_weights(device):
+    w = _WEIGHTS.get(str(device))
+    if w is None:
+        j = torch.arange(WSUM_COLUMNS, dtype=torch.int64)
+        w = ((j * 2654435761) % (1 << 20)).to(torch.float64).div_(1 << 20).add_(1.0)
+        w = _WEIGHTS[str(device)] = w.to(device)
+    return w
+
+
+def _wsums_numpy(a, absolute):
+    import numpy as np
+    cols = np.zeros((2, WSUM_COLUMNS))
+    full = a.shape[0] // WSUM_COLUMNS * WSUM_COLUMNS
+    step = _WSUM_ROWS * WSUM_COLUMNS
+    buf = np.empty(min(step, full))
+    for s in range(0, full, step):  # float64 column sums, a chunk at a time
+        b = buf[:min(step, full - s)]
+        b[...] = a[s:s + b.shape[0]]
+        rows = b.reshape(-1, WSUM_COLUMNS)
+        cols[0] += np.add.reduce(rows, axis=0)
+        if absolute:
+            np.abs(b, out=b)
+            cols[1] += np.add.reduce(rows, axis=0)
+    rest = a[full:].astype(np.float64)
+    cols[0, :rest.shape[0]] += rest
+    cols[1, :rest.shape[0]] += np.abs(rest)
+    return cols
+
+
+def _wsums(t, absolute=True):
+    """[S, A] (float64, on t's device, no sync): S = sum_i w_i x_i and A = sum_i w_i |x_i| over float32 tensor t,
+    in float64 (A is NaN where absolute=False). In float64 a float32 tensor's sums cannot overflow, so S is finite
+    exactly where every element is: S is also the tensor's NaN/inf flag. One read of t: column sums chunk by
+    chunk (numpy, on a CPU), or t's float64 copy summed by columns (torch, on its device)."""
+    t = _local(t).detach().reshape(-1)
+    w = _wsum_weights(t.device)
+    if _HAVE_NUMPY and t.device.type == "cpu":
+        try:
+            cols = torch.from_numpy(_wsums_numpy(t.numpy(), absolute))
+            out = cols @ w
+            if not absolute:
+                out[1] = float("nan")
+            return out
+        except Exception:
+            pass
+    x = t.double()
+    full = x.numel() // WSUM_COLUMNS * WSUM_COLUMNS
+    cols = torch.zeros(2, WSUM_COLUMNS, dtype=torch.float64, device=t.device)
+    rest = x[full:]
+    cols[0] += x[:full].view(-1, WSUM_COLUMNS).sum(0)
+    cols[0, :rest.numel()] += rest
+    if absolute:
+        x.abs_()
+        cols[1] += x[:full].view(-1, WSUM_COLUMNS).sum(0)
+        cols[1, :rest.numel()] += rest  # a view of x: already |x|
+    out = cols @ w
+    if not absolute:
+        out[1] = float("nan")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The all-reduce's addition order, measured on the run's own communicator (docs/trace_format.md,
 # "allreduce_order"). For each bucket size n and each pair of ranks (a, b), one SUM all-reduce where rank a

@@ -4,7 +4,7 @@
 import torch
 
 from .common import FULL_BYTES, FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
-from .digests import _digest, _finite_flag, _fingerprint, _first_tensor, _nonfinite
+from .digests import _digest, _finite_flag, _fingerprint, _first_tensor, _nonfinite, _wsums
 from .hooks import _HookInfo
 from .sample import _Sample
 from .writer import _all_bits_zero
@@ -33,6 +33,7 @@ class _Record:
         self._nf = {}          # kind -> names (or forward indices, for "input") holding a NaN or an infinity
         self._local_finite = []  # whole-run steps: (local name, _finite_flag(...) on the gradient's device)
         self._sample = None      # whole-run steps: the sampled elements of every tensor (sample.py)
+        self._wsum = {}          # whole-run steps: kind -> {i: [S, A]}, weighted sums on the tensor's device
 
     def _note_nonfinite(self, kind, names):
         """Keeps which tensors of this step are not finite, and the run's first."""
@@ -163,6 +164,8 @@ class _Record:
                         self._prior_zero.append(j)
                     else:
                         self._prior[j] = _digest(p.grad) if whole else _cpu_copy(p.grad)
+                        if self._wsumming():
+                            self._wsum.setdefault("prior", {})[j] = _wsums(p.grad)
             if grad is not None:
                 if self._fsdp is not None and grad.dtype in (torch.bfloat16, torch.float16):
                     grad = grad.float()  # FSDP2 under a 16-bit reduce_dtype: exact in float32; ddp_check reduces in it
@@ -171,9 +174,12 @@ class _Record:
                                         "dense float32 only" % (self._names[i], str(grad.layout).replace("torch.", ""),
                                                                 _dtype_name(grad.dtype)))
                 if self._whole_run():  # no copy: whether it is finite, a flag left on its device until the write
-                    if grad.numel():
-                        self._local_finite.append(("%d/%s" % (len(self._locals) - 1, self._names[i]),
-                                                   _finite_flag(grad)))
+                    k = len(self._locals) - 1
+                    if self._wsumming():  # its weighted sums; their S is finite exactly where the gradient is
+                        ws = self._wsum.setdefault("local/%d" % k, {})[i] = _wsums(grad)
+                        self._local_finite.append(("%d/%s" % (k, self._names[i]), torch.isfinite(ws[0])))
+                    elif grad.numel():
+                        self._local_finite.append(("%d/%s" % (k, self._names[i]), _finite_flag(grad)))
                     if self._sampling() is not None:
                         self._sample.take("local/%d" % (len(self._locals) - 1), i, grad)
                 else:
@@ -202,6 +208,10 @@ class _Record:
             later = max(0, FULL_BYTES - 16 * n) // max(4 * n, 1)
             self._n_full = FULL_STEPS if self._fsdp is not None else max(2, min(FULL_STEPS, 1 + later))
         return self._n_full
+
+    def _wsumming(self):
+        """Whether this step keeps weighted sums (digests.py _wsums): a whole-run step of DDP (not FSDP2's shards)."""
+        return self._whole_run() and self._fsdp is None
 
     def _sampling(self):
         """This whole-run step's sample (made at its first use), or None: a step recorded whole, or FSDP2's shards."""
@@ -269,7 +279,14 @@ class _Record:
             self._stop_for(e, "after-DDP callback")
 
     def _after_ddp_body(self):
-        self._note_nonfinite("grad", _nonfinite((self._names[i], p.grad) for i, p in enumerate(self._params)))
+        if self._wsumming():  # the weighted sums of .grad after DDP, which also flag a NaN or an infinity
+            ws = self._wsum["grad"] = {i: _wsums(p.grad, absolute=False)
+                                       for i, p in enumerate(self._params) if p.grad is not None}
+            if ws:
+                ok = torch.isfinite(torch.stack([v[0] for v in ws.values()])).tolist()
+                self._note_nonfinite("grad", [self._names[i] for i, good in zip(ws, ok) if not good])
+        else:
+            self._note_nonfinite("grad", _nonfinite((self._names[i], p.grad) for i, p in enumerate(self._params)))
         if self._digest_grads():
             self._grad_crc = {i: _digest(p.grad) for i, p in enumerate(self._params) if p.grad is not None}
             if self._sampling() is not None:

@@ -6,7 +6,7 @@ import os
 import torch
 
 from .common import _cpu_copy, _dtype_name, _jsonable, _number, _tensor_bytes, _why
-from .digests import _digest, _nonfinite
+from .digests import WSUM_COLUMNS, _digest, _nonfinite
 from .sample import SLOTS
 from .spies import _JOIN_EVENTS
 from .writer import _bits_equal, _safetensors_parts
@@ -89,6 +89,18 @@ class _Step:
                         "state_changed": changed,
                         "num_groups": len(opt.param_groups),
                         "buffers": bufs, "ints": ints, "skipped": skipped}
+
+    def _wsum_tensors(self):
+        """[("wsum/<kind>", float64 [parameters, 2])]: each parameter's weighted sums S and A of the prior .grad,
+        each backward's local gradient and .grad after DDP (A not kept: NaN); NaN where it has no such tensor."""
+        out = []
+        for kind in sorted(self._wsum):
+            got = self._wsum[kind]
+            vals = torch.full((len(self._params), 2), float("nan"), dtype=torch.float64)
+            if got:
+                vals[list(got)] = torch.stack([v.to("cpu") for v in got.values()])
+            out.append(("wsum/" + kind, vals))
+        return out
 
     def _state_tensors(self):
         """(parameter index, key, tensor) of the optimizer's per-parameter state tensors (not the 0-dim step)."""
@@ -271,6 +283,7 @@ class _Step:
                     sample.take("state_after/%s" % k, i, v)
             sampled, absent = sample.kinds()
             tensors.extend(sampled)
+        tensors.extend(self._wsum_tensors())
         meta = {
             "step": self._step, "rank": self.rank, "run_id": self.run_id,
             "segment": [self._seg_c, self._seg_k],
@@ -296,6 +309,8 @@ class _Step:
             meta["mode"] = "digests"  # a whole-run step: no local gradients, digests of the rest
         if sample is not None:
             meta["sample"] = {"slots": SLOTS, "absent": absent}
+        if self._wsum:
+            meta["wsum"] = {"columns": WSUM_COLUMNS}
         if b["state_changed"]:
             meta["state_changed"] = sorted(b["state_changed"])
         meta["digest"] = "fold64"  # how "crc32" below and ddp_check's digests of this file's tensors are taken

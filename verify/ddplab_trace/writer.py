@@ -152,16 +152,18 @@ def _bits_equal(a, b):
 
 
 def _safetensors_parts(tensors, metadata_text):
-    """(header bytes with its 8-byte length, data size, total size) for [(name, cpu float32 tensor)]."""
+    """(header bytes with its 8-byte length, data size, total size) for [(name, cpu float32 tensor)]
+    (float64 for the weighted sums, "wsum/...")."""
     header = {}
     offset = 0
     for name, t in tensors:
-        if t.dtype != torch.float32 or t.layout != torch.strided or t.device.type != "cpu":
+        f64 = name.startswith("wsum/") and t.dtype == torch.float64  # the weighted sums: float64 by design
+        if (t.dtype != torch.float32 and not f64) or t.layout != torch.strided or t.device.type != "cpu":
             raise _Unrecordable("tensor '%s' is %s %s on %s, and the trace format holds dense float32 only "
                                 "(an unknown tensor kind)" % (name, str(t.layout).replace("torch.", ""),
                                                               _dtype_name(t.dtype), t.device.type))
-        n = t.numel() * 4
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        n = t.numel() * (8 if f64 else 4)
+        header[name] = {"dtype": "F64" if f64 else "F32", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
         offset += n
     header["__metadata__"] = {"ddplab": metadata_text}
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")

@@ -9,6 +9,10 @@ momentum, DistributedSampler, 3 ranks, one step per batch over as many epochs as
   --nan-input STEP:RANK     a NaN in the batch of RANK at STEP (the run goes on, on NaN)
   --flip-in-step STEP:RANK  inside optimizer.step(), after torch's arithmetic, the same bit of an element of
                             '2.weight' that the recorder's sample holds at STEP (a value corrupted inside the step)
+  --flip-local STEP:RANK[:low]  in backward, after the recorder saw it and before DDP's bucket took it, the
+                            highest mantissa bit (low: the lowest) of the largest element of '2.weight''s local
+                            gradient that the sample does not hold at STEP: a contribution to the all-reduce that
+                            is not the gradient backward computed (a gradient hook registered after DDPTrace)
 """
 import torch
 import torch.nn as nn
@@ -43,6 +47,27 @@ def sampled_element(model, step):
     return elems[0]
 
 
+def flip_local_hook(model, spec, rank, steps):
+    """A hook on '2.weight' registered after DDPTrace's: it runs after the recorder saw the local gradient."""
+    at, who, *low = spec.split(":")
+    if who not in ("all", str(rank)):
+        return
+    weight = model[2].weight
+    params = list(model.parameters())
+
+    def hook(grad):
+        if steps[0] != int(at):
+            return grad
+        sampled = set(_plan(int(at), [p.numel() for p in params]).get(2, ([], []))[1])
+        mag = grad.detach().abs().reshape(-1).clone()
+        mag[list(sampled)] = -1.0
+        g = grad.detach().clone()
+        g.view(-1).view(torch.int32)[int(mag.argmax())] ^= 1 if low else 1 << 22
+        return g
+
+    weight.register_hook(hook)
+
+
 def flip(t):  # the lowest mantissa bit of element [3, 5]: a value wrong in its last place
     with torch.no_grad():
         v = t.view(torch.int32)
@@ -69,6 +94,9 @@ def main(rank, world_size, args):
         flip_at = (at, model[2].weight, sampled_element(model, at))
     optimizer = SGD(ddp.parameters(), flip_at, lr=0.05, momentum=0.9)
     trace = DDPTrace(ddp, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
+    steps = [0]
+    if args.flip_local:
+        flip_local_hook(model, args.flip_local, rank, steps)
     step = 0
     for epoch in range(10_000):
         sampler.set_epoch(epoch)
@@ -86,6 +114,7 @@ def main(rank, world_size, args):
             if when(args.flip_state, step, rank):
                 flip(optimizer.state[model[2].weight]["momentum_buffer"])
             step += 1
+            steps[0] = step
             if step == args.steps:
                 break
         if step == args.steps:
@@ -96,7 +125,7 @@ def main(rank, world_size, args):
 
 
 def extra(p):
-    for f in ("--flip-grad", "--flip-param", "--flip-state", "--nan-input", "--flip-in-step"):
+    for f in ("--flip-grad", "--flip-param", "--flip-state", "--nan-input", "--flip-in-step", "--flip-local"):
         p.add_argument(f, default="")
 
 
