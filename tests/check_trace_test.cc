@@ -39,12 +39,17 @@ std::string slurp(const std::string& path) {
 }
 
 std::string step_file(const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>& tensors,
-                      const json& meta) {
+                      const json& meta,
+                      const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>>& f64 = {}) {
   json header = json::object();
   std::string data;
   for (const auto& [name, t] : tensors) {
     header[name] = {{"dtype", "F32"}, {"shape", t.first}, {"data_offsets", {data.size(), data.size() + 4 * t.second.size()}}};
     data += f32(t.second);
+  }
+  for (const auto& [name, t] : f64) {
+    header[name] = {{"dtype", "F64"}, {"shape", t.first}, {"data_offsets", {data.size(), data.size() + 8 * t.second.size()}}};
+    data += std::string(reinterpret_cast<const char*>(t.second.data()), t.second.size() * 8);
   }
   header["__metadata__"] = {{"ddplab", meta.dump()}};
   return fuzz::le64(header.dump().size()) + header.dump() + data;
@@ -53,9 +58,10 @@ std::string step_file(const std::map<std::string, std::pair<std::vector<int64_t>
 // A run of two ranks, parameters w [2, 2] and b [2], plain SGD lr 0.5, two steps; `tamper` may change
 // rank 1's gradient after DDP (a finding) before the files are written. `whole_run` adds a third step in the
 // whole-run mode (digests compared, a 4-slot sample replayed); `sample_flip` flips the last bit of rank 1's
-// sampled .grad after DDP there.
+// sampled .grad after DDP there. The whole-run step keeps the weighted sums of each local gradient and of .grad
+// after DDP (the recorder's weights written out); `wsum_off` moves b's .grad sum on every rank by 0.001.
 std::string make_trace(const std::string& dir, bool tamper = false, bool overflow = false, bool whole_run = false,
-                       bool sample_flip = false) {
+                       bool sample_flip = false, bool wsum_off = false) {
   std::vector<float> local[2][2] = {{{0.5f, -1.0f, 0.25f, 2.0f}, {1.0f, -0.5f}},
                                     {{1.5f, 1.0f, -0.75f, 0.0f}, {0.0f, 0.5f}}};
   if (overflow) local[1][1][0] = std::numeric_limits<float>::quiet_NaN();  // one rank's loss overflowed
@@ -115,7 +121,22 @@ std::string make_trace(const std::string& dir, bool tamper = false, bool overflo
           tensors["sample/" + kind] = {{4}, v};
         }
       }
-      const std::string bytes = step_file(tensors, meta);
+      std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>> sums;
+      if (step == 2) {  // [S, A] per parameter [w, b]: w_i = 1 + ((i * 2654435761) mod 2^20) / 2^20, i mod 1021
+        const auto weighted = [](const std::vector<float>& x, bool absolute) {
+          double acc = 0.0;
+          for (uint64_t i = 0; i < x.size(); ++i)
+            acc += (1.0 + static_cast<double>((i * 2654435761u) % (1u << 20)) / (1u << 20)) *
+                   (absolute ? std::fabs(static_cast<double>(x[i])) : x[i]);
+          return acc;
+        };
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        sums["wsum/local/0"] = {{2, 2}, {weighted(local[r][0], false), weighted(local[r][0], true),
+                                         weighted(local[r][1], false), weighted(local[r][1], true)}};
+        sums["wsum/grad"] = {{2, 2}, {weighted(avg_w, false), nan, weighted(avg_b, false) + (wsum_off ? 1e-3 : 0.0), nan}};
+        meta["wsum"] = {{"columns", 1021}};
+      }
+      const std::string bytes = step_file(tensors, meta, sums);
       char name[64];
       std::snprintf(name, sizeof name, "/rank%d/step%06d.safetensors", r, step);
       write(dir + name, bytes);
@@ -202,6 +223,9 @@ TEST(CheckTrace, WholeRunSampleIsReplayed) {
   EXPECT_EQ(r.sampled.steps, 1);
   EXPECT_EQ(r.sampled.values, 8);  // 2 ranks x 2 elements x (.grad after DDP, the parameter after the step)
   EXPECT_EQ(r.sampled.exact, 8);
+  EXPECT_EQ(r.wsum.steps, 1);
+  EXPECT_EQ(r.wsum.tensors, 4);  // 2 ranks x [w b]
+  EXPECT_EQ(r.wsum.within, 4);
   const check::CheckResult bad =
       check::check_run(check::open_run(make_trace(testing::temp_dir() + "/flip", false, false, true, true)));
   std::printf("%s", check::format_text(bad).c_str());
@@ -215,6 +239,24 @@ TEST(CheckTrace, WholeRunSampleIsReplayed) {
   EXPECT_EQ(f->step, 2);
   EXPECT_EQ(f->name, "b");
   EXPECT_NE(f->message.find("element 1"), std::string::npos) << f->message;
+}
+
+// The whole-run step's weighted sums: b's .grad after DDP, its sum moved by 0.001 on every rank (far beyond the
+// rounding of 2-rank sums of values near 1), is named once for every rank; w's stays within its bound.
+TEST(CheckTrace, WholeRunWeightedSumOutsideTheBoundIsNamed) {
+  const check::CheckResult r = check::check_run(
+      check::open_run(make_trace(testing::temp_dir() + "/wsum", false, false, true, false, true)));
+  std::printf("%s", check::format_text(r).c_str());
+  EXPECT_EQ(r.wsum.tensors, 4);
+  EXPECT_EQ(r.wsum.within, 2);
+  const check::Finding* f = nullptr;
+  for (const check::Finding& g : r.findings)
+    if (g.kind == "grad-not-as-predicted" && g.cause == "weighted-sum") f = &g;
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->rank, -1);
+  EXPECT_EQ(f->step, 2);
+  EXPECT_EQ(f->name, "b");
+  EXPECT_NE(f->message.find("every rank's .grad of 'b'"), std::string::npos) << f->message;
 }
 
 // torch's own layout, as the recorder saw it, is compared with the replay's: a layout that differs is said,

@@ -4,7 +4,8 @@ float, an odd tail, a partial last row of 1021 words, many rows), a view at an o
 transposed matrix. Then the digests of the fixed vectors tests/check_trace_test.cc gives ddp_check's fold64_of
 (src/check/trace.cc): values whose float32 bits are i * 2654435761 mod 2^32, i = 0 .. n-1. Then what the
 whole-run mode relies on, on this torch: the NaN/inf flag and the all-zero test, torch's version counter (bumped
-by an edit through .detach(), not through .data), and the sample's slots covering a model once.
+by an edit through .detach(), not through .data), the sample's slots covering a model once, and the weighted
+sums against their definition.
 
     python tests/ddp_check/digest.py      (prints the fixed vectors' digests; exit status 1 on a mismatch)
 """
@@ -84,6 +85,44 @@ def flags_and_sample():
     return bad
 
 
+def weighted_sums():
+    """The weighted sums (docs/trace_format.md, "The weighted sums") against their definition: element i weighs
+    1 + ((j * 2654435761) mod 2^20) / 2^20, j = i mod 1021; S = sum w_i x_i, A = sum w_i |x_i|, in float64. The
+    numpy path (CPU) and torch's (a GPU's) agree with it to float64's rounding, for every length class; S is
+    finite exactly where every element is (two 3e38s: finite)."""
+    bad = []
+    g = torch.Generator().manual_seed(2)
+    j = np.arange(1021, dtype=np.uint64)
+    w = 1.0 + ((j * np.uint64(2654435761)) % np.uint64(1 << 20)).astype(np.float64) / (1 << 20)
+    cases = [torch.randn(n, generator=g) for n in (0, 1, 1020, 1021, 1022, 1021 * 256 + 5, 1021 * 700 + 3)]
+    m = torch.randn(37, 41, generator=g)
+    cases += [m.t(), torch.randn(5001, generator=g)[1:]]  # transposed, a view at an odd offset
+    for t in cases:
+        x = t.contiguous().reshape(-1).numpy().astype(np.float64)
+        ww = np.resize(w, x.size) if x.size else w[:0]
+        want = (float(np.dot(ww, x)), float(np.dot(ww, np.abs(x))))
+        for numpy_path in (True, False):
+            T._HAVE_NUMPY = numpy_path
+            try:
+                got = T._wsums(t).tolist()
+            finally:
+                T._HAVE_NUMPY = True
+            tol = 1e-12 * max(want[1], 1e-300)
+            if abs(got[0] - want[0]) > tol or abs(got[1] - want[1]) > tol:
+                bad.append("_wsums n=%d (%s): %r against %r" % (t.numel(), "numpy" if numpy_path else "torch",
+                                                                got, want))
+    t = torch.randn(5000, generator=g)
+    for v, finite in [(float("nan"), False), (float("inf"), False), (-float("inf"), False), (3e38, True)]:
+        u = t.clone()
+        u[1234] = v
+        u[4321] = v if v == v else 1.0
+        for absolute in (True, False):
+            if bool(torch.isfinite(T._wsums(u, absolute)[0])) != finite:
+                bad.append("_wsums' S as a flag with %r" % v)
+    print("weighted sums as defined" if not bad else "weighted sums: %d bad" % len(bad))
+    return bad
+
+
 def main():
     g = torch.Generator().manual_seed(0)
     bad = []
@@ -114,6 +153,7 @@ def main():
             bad.append("fixed n=%d" % n)
         print("fixed n=%d fold64 %d" % (n, d))
     bad += flags_and_sample()
+    bad += weighted_sums()
     for b in bad:
         print("FAIL " + b)
     print("digests as defined" if not bad else "%d mismatches" % len(bad))

@@ -203,6 +203,25 @@ def failing_sample():
     return inject
 
 
+def failing_wsums():
+    """The whole-run mode from step 2 on, and its weighted sums failing there (a local gradient's, in the
+    parameter hook)."""
+    def inject():
+        full, wsums = T.FULL_STEPS, T._wsums
+        T.FULL_STEPS = 1
+
+        def bad(t, absolute=True):
+            raise RuntimeError("injected fault")
+
+        T._wsums = bad
+
+        def undo():
+            T.FULL_STEPS = full
+            T._wsums = wsums
+        return undo
+    return inject
+
+
 def failing_digests(original):
     def _digest(t):
         if open_step() >= 1:
@@ -272,6 +291,7 @@ CASES = [
     ("unknown_tensor_kind", {}, half_locals(), (1, "unknown tensor kind"), 1),
     ("disk_full", {}, disk_full_once(), (1, "No space left on device"), 1),
     ("whole_run_sample", {}, failing_sample(), (2, "parameter hook"), 2),
+    ("whole_run_wsum", {}, failing_wsums(), (2, "parameter hook"), 2),
     # the digests of what ddp_check predicts, taken from step 1 on (the first step keeps every value)
     ("digest", {}, fail_function("_digest", failing_digests), (1, "after-DDP callback"), 1),
     ("unwritable_run_dir", {"after": unwritable_dir, "before_close": writable_again}, None, (0, "cannot write"), 0),
