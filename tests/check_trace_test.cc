@@ -122,7 +122,7 @@ std::string make_trace(const std::string& dir, bool tamper = false, bool overflo
         }
       }
       std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>> sums;
-      if (step == 2) {  // [S, A] per parameter [w, b]: w_i = 1 + ((i * 2654435761) mod 2^20) / 2^20, i mod 1021
+      if (step == 2) {  // [S, A, Q] per parameter [w, b]: w_i = 1 + ((i * 2654435761) mod 2^20) / 2^20, i mod 1021
         const auto weighted = [](const std::vector<float>& x, bool absolute) {
           double acc = 0.0;
           for (uint64_t i = 0; i < x.size(); ++i)
@@ -130,10 +130,16 @@ std::string make_trace(const std::string& dir, bool tamper = false, bool overflo
                    (absolute ? std::fabs(static_cast<double>(x[i])) : x[i]);
           return acc;
         };
+        const auto squares = [](const std::vector<float>& x) {
+          double acc = 0.0;
+          for (const float v : x) acc += static_cast<double>(v) * v;
+          return acc;
+        };
         const double nan = std::numeric_limits<double>::quiet_NaN();
-        sums["wsum/local/0"] = {{2, 2}, {weighted(local[r][0], false), weighted(local[r][0], true),
-                                         weighted(local[r][1], false), weighted(local[r][1], true)}};
-        sums["wsum/grad"] = {{2, 2}, {weighted(avg_w, false), nan, weighted(avg_b, false) + (wsum_off ? 1e-3 : 0.0), nan}};
+        sums["wsum/local/0"] = {{2, 3}, {weighted(local[r][0], false), weighted(local[r][0], true), squares(local[r][0]),
+                                         weighted(local[r][1], false), weighted(local[r][1], true), squares(local[r][1])}};
+        sums["wsum/grad"] = {{2, 3}, {weighted(avg_w, false), nan, squares(avg_w),
+                                      weighted(avg_b, false) + (wsum_off ? 1e-3 : 0.0), nan, squares(avg_b)}};
         meta["wsum"] = {{"columns", 1021}};
       }
       const std::string bytes = step_file(tensors, meta, sums);
@@ -226,6 +232,11 @@ TEST(CheckTrace, WholeRunSampleIsReplayed) {
   EXPECT_EQ(r.wsum.steps, 1);
   EXPECT_EQ(r.wsum.tensors, 4);  // 2 ranks x [w b]
   EXPECT_EQ(r.wsum.within, 4);
+  // The report's norms of the whole-run step, from its sums of squares: rank 1's local gradient
+  // (1.5, 1, -0.75, 0 | 0, 0.5) and .grad after DDP, the ranks' mean (1, 0, -0.25, 1 | 0.5, 0).
+  ASSERT_EQ(r.local_norm.size(), 3u);
+  EXPECT_DOUBLE_EQ(r.local_norm[2][1], std::sqrt(1.5 * 1.5 + 1 + 0.75 * 0.75 + 0.25));
+  EXPECT_DOUBLE_EQ(r.ddp_norm[2][1], std::sqrt(1 + 0.0625 + 1 + 0.25));
   const check::CheckResult bad =
       check::check_run(check::open_run(make_trace(testing::temp_dir() + "/flip", false, false, true, true)));
   std::printf("%s", check::format_text(bad).c_str());

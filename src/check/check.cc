@@ -14,8 +14,8 @@
 #include "src/check/health.h"
 #include "src/check/replay.h"
 #include "src/check/sample_replay.h"
-#include "src/check/wsum_check.h"
 #include "src/check/step_compare.h"
+#include "src/check/wsum_check.h"
 #include "src/base/parallel.h"
 #include "src/collective/allreduce.h"
 
@@ -276,6 +276,7 @@ CheckResult check_run(const Run& run) {
       RankStep& o = rs[r];
       if (rec->digests_only) {
         o.moved = !first_difference(run.ranks[r], *rec, "param_before", *rec, "param_after").empty();
+        std::tie(o.ln, o.dn) = wsum_norms(*rec);
         return;
       }
       const Manifest& rm = run.ranks[r];  // its own shapes: under FSDP each rank holds its own shards

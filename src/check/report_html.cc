@@ -72,9 +72,10 @@ std::string format_html(const CheckResult& r) {
            esc(r.step_why) + ").";
   if (r.sampled.steps)
     out += fmt::format(" Pale green: a whole-run step (the recorder's first steps are replayed whole, the later ones "
-                       "kept as digests and a sample): every rank's digests equal to the others', and its sample of "
-                       "{} values in all replayed, {} exactly.",
-                       r.sampled.values, r.sampled.exact);
+                       "kept as digests, a sample and weighted sums): every rank's digests equal to the others', its "
+                       "sample of {} values in all replayed, {} exactly, and {} of {} all-reduced .grad tensors within "
+                       "the rounding their additions allow.",
+                       r.sampled.values, r.sampled.exact, r.wsum.within, r.wsum.tensors);
   if (r.lines.size() > kMaxColumns)
     out += fmt::format(" The run has {} steps: each column is a run of {} consecutive steps, coloured as its worst.",
                        r.lines.size(), columns(r.lines.size())[0].second + 1);

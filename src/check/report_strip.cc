@@ -55,7 +55,9 @@ const char* word_of(Cell c) {
     case Cell::kAbsent: return "did not take part (joined, or its trace ended)";
     case Cell::kUnchecked: return "not checked";
     case Cell::kExact: return "exactly as predicted";
-    case Cell::kWholeRun: return "whole run: its digests equal to the other ranks', its sample exactly as predicted";
+    case Cell::kWholeRun:
+      return "whole run: its digests equal to the other ranks', its sample exactly as predicted, its all-reduce "
+             "within rounding";
     case Cell::kClose: return "close to the prediction, not bit for bit";
     case Cell::kDifferent: return "DIFFERENT from the prediction, or a problem found here";
   }

@@ -49,7 +49,7 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step);
 
 namespace {
 
-// "wsum": {"columns": 1021} and the float64 tensors "wsum/<kind>" [parameters, 2], which leave rec->tensors.
+// "wsum": {"columns": 1021} and the float64 tensors "wsum/<kind>" [parameters, 3], which leave rec->tensors.
 void read_wsum(const json& meta, const Manifest& m, StepRecord* rec) {
   const bool any = rec->tensors.lower_bound("wsum/") != rec->tensors.end() &&
                    rec->tensors.lower_bound("wsum/")->first.rfind("wsum/", 0) == 0;
@@ -64,8 +64,8 @@ void read_wsum(const json& meta, const Manifest& m, StepRecord* rec) {
   for (auto it = rec->tensors.lower_bound("wsum/"); it != rec->tensors.end() && it->first.rfind("wsum/", 0) == 0;) {
     const std::string kind = it->first.substr(5);
     const safetensors::Tensor& t = it->second;
-    if (t.shape != std::vector<int64_t>{static_cast<int64_t>(m.params.size()), 2} || !t.data.empty())
-      fail(rec->path, fmt::format("tensor '{}' should be F64 of shape [{}, 2] (one S and A per parameter), not {}",
+    if (t.shape != std::vector<int64_t>{static_cast<int64_t>(m.params.size()), 3} || !t.data.empty())
+      fail(rec->path, fmt::format("tensor '{}' should be F64 of shape [{}, 3] (S, A and Q per parameter), not {}",
                                   it->first, m.params.size(), describe_shape(t.shape)));
     if (kind.rfind("local/", 0) == 0) {
       const int64_t k = parse_int("backward index of '" + it->first + "'", kind.substr(6));
@@ -74,8 +74,8 @@ void read_wsum(const json& meta, const Manifest& m, StepRecord* rec) {
     } else if (kind != "prior" && kind != "grad") {
       fail(rec->path, "tensor '" + it->first + "' is of no weighted-sum kind ddp_check knows (prior, local/<k>, grad)");
     }
-    std::vector<std::array<double, 2>>& out = rec->wsum[kind];
-    for (size_t i = 0; i < m.params.size(); ++i) out.push_back({t.data64[2 * i], t.data64[2 * i + 1]});
+    std::vector<std::array<double, 3>>& out = rec->wsum[kind];
+    for (size_t i = 0; i < m.params.size(); ++i) out.push_back({t.data64[3 * i], t.data64[3 * i + 1], t.data64[3 * i + 2]});
     it = rec->tensors.erase(it);
   }
 }

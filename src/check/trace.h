@@ -206,10 +206,10 @@ struct StepRecord {
   };
   Sample sample;
   // A whole-run step's weighted sums (docs/trace_format.md, "The weighted sums"): kind ("prior", "local/<k>",
-  // "grad") -> per parameter {S, A} in float64; NaN where the parameter has no such tensor (and A of "grad").
-  // wsum_columns = 0: none kept.
+  // "grad") -> per parameter {S, A, Q} in float64 (Q: the sum of squares, for the report's norms); NaN where the
+  // parameter has no such tensor (and A of "grad"). wsum_columns = 0: none kept.
   size_t wsum_columns = 0;
-  std::map<std::string, std::vector<std::array<double, 2>>> wsum;
+  std::map<std::string, std::vector<std::array<double, 3>>> wsum;
   // Optimizer state the recorder saw changed (in place, or replaced) since the previous step's optimizer.step()
   // left it, "<name>/<key>" (whole-run steps).
   std::vector<std::string> state_changed;

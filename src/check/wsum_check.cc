@@ -38,7 +38,7 @@ bool GradReplay::wsum_expect(const std::vector<const StepRecord*>& recs, std::ve
     double s = 0.0, a = 0.0;
     int64_t terms = 0;
   };
-  const auto at = [](const StepRecord& r, const std::string& kind, size_t i) -> const std::array<double, 2>* {
+  const auto at = [](const StepRecord& r, const std::string& kind, size_t i) -> const std::array<double, 3>* {
     auto it = r.wsum.find(kind);
     return it == r.wsum.end() || std::isnan(it->second[i][0]) ? nullptr : &it->second[i];
   };
@@ -131,6 +131,19 @@ void check_wsum(const Manifest& m, const GradReplay& replay, const std::vector<c
                           step, alike ? "every rank's" : fmt::format("rank {}'s", recs[r]->rank), name, got,
                           want[i].sum, diff, want[i].bound, m.params[i].numel, (diff - want[i].bound) / 2.0));
   }
+}
+
+std::pair<double, double> wsum_norms(const StepRecord& rec) {
+  const auto norm = [&](const char* kind) {
+    auto it = rec.wsum.find(kind);
+    if (it == rec.wsum.end()) return static_cast<double>(NAN);
+    double q = 0.0;
+    for (const auto& v : it->second)
+      if (!std::isnan(v[0])) q += v[2];
+    return std::sqrt(q);
+  };
+  const bool alone = rec.backwards.size() == 1 && !rec.wsum.count("prior");
+  return {alone ? norm("local/0") : NAN, norm("grad")};
 }
 
 }  // namespace ddplab::check

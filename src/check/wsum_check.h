@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/check/findings.h"
@@ -27,5 +28,9 @@ struct WsumCounts {
 // rounding allows: grad-not-as-predicted (cause "weighted-sum").
 void check_wsum(const Manifest& m, const GradReplay& replay, const std::vector<const StepRecord*>& recs,
                 Findings& found, WsumCounts* counts);
+
+// The report's norms of a whole-run step, from its sums of squares: {the rank's own gradient, .grad after DDP}.
+// The first only where the step's one backward's local gradient is the whole of it (no prior kept); NaN otherwise.
+std::pair<double, double> wsum_norms(const StepRecord& rec);
 
 }  // namespace ddplab::check

@@ -136,36 +136,47 @@ def _wsum_weights(device):
 
 
 def _wsums_numpy(a, absolute):
+    """Column sums (float64) of x and |x|, and sum x^2 (float32 BLAS: the report's norm, not the check's)."""
     import numpy as np
-    cols = np.zeros((2, WSUM_COLUMNS))
+    with np.errstate(all="ignore"):  # an overflow or a NaN is a value to report, not a warning in the training
+        return _wsums_chunks(np, a, absolute)
+
+
+def _wsums_chunks(np, a, absolute):
+    cols, q = np.zeros((2, WSUM_COLUMNS)), 0.0
     full = a.shape[0] // WSUM_COLUMNS * WSUM_COLUMNS
     step = _WSUM_ROWS * WSUM_COLUMNS
     buf = np.empty(min(step, full))
-    for s in range(0, full, step):  # float64 column sums, a chunk at a time
-        b = buf[:min(step, full - s)]
-        b[...] = a[s:s + b.shape[0]]
+    for s in range(0, full, step):  # a chunk at a time, each pass over it while it is in cache
+        c = a[s:min(s + step, full)]
+        b = buf[:c.shape[0]]
+        b[...] = c
         rows = b.reshape(-1, WSUM_COLUMNS)
         cols[0] += np.add.reduce(rows, axis=0)
+        q += float(np.dot(c, c))
         if absolute:
             np.abs(b, out=b)
             cols[1] += np.add.reduce(rows, axis=0)
-    rest = a[full:].astype(np.float64)
+    rest = a[full:]
+    q += float(np.dot(rest, rest))
+    rest = rest.astype(np.float64)
     cols[0, :rest.shape[0]] += rest
     cols[1, :rest.shape[0]] += np.abs(rest)
-    return cols
+    return cols, q
 
 
 def _wsums(t, absolute=True):
-    """[S, A] (float64, on t's device, no sync): S = sum_i w_i x_i and A = sum_i w_i |x_i| over float32 tensor t,
-    in float64 (A is NaN where absolute=False). In float64 a float32 tensor's sums cannot overflow, so S is finite
-    exactly where every element is: S is also the tensor's NaN/inf flag. One read of t: column sums chunk by
-    chunk (numpy, on a CPU), or t's float64 copy summed by columns (torch, on its device)."""
+    """[S, A, Q] (float64, on t's device, no sync) of float32 tensor t: S = sum_i w_i x_i and A = sum_i w_i |x_i|
+    in float64 (A is NaN where absolute=False), and Q = sum_i x_i^2 (for the report's norms only: accumulated in
+    float32 on a CPU). In float64 a float32 tensor's sums cannot overflow, so S is finite exactly where every
+    element is: S is also the tensor's NaN/inf flag. One read of t: column sums chunk by chunk (numpy, on a CPU),
+    or t's float64 copy summed by columns (torch, on its device)."""
     t = _local(t).detach().reshape(-1)
     w = _wsum_weights(t.device)
     if _HAVE_NUMPY and t.device.type == "cpu":
         try:
-            cols = torch.from_numpy(_wsums_numpy(t.numpy(), absolute))
-            out = cols @ w
+            cols, q = _wsums_numpy(t.numpy(), absolute)
+            out = torch.cat([torch.from_numpy(cols) @ w, torch.tensor([q], dtype=torch.float64)])
             if not absolute:
                 out[1] = float("nan")
             return out
@@ -177,11 +188,12 @@ def _wsums(t, absolute=True):
     rest = x[full:]
     cols[0] += x[:full].view(-1, WSUM_COLUMNS).sum(0)
     cols[0, :rest.numel()] += rest
+    q = torch.dot(x, x).reshape(1)
     if absolute:
         x.abs_()
         cols[1] += x[:full].view(-1, WSUM_COLUMNS).sum(0)
         cols[1, :rest.numel()] += rest  # a view of x: already |x|
-    out = cols @ w
+    out = torch.cat([cols @ w, q])
     if not absolute:
         out[1] = float("nan")
     return out

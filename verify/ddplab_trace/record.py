@@ -31,7 +31,7 @@ class _Record:
         self._before = None
         self._step_join = None
         self._nf = {}          # kind -> names (or forward indices, for "input") holding a NaN or an infinity
-        self._local_finite = []  # whole-run steps: (local name, _finite_flag(...) on the gradient's device)
+        self._local_finite = []  # whole-run steps: (local name, its NaN/inf flag, on the gradient's device)
         self._sample = None      # whole-run steps: the sampled elements of every tensor (sample.py)
         self._wsum = {}          # whole-run steps: kind -> {i: [S, A]}, weighted sums on the tensor's device
 
@@ -181,7 +181,7 @@ class _Record:
                     elif grad.numel():
                         self._local_finite.append(("%d/%s" % (k, self._names[i]), _finite_flag(grad)))
                     if self._sampling() is not None:
-                        self._sample.take("local/%d" % (len(self._locals) - 1), i, grad)
+                        self._sample.take("local/%d" % k, i, grad)
                 else:
                     self._locals[-1][i] = self._keep_local(len(self._locals) - 1, i, grad)
 

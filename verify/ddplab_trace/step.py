@@ -91,14 +91,15 @@ class _Step:
                         "buffers": bufs, "ints": ints, "skipped": skipped}
 
     def _wsum_tensors(self):
-        """[("wsum/<kind>", float64 [parameters, 2])]: each parameter's weighted sums S and A of the prior .grad,
-        each backward's local gradient and .grad after DDP (A not kept: NaN); NaN where it has no such tensor."""
+        """[("wsum/<kind>", float64 [parameters, 3])]: each parameter's weighted sums S and A and its sum of
+        squares Q, of the prior .grad, each backward's local gradient and .grad after DDP (A not kept: NaN); NaN
+        where it has no such tensor."""
         out = []
         for kind in sorted(self._wsum):
             got = self._wsum[kind]
-            vals = torch.full((len(self._params), 2), float("nan"), dtype=torch.float64)
+            vals = torch.full((len(self._params), 3), float("nan"), dtype=torch.float64)
             if got:
-                vals[list(got)] = torch.stack([v.to("cpu") for v in got.values()])
+                vals[list(got)] = torch.stack(list(got.values())).cpu()  # one transfer from a GPU
             out.append(("wsum/" + kind, vals))
         return out
 
