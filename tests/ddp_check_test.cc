@@ -102,6 +102,8 @@ const Case kCases[] = {
      "fsdp2_ws3_bf16_dim1", true},
     // Not modelled: HSDP over a 2x2 mesh (the sharded gradients are not predicted; a note says so, the step is checked).
     {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 4 --hsdp", "fsdp2_hsdp", true, false},
+    // A run past the recorder's first 10 steps: its last 4 in the whole-run mode (shards: no sample, no sums).
+    {"fsdp2_mlp", nullptr, "", -1, -1, "", 0, "--world-size 3 --steps 14", "fsdp2_whole_run", true},
     // Lightning Fabric and accelerate as their docs use them: DDPTrace takes what fabric.setup / accelerator.prepare
     // return; accelerate's micro-batches under accumulate() that do not step are no steps.
     {"fabric_ddp", nullptr, "", -1, -1, "", 0, "", "", true},
@@ -392,6 +394,16 @@ TEST_P(DdpCheck, RealRun) {
         EXPECT_NE(e["order_changed"], true) << e.dump();
       }
     }
+  }
+  if (std::string(c.label) == "fsdp2_whole_run") {  // each rank's shards against its own previous step
+    int64_t whole = 0;
+    for (const json& l : j["per_step"]) whole += l["whole_run"].get<bool>();
+    EXPECT_EQ(whole, 4);
+    EXPECT_EQ(j["wsum"]["steps"], 0) << j["wsum"].dump();
+    EXPECT_EQ(j["sample"]["steps"], 0) << j["sample"].dump();
+    const auto lines = testing::run_command({"verify/ddp_check", dir});
+    EXPECT_NE(lines.out.find("step   10-13 | whole run: each rank's shards as its previous step left them"),
+              std::string::npos) << lines.out;
   }
   if (script == "long_run") {  // 10 steps replayed, 190 compared across ranks, each of those a small file
     int64_t whole = 0;

@@ -77,16 +77,22 @@ std::string format_text(const CheckResult& r) {
       size_t j = i;
       while (j + 1 < r.lines.size() && quiet(r.lines[j + 1]) && r.lines[j + 1].replicas_equal == l.replicas_equal) ++j;
       const std::string steps = fmt::format("{} step{}", j - i + 1, j > i ? "s" : "");
+      // FSDP2: each rank holds its own shards, so there is nothing to compare across ranks; each rank's
+      // parameters are compared with what its previous step left, and every value is flagged if not finite.
       out += fmt::format("step {:>4}{} | {} | {}\n", l.step, j > i ? fmt::format("-{}", r.lines[j].step) : "",
-                         l.replicas_equal ? "whole run: every rank's digests of .grad, the step's gradients, the "
-                                            "parameters and the optimizer state equal (" + steps + ")"
-                                          : "whole run: digests compared across ranks (" + steps + "), as diverged above",
-                         l.replicas_equal ? "replicas equal" : "replicas DIFFER");
+                         r.sharded          ? "whole run: each rank's shards as its previous step left them, every "
+                                              "gradient and parameter finite (" + steps + ")"
+                         : l.replicas_equal ? "whole run: every rank's digests of .grad, the step's gradients, the "
+                                              "parameters and the optimizer state equal (" + steps + ")"
+                                            : "whole run: digests compared across ranks (" + steps + "), as diverged above",
+                         r.sharded ? "sharded" : l.replicas_equal ? "replicas equal" : "replicas DIFFER");
       i = j;
       continue;
     }
     out += fmt::format("step {:>4} | {} | {} | {}{}\n", l.step,
-                       l.whole_run ? "whole run: digests compared across ranks" : counts_text(l.grads, "grads"),
+                       l.whole_run ? (r.sharded ? "whole run: each rank against its previous step"
+                                                : "whole run: digests compared across ranks")
+                                   : counts_text(l.grads, "grads"),
                        l.whole_run ? "no replay" : counts_text(l.params, "params"),
                        r.sharded ? "sharded" : l.replicas_equal ? "replicas equal" : "replicas DIFFER",
                        idle.empty() ? "" : " | no step on rank " + idle);

@@ -50,7 +50,8 @@ const char* fill_of(Cell c) {
   return kUnchecked;
 }
 
-const char* word_of(Cell c) {
+const char* word_of(Cell c, bool sharded) {
+  if (c == Cell::kWholeRun && sharded) return "whole run: its shards as its previous step left them, every value finite";
   switch (c) {
     case Cell::kAbsent: return "did not take part (joined, or its trace ended)";
     case Cell::kUnchecked: return "not checked";
@@ -108,8 +109,8 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
           if (!found) found = problem_at(r, r.lines[i], k);
         }
         fill = fill_of(worst);
-        what = found ? fmt::format("rank {}: {} ({})", k, word_of(worst), kind_cause(*found))
-                     : fmt::format("rank {}: {}", k, word_of(worst));
+        what = found ? fmt::format("rank {}: {} ({})", k, word_of(worst, r.sharded), kind_cause(*found))
+                     : fmt::format("rank {}: {}", k, word_of(worst, r.sharded));
       } else if (r.sharded) {  // FSDP2: no replicas; each rank's shards changed by its own optimizer step alone
         bool ok = true, checked = false;
         for (size_t i = cols[c].first; i <= cols[c].second; ++i) {
@@ -176,7 +177,7 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
       {kExact, "exact"}, {kClose, r.step_exact ? "close, not exact" : "close (expected: see below)"},
       {kDifferent, "different or a problem"}, {kAbsent, "did not take part"}, {kUnchecked, "not checked"}};
   if (std::any_of(r.lines.begin(), r.lines.end(), [](const StepLine& l) { return l.whole_run; }))
-    key.insert(key.begin() + 1, {kWholeRun, "whole run: digests, sample exact"});
+    key.insert(key.begin() + 1, {kWholeRun, r.sharded ? "whole run: shards as left" : "whole run: digests, sample exact"});
   for (const auto& [fill, word] : key) {
     out += fmt::format(
         "<rect class=\"key\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"13\" height=\"13\" fill=\"{}\" stroke=\"#888\"/>"
