@@ -1,5 +1,5 @@
 """The training run bench/check_trace.cc records and checks: an MLP of about --params-m million parameters
-(Linear(W, W) x 6 with W chosen to fit), SGD with momentum, DDP over Gloo on --world-size CPU ranks, batch 8,
+(Linear(W, W) x 6 with W chosen to fit), SGD with momentum, DDP over Gloo on --world-size CPU ranks, --batch (8),
 --steps optimizer steps, traced with verify/ddplab_trace unless --no-trace. Prints one line,
 'train ms/step <median over the steps after the first>', measured on rank 0 around each whole step (forward,
 backward with DDP's all-reduce, optimizer.step and, traced, the recorder's snapshots and file writes).
@@ -32,7 +32,7 @@ def worker(rank, args, port):
     g = torch.Generator().manual_seed(rank)
     times = []
     for _ in range(args.steps):
-        x = torch.randn(8, width, generator=g)
+        x = torch.randn(args.batch, width, generator=g)
         t0 = time.perf_counter()
         opt.zero_grad()
         ddp(x).square().mean().backward()
@@ -53,6 +53,7 @@ def main():
     p.add_argument("--params-m", type=float, default=25.0)
     p.add_argument("--world-size", type=int, default=4)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--batch", type=int, default=8, help="samples per rank and step")
     p.add_argument("--no-trace", dest="trace", action="store_false")
     p.add_argument("--full", action="store_true", help="DDPTrace(..., full=True): every value, no digests")
     args = p.parse_args()
