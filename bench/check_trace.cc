@@ -1,5 +1,5 @@
-// bazel run //bench:check_trace -- [--params-m 25] [--world-size 4] [--steps 10] [--batch 8] [--runs 3] [--dir DIR]
-//                                    [--full true]
+// bazel run //bench:check_trace -- [--params-m 25] [--world-size 4] [--steps 10] [--batch 8] [--model mlp|cnn]
+//                                    [--runs 3] [--dir DIR] [--full true]
 // What ddp_check costs, measured against what it cannot do without, in the same run:
 //  1. the recorder's overhead: bench/check_trace_run.py (an MLP of --params-m million parameters, DDP over
 //     Gloo, --world-size CPU ranks) timed per training step untraced and traced (its median, rank 0);
@@ -85,20 +85,22 @@ double ms_per_step(const Proc& p, const std::string& what) {
 }
 
 int run(int argc, char** argv) {
-  Flags f(argc, argv, {"params-m", "world-size", "steps", "batch", "runs", "dir", "python", "full"});
+  Flags f(argc, argv, {"params-m", "world-size", "steps", "batch", "model", "runs", "dir", "python", "full"});
   if (f.positional().size() != 2) throw UsageError("usage: check_trace RUN_SCRIPT DDP_CHECK [flags] (bazel run passes both)");
   const std::string script = f.positional()[0], checker = fs::absolute(f.positional()[1]).string();
   const double params_m = f.get_double("params-m", 25.0, 0.01, 1000.0);
   const int64_t ws = f.get_int("world-size", 4, 1, 16), steps = f.get_int("steps", 10, 2, 1000);
   const int64_t runs = f.get_int("runs", 3, 1, 100);
   const int64_t batch = f.get_int("batch", 8, 1, 4096);  // samples per rank and step
+  const std::string model = f.get_string("model", "mlp");
+  if (model != "mlp" && model != "cnn") throw UsageError("--model must be mlp or cnn, not '" + model + "'");
   const std::string dir = f.get_string("dir", "/tmp/ddplab_check_trace_bench");
   const std::string python = f.get_string("python", "/usr/bin/python3");
   const bool full = f.get_bool("full", false);  // DDPTrace(..., full=True): every value, no digests
   fs::remove_all(dir);
   const std::vector<std::string> common = {python,         script, "--params-m", fmt::format("{}", params_m),
                                            "--world-size", std::to_string(ws), "--steps", std::to_string(steps),
-                                           "--batch",      std::to_string(batch)};
+                                           "--batch",      std::to_string(batch), "--model", model};
   auto untraced_argv = common, traced_argv = common;
   untraced_argv.push_back("--no-trace");
   traced_argv.insert(traced_argv.end(), {"--out", dir});
@@ -137,10 +139,10 @@ int run(int argc, char** argv) {
     check_rss_kb = std::max(check_rss_kb, k.max_rss_kb);
   }
   const std::string params = untraced.out.substr(untraced.out.find("params ") + 7);
-  std::printf("check_trace: %s parameters, %lld ranks (Gloo, one thread each), batch %lld, %lld steps, every step "
-              "recorded\n",
-              params.substr(0, params.find(' ')).c_str(), static_cast<long long>(ws), static_cast<long long>(batch),
-              static_cast<long long>(steps));
+  std::printf("check_trace: %s parameters (%s), %lld ranks (Gloo, one thread each), batch %lld, %lld steps, every "
+              "step recorded\n",
+              params.substr(0, params.find(' ')).c_str(), model.c_str(), static_cast<long long>(ws),
+              static_cast<long long>(batch), static_cast<long long>(steps));
   std::printf("  recorder: train step %.1f ms untraced, %.1f ms traced: %.2fx\n", ms_untraced, ms_traced,
               ms_traced / ms_untraced);
   std::printf("  trace (%s): %zu files, %.2f GB (the largest step, all ranks: %.2f GB)\n", full ? "full=True" : "digests",
