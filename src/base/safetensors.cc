@@ -297,7 +297,8 @@ TensorMap load(const std::string& path, LoadInfo* info, const std::string& f64_p
                     data_size - pos, data_size));
   }
   for (const Entry& e : entries) {
-    const bool f64 = !f64_prefix.empty() && e.name.rfind(f64_prefix, 0) == 0 && std::strcmp(e.dtype->name, "F64") == 0;
+    const bool f64 =
+        info && !f64_prefix.empty() && e.name.rfind(f64_prefix, 0) == 0 && std::strcmp(e.dtype->name, "F64") == 0;
     if (std::strcmp(e.dtype->name, "F32") != 0 && !f64) {
       throw fail(fmt::format("tensor {} has dtype {}; only F32 tensors are read{}", quoted(e.name), e.dtype->name,
                              f64_prefix.empty() ? "" : " (and F64 ones named " + f64_prefix + "...)"));
@@ -310,12 +311,15 @@ TensorMap load(const std::string& path, LoadInfo* info, const std::string& f64_p
   uint64_t h = kFnvOffset;
   for (const Entry& e : entries) {
     Tensor t;
-    t.shape = e.shape;
+    Tensor64 t64;
+    const bool f64 = std::strcmp(e.dtype->name, "F64") == 0;
     void* dst = nullptr;
-    if (std::strcmp(e.dtype->name, "F64") == 0) {
-      t.data64.resize(static_cast<size_t>(e.numel));
-      dst = t.data64.data();
+    if (f64) {
+      t64.shape = e.shape;
+      t64.data.resize(static_cast<size_t>(e.numel));
+      dst = t64.data.data();
     } else {
+      t.shape = e.shape;
       t.data.resize(static_cast<size_t>(e.numel));
       dst = t.data.data();
     }
@@ -323,7 +327,11 @@ TensorMap load(const std::string& path, LoadInfo* info, const std::string& f64_p
     if (sum != found.metadata.end()) {  // in offset order: the tensors tile the data, so this hashes all of it
       h = fnv1a(h, static_cast<const unsigned char*>(dst), static_cast<size_t>(e.end - e.begin));
     }
-    out[e.name] = std::move(t);
+    if (f64) {
+      found.f64[e.name] = std::move(t64);
+    } else {
+      out[e.name] = std::move(t);
+    }
   }
   if (sum != found.metadata.end()) {
     if (fmt::format("{:016x}", h) != sum->second)

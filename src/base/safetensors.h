@@ -23,7 +23,6 @@ namespace ddplab::safetensors {
 struct Tensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
-  std::vector<double> data64;  // an F64 tensor load() was asked for (then `data` is empty)
 };
 using TensorMap = std::map<std::string, Tensor>;  // sorted by name, like safetensors writes them
 
@@ -41,12 +40,17 @@ std::string checksum(const std::string& bytes);
 std::string save(const std::string& path, const TensorMap& tensors);
 
 // What load() found besides the tensors.
+struct Tensor64 {
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+};
 struct LoadInfo {
   bool checksum_verified = false;               // "__metadata__" had checksum_fnv1a64, and it matched
   std::map<std::string, std::string> metadata;  // "__metadata__" as written (empty when absent)
+  std::map<std::string, Tensor64> f64;          // the F64 tensors load() was asked for (f64_prefix)
 };
-// Throws FormatError("<path>: <what is wrong>"). Tensors are F32; F64 ones are read (into data64) only where
-// their name begins with a non-empty f64_prefix (a trace's weighted sums, "wsum/").
+// Throws FormatError("<path>: <what is wrong>"). Tensors are F32; F64 ones are read, into info->f64, only where
+// their name begins with a non-empty f64_prefix (a trace's weighted sums, "wsum/"), and info is given.
 TensorMap load(const std::string& path, LoadInfo* info = nullptr, const std::string& f64_prefix = "");
 
 }  // namespace ddplab::safetensors

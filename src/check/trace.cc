@@ -49,22 +49,24 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step);
 
 namespace {
 
-// "wsum": {"columns": 1021} and the float64 tensors "wsum/<kind>" [parameters, 3], which leave rec->tensors.
-void read_wsum(const json& meta, const Manifest& m, StepRecord* rec) {
-  const bool any = rec->tensors.lower_bound("wsum/") != rec->tensors.end() &&
-                   rec->tensors.lower_bound("wsum/")->first.rfind("wsum/", 0) == 0;
+// "wsum": {"columns": 1021} and the float64 tensors "wsum/<kind>" [parameters, 3] (load()'s f64).
+void read_wsum(const json& meta, const Manifest& m, const std::map<std::string, safetensors::Tensor64>& f64,
+               StepRecord* rec) {
+  auto f32 = rec->tensors.lower_bound("wsum/");
+  if (f32 != rec->tensors.end() && f32->first.rfind("wsum/", 0) == 0)
+    fail(rec->path, "tensor '" + f32->first + "' is F32; the weighted sums are F64");
   if (!meta.contains("wsum")) {
-    if (any) fail(rec->path, "tensor '" + rec->tensors.lower_bound("wsum/")->first + "' but no \"wsum\" in the metadata");
+    if (!f64.empty()) fail(rec->path, "tensor '" + f64.begin()->first + "' but no \"wsum\" in the metadata");
     return;
   }
   if (!rec->digests_only) fail(rec->path, "\"wsum\" in a step that is not in \"mode\": \"digests\"");
   const json& w = meta.at("wsum");
   if (!w.is_object()) fail(rec->path, "\"wsum\" is not an object");
   rec->wsum_columns = static_cast<size_t>(integer(field(w, "columns", rec->path), "wsum.columns", rec->path, 1021, 1021));
-  for (auto it = rec->tensors.lower_bound("wsum/"); it != rec->tensors.end() && it->first.rfind("wsum/", 0) == 0;) {
+  for (auto it = f64.begin(); it != f64.end(); ++it) {
     const std::string kind = it->first.substr(5);
-    const safetensors::Tensor& t = it->second;
-    if (t.shape != std::vector<int64_t>{static_cast<int64_t>(m.params.size()), 3} || !t.data.empty())
+    const safetensors::Tensor64& t = it->second;
+    if (t.shape != std::vector<int64_t>{static_cast<int64_t>(m.params.size()), 3})
       fail(rec->path, fmt::format("tensor '{}' should be F64 of shape [{}, 3] (S, A and Q per parameter), not {}",
                                   it->first, m.params.size(), describe_shape(t.shape)));
     if (kind.rfind("local/", 0) == 0) {
@@ -75,8 +77,7 @@ void read_wsum(const json& meta, const Manifest& m, StepRecord* rec) {
       fail(rec->path, "tensor '" + it->first + "' is of no weighted-sum kind ddp_check knows (prior, local/<k>, grad)");
     }
     std::vector<std::array<double, 3>>& out = rec->wsum[kind];
-    for (size_t i = 0; i < m.params.size(); ++i) out.push_back({t.data64[3 * i], t.data64[3 * i + 1], t.data64[3 * i + 2]});
-    it = rec->tensors.erase(it);
+    for (size_t i = 0; i < m.params.size(); ++i) out.push_back({t.data[3 * i], t.data[3 * i + 1], t.data[3 * i + 2]});
   }
 }
 
@@ -286,7 +287,7 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     rec.sample.values[kind] = std::move(it->second.data);
     it = rec.tensors.erase(it);
   }
-  read_wsum(meta, m, &rec);
+  read_wsum(meta, m, info.f64, &rec);
   // Every tensor must name a known parameter or buffer and have its shape.
   std::map<std::string, const TensorInfo*> params, buffers, unsharded;  // FSDP: local/ holds unsharded gradients
   for (const TensorInfo& t : m.params) params[t.name] = &t;
