@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "src/check/findings.h"
+#include "src/check/hand_sync.h"
 #include "src/check/health.h"
 #include "src/check/replay.h"
 #include "src/check/sample_replay.h"
@@ -53,6 +54,7 @@ CheckResult check_run(const Run& run) {
   res.sharded = replay.sharded();
   Findings found(run);
   Health health(run);
+  HandSync hand(run, &replay);  // m.hand: the script's own sync, replayed in place of DDP's
   run_findings(run, replay, found);
   const bool adam = m.optimizer_class == "Adam" || m.optimizer_class == "AdamW";
   const bool modelled_optimizer = adam || m.optimizer_class == "SGD";
@@ -188,8 +190,14 @@ CheckResult check_run(const Run& run) {
       for (int r = 0; r < ws; ++r) before[static_cast<size_t>(r)] = prev[static_cast<size_t>(r)].get();
       health.step(recs, before, found);
     }
-    // 1. DDP's synchronised backward: predicted .grad against what each rank recorded.
-    if (!pairing_lost) {
+    // 1. DDP's synchronised backward: predicted .grad against what each rank recorded (a sync written by hand:
+    // the script's own collectives and averaging replayed, and DDP's from the same local gradients beside it).
+    if (m.hand && !digests_only) {
+      std::vector<StepRecord*> mine;
+      for (auto& c : cur) mine.push_back(c.get());
+      hand.step(mine, first, found, &line);
+    }
+    if (!pairing_lost && !m.hand) {
       const std::vector<int> unsynced = unsynced_ranks(recs);
       for (int r : unsynced)  // module(x) and a second backward are named by health.step, under this same kind
         if (!forward_bypassed_ddp(*recs[static_cast<size_t>(r)]))
@@ -201,7 +209,8 @@ CheckResult check_run(const Run& run) {
                                 step, r));
       pairing_lost = !unsynced.empty();
     }
-    if (replay.grads_checked() && !pairing_lost && !missing && !digests_only && m.optimizer_class != "LBFGS") {
+    if (replay.grads_checked() && !pairing_lost && !missing && !digests_only && m.optimizer_class != "LBFGS" &&
+        !m.hand) {
       std::string why;
       const bool predicted = replay.predict(recs, &why);
       for (const std::string& note : replay.take_notes()) found.add("buckets-not-as-predicted", "note", "", step, -1, "", note);
@@ -411,8 +420,10 @@ CheckResult check_run(const Run& run) {
                                                        : found.replicas(recs, moved, first, &res.first_divergence);
     }
     if (digests_only && !pairing_lost && !missing && !replay.sharded()) {
-      check_sample(run, replay, recs, res.step_exact, found, &sampled);
-      check_wsum(run.first(), replay, recs, found, &wsums);
+      if (!m.hand) {  // both replay DDP's all-reduce
+        check_sample(run, replay, recs, res.step_exact, found, &sampled);
+        check_wsum(run.first(), replay, recs, found, &wsums);
+      }
       std::vector<const StepRecord*> before(static_cast<size_t>(ws));
       for (int r = 0; r < ws; ++r) before[static_cast<size_t>(r)] = prev[static_cast<size_t>(r)].get();
       found.whole_run_alike(recs, before);
@@ -445,6 +456,7 @@ CheckResult check_run(const Run& run) {
   seen.steps = !res.lines.empty();
   what_the_run_did(m, seen, found);
   res.buckets = replay.buckets();
+  if (m.hand) res.hand = hand.result();
   res.sampled = {sampled.steps, sampled.values, sampled.exact, sampled.allclose, sampled.why};
   res.wsum = {wsums.steps, wsums.tensors, wsums.within, wsums.worst, wsums.why};
   if (!data_findings(run, data, &found, &res.data)) {

@@ -43,6 +43,7 @@ struct StepLine {
   Counts grads, params;                           // all ranks
   std::vector<Counts> rank_grads, rank_params;  // per rank (the --report page)
   bool replicas_equal = true;
+  Counts vs_ddp;  // a sync written by hand: the gradients the optimizer stepped with against DDP's from the same locals
   // A whole-run step (the recorder kept digests only): the ranks' digests compared with each other, nothing
   // replayed; grads and params count nothing.
   bool whole_run = false;
@@ -81,6 +82,17 @@ struct CheckResult {
     double worst = 0.0;
     std::string why;
   } wsum;
+  // A sync written by hand (hand_sync.h): the script's own collectives replayed, how it averages, and the
+  // gradients it stepped with against torch's DDP from the same local gradients (tensors, and values).
+  struct Hand {
+    bool present = false;
+    int64_t steps = 0, collectives = 0, replayed = 0, exact = 0;
+    std::string averaging;  // in words, from the first step explained
+    std::string why;        // why some collective was not replayed ("" : every one was)
+    Counts vs_ddp;
+    int64_t values = 0, values_exact = 0, values_allclose = 0, values_different = 0;
+    std::string ddp_why;    // why DDP's gradients were not predicted at some step ("" : they were)
+  } hand;
   std::vector<StepLine> lines;
   DataSummary data;
   // Per step and rank, for the --report page: the norm of the rank's own (local, accumulated) gradient and

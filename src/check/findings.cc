@@ -246,6 +246,7 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
     const std::string& moved_0 = moved[static_cast<size_t>(r0)];
     if (!before.empty()) {
       if (diverged_ && moved_r.empty() && moved_0.empty()) continue;  // an earlier divergence carried on
+      if (m.hand && first_step) continue;  // weights never broadcast at the start: hand-sync/no-broadcast names it
       const int who = !moved_r.empty() ? rank : !moved_0.empty() ? r0 : rank;
       const std::string& changed = !moved_r.empty() ? moved_r : !moved_0.empty() ? moved_0 : before;
       note_div(fmt::format("rank {}'s parameters before optimizer.step() vs rank {}'s", rank, r0), "param_before");
@@ -256,6 +257,14 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
                       ref->step, who, changed, first_step ? ", or from rank " + std::to_string(r0) + "'s at the first recorded step" : ""));
     } else if (forward_bypassed_ddp(*rec) || forward_bypassed_ddp(*ref)) {
       continue;  // module(x) or a second backward on one of the two: not-all-reduced names it
+    } else if (m.hand) {  // the script's own sync left the ranks different gradients
+      name = first_difference(m, *rec, "grad_step", *ref, "grad_step");
+      if (name.empty()) name = after;
+      note_div(fmt::format("rank {}'s .grad at optimizer.step() vs rank {}'s", rank, r0), "grad_step");
+      add("replicas-diverged", "problem", "gradients", ref->step, rank, name,
+          fmt::format("step {}: rank {} stepped with another gradient of '{}' than rank {}: the script's own sync "
+                      "did not give every rank the same average{}", ref->step, rank, name, r0,
+                      diverged_ ? "" : " (the hand-sync findings say where)"));
     } else if (!synced(*rec) || !synced(*ref)) {
       // No all-reduce ran in this step on one of the two: the gradients were never averaged.
       const int who = !synced(*rec) ? rank : r0;

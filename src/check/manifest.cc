@@ -167,6 +167,10 @@ Manifest parse_manifest_fields(const std::string& path) {
     return m;
   }
   m.every = integer(field(j, "every", path), "every", path, 1, kMaxSteps);
+  if (j.contains("sync")) {
+    if (j.at("sync") != "hand") fail(path, "\"sync\" is " + j.at("sync").dump() + ", not \"hand\" (the one ddp_check knows)");
+    m.hand = true;
+  }
   const json& steps = field(j, "steps", path);
   if (!steps.is_array() || steps.size() > static_cast<size_t>(kMaxSteps)) fail(path, "\"steps\" is not a list of step numbers");
   for (const json& s : steps) {
@@ -303,6 +307,7 @@ Run open_run(const std::string& dir_in) {
     if (m.world_size != m0.world_size) differs("world_size");
     if (m.params.size() != m0.params.size()) differs("number of parameters");
     if (m.fsdp.present != m0.fsdp.present) differs("fsdp");
+    if (m.hand != m0.hand) differs("sync");
     // Under FSDP each rank holds its own shard: the ranks agree on the full shapes.
     const auto& shapes = m.fsdp.present ? m.fsdp.full : m.params;
     const auto& shapes0 = m0.fsdp.present ? m0.fsdp.full : m0.params;

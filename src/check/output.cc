@@ -55,12 +55,35 @@ nlohmann::json data_json(const DataSummary& d) {
   return {{"source", d.source}, {"verdict", d.verdict}, {"epochs", epochs}};
 }
 
+std::string hand_text(const CheckResult::Hand& h) {
+  std::string out = fmt::format(
+      "hand-written sync: {} collectives in {} steps, {} replayed in Gloo's order, {} exact{}\n", h.collectives, h.steps,
+      h.replayed, h.exact, h.why.empty() ? "" : " (some not replayed: " + h.why + ")");
+  if (!h.averaging.empty()) out += "averaging: " + h.averaging + "\n";
+  if (h.values)
+    out += fmt::format("vs DDP: of the {} gradient values the optimizer stepped with, {} are the bits torch's DDP would "
+                       "have given, {} within rounding, {} different ({})\n",
+                       h.values, h.values_exact, h.values_allclose, h.values_different, counts_text(h.vs_ddp, "tensors"));
+  if (!h.ddp_why.empty()) out += "vs DDP: some steps not predicted: " + h.ddp_why + "\n";
+  return out;
+}
+
+nlohmann::json hand_json(const CheckResult::Hand& h) {
+  return {{"steps", h.steps}, {"collectives", h.collectives}, {"replayed", h.replayed}, {"exact", h.exact},
+          {"why", h.why}, {"averaging", h.averaging}, {"ddp_why", h.ddp_why},
+          {"values", {{"checked", h.values}, {"exact", h.values_exact}, {"allclose", h.values_allclose},
+                      {"different", h.values_different}}}};
+}
+
 }  // namespace
 
 std::string format_text(const CheckResult& r) {
   std::string out = fmt::format("ddp_check {}: world_size {}, backend {}, torch {}, {} steps recorded\n", r.run_dir,
                                 r.world_size, r.backend, r.torch_version, r.steps.size());
-  out += fmt::format("addition order: {}\n", r.order);
+  if (r.hand.present)
+    out += "sync: written by hand (no DistributedDataParallel): the script's own collectives are replayed, and DDP's "
+           "average of the same local gradients beside it (vs DDP)\n";
+  out += fmt::format("{}addition order: {}\n", r.hand.present ? "DDP's " : "", r.order);
   out += fmt::format("{}: {}\n", r.sharded ? "sharding" : "buckets (from iteration 1)", r.buckets);
   if (!r.step_exact) out += fmt::format("optimizer step: {}\n", r.step_why);
   std::set<int64_t> found_at;  // steps a finding names: their whole-run lines are printed one by one
@@ -89,12 +112,13 @@ std::string format_text(const CheckResult& r) {
       i = j;
       continue;
     }
-    out += fmt::format("step {:>4} | {} | {} | {}{}\n", l.step,
+    out += fmt::format("step {:>4} | {} | {} | {}{}{}\n", l.step,
                        l.whole_run ? (r.sharded ? "whole run: each rank against its previous step"
                                                 : "whole run: digests compared across ranks")
                                    : counts_text(l.grads, "grads"),
                        l.whole_run ? "no replay" : counts_text(l.params, "params"),
                        r.sharded ? "sharded" : l.replicas_equal ? "replicas equal" : "replicas DIFFER",
+                       r.hand.present && l.vs_ddp.checked ? " | " + counts_text(l.vs_ddp, "vs DDP") : "",
                        idle.empty() ? "" : " | no step on rank " + idle);
   }
   out += data_lines(r);
@@ -113,6 +137,7 @@ std::string format_text(const CheckResult& r) {
                        "(the closest at {:.2g} of it){}\n",
                        r.wsum.within, r.wsum.tensors, r.wsum.steps, r.wsum.worst,
                        r.wsum.why.empty() ? "" : " (some steps not checked: " + r.wsum.why + ")");
+  if (r.hand.present) out += hand_text(r.hand);
   if (!r.data.verdict.empty()) out += "data: " + r.data.verdict + "\n";
   if (r.findings.empty()) out += "findings: none\n";
   for (const Finding& f : r.findings)
@@ -137,7 +162,8 @@ std::string format_json(const CheckResult& r) {
   nlohmann::json steps = nlohmann::json::array();
   for (const StepLine& l : r.lines)
     steps.push_back({{"step", l.step}, {"grads", counts_json(l.grads)}, {"params", counts_json(l.params)},
-                     {"replicas_equal", l.replicas_equal}, {"ran", l.ran}, {"whole_run", l.whole_run}});
+                     {"replicas_equal", l.replicas_equal}, {"ran", l.ran}, {"whole_run", l.whole_run},
+                     {"vs_ddp", counts_json(l.vs_ddp)}});
   nlohmann::json j = {{"verdict", r.problems() ? "problems" : "as-predicted"},
                       {"world_size", r.world_size},
                       {"sharded", r.sharded},
@@ -156,8 +182,13 @@ std::string format_json(const CheckResult& r) {
                       {"wsum", {{"steps", r.wsum.steps}, {"tensors", r.wsum.tensors}, {"within", r.wsum.within},
                                 {"worst", r.wsum.worst}, {"why", r.wsum.why}}},
                       {"findings", findings},
+                      {"sync", r.hand.present ? "hand" : "ddp"},
                       {"data", data_json(r.data)},
                       {"per_step", steps}};
+  if (r.hand.present) {
+    j["hand"] = hand_json(r.hand);
+    j["vs_ddp"] = counts_json(r.hand.vs_ddp);  // tensors, as "grads" counts them; "hand"."values" per element
+  }
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 

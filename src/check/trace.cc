@@ -288,6 +288,7 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
     it = rec.tensors.erase(it);
   }
   read_wsum(meta, m, info.f64, &rec);
+  read_collectives(meta, m, &rec);
   // Every tensor must name a known parameter or buffer and have its shape.
   std::map<std::string, const TensorInfo*> params, buffers, unsharded;  // FSDP: local/ holds unsharded gradients
   for (const TensorInfo& t : m.params) params[t.name] = &t;

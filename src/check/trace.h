@@ -112,6 +112,9 @@ struct Fsdp {
 };
 
 struct Manifest {
+  // "sync": "hand": no DistributedDataParallel; the script synchronises the gradients itself, and its own
+  // collectives are recorded (StepRecord::collectives). `ddp` then holds DDP's defaults, replayed beside it.
+  bool hand = false;
   std::string not_recorded;  // the recorder recorded nothing, and why (a model it does not check: FSDP, ...)
   std::string path;  // of manifest.json, for messages
   std::string run_id, backend, device, torch_version;
@@ -152,6 +155,29 @@ struct Backward {
   // (ddp_model.module(x)); "none": no forward (a second backward of one graph). Only DDP's arms the all-reduce.
   std::string forward;
   std::vector<size_t> ready;  // parameter indices in the order their gradients became ready
+};
+
+// A collective the script itself called in a sync written by hand (docs/trace_format.md, "A sync written by hand"):
+// what it was, on which tensor, when, and (kept) its flattened input and output, coll/<index>/in and /out.
+struct Collective {
+  std::string op;         // "all_reduce", "broadcast", "all_gather", "reduce_scatter"
+  std::string reduce_op;  // "SUM", "AVG", "MIN", ... ("" : the op takes none)
+  bool async = false;
+  int64_t numel = 0;      // of the input
+  std::string target;     // what it was given: a parameter's "grad", the "param" itself, or a "buffer" of its own
+  std::string param;      // that parameter's name ("" : a buffer)
+  bool in_backward = false;  // called from a hook during a backward
+  bool in_step = false;      // called inside optimizer.step() (a sharded optimizer's broadcasts)
+  int64_t backwards_done = 0;  // backwards of the step finished before it was called
+  int64_t src = -1;            // broadcast's source rank
+  bool other_group = false;    // on a process group other than the default one (not replayed)
+  std::string dtype;           // "" : float32
+  // How its result was had: "returned" (a sync call), "wait" (work.wait()), "completed-unwaited" (an async one
+  // never waited, done by the step), "running-at-step" (still running when optimizer.step() read .grad).
+  std::string waited;
+  bool done_before_step = true;
+  bool kept = false;
+  std::vector<float> in, out;  // kept: the values
 };
 
 // One rank's record of one optimizer step.
@@ -214,6 +240,7 @@ struct StepRecord {
   // left it, "<name>/<key>" (whole-run steps).
   std::vector<std::string> state_changed;
   bool divide_by_initial_world_size = true;
+  std::vector<Collective> collectives;  // a sync written by hand: the script's own, in the order called
   safetensors::TensorMap tensors;
   // Digests of tensors the recorder left out ("<kind>/<name>" -> CRC-32 of the float32 bytes): what ddp_check
   // predicts (.grad after DDP, param_after/, the optimizer state), compared with the prediction's digest; where

@@ -26,3 +26,8 @@ std::vector<TensorInfo> tensor_infos(const json& v, const std::string& what, con
 std::string describe_shape(const std::vector<int64_t>& s);
 
 }  // namespace ddplab::check::trace_json
+
+namespace ddplab::check {
+// A sync written by hand: the step's "collectives" and their coll/ tensors into rec (collectives_trace.cc).
+void read_collectives(const nlohmann::json& meta, const Manifest& m, StepRecord* rec);
+}  // namespace ddplab::check

@@ -113,6 +113,8 @@ class _Manifest:
         }
         if ddp_opts is not None:
             manifest["ddp"] = ddp_opts
+        if self._hand:  # no DDP: "ddp" holds its defaults, what ddp_check replays beside the script's own sync
+            manifest["sync"] = "hand"
         else:
             manifest["fsdp"] = self._fsdp_layout_safe()
         if buckets:
@@ -226,7 +228,7 @@ class _Manifest:
 
     def _measure_order_safe(self):
         want = self.measure_order is True or (self.measure_order == "auto" and self.backend != "gloo")
-        if not want or self.world_size < 3 or self._not_recorded or self._fsdp is not None:  # the same on every rank
+        if not want or self.world_size < 3 or self._not_recorded or self._fsdp is not None or self._hand:  # the same on every rank
             return
         t0 = time.monotonic()
         try:

@@ -83,6 +83,25 @@ class _Sharded:
         return self.module.register_forward_pre_hook(*args, **kwargs)
 
 
+class _Hand:
+    """A model whose data parallelism the script writes itself (no DistributedDataParallel: its own all-reduces,
+    in a wrapper of its own or around the bare model), as the recorder reads a DDP model: .module is the model,
+    and the options are DDP's defaults, which ddp_check replays beside the script's own sync ("vs_ddp")."""
+
+    require_backward_grad_sync = True
+    bucket_bytes_cap = 25 * 1024 * 1024
+    broadcast_buffers = True
+    find_unused_parameters = False
+    gradient_as_bucket_view = False
+    static_graph = False
+
+    def __init__(self, module):
+        self.module = module
+
+    def register_forward_pre_hook(self, *args, **kwargs):
+        return self.module.register_forward_pre_hook(*args, **kwargs)
+
+
 def _replicate_state(m):
     try:
         from torch.distributed._composable import replicate
@@ -118,9 +137,12 @@ def _what_model(m):
                           "the model it is given too (fully_shard(model) after its layers): nothing recorded"
                           % type(seen).__name__)
         return _Sharded(m, fsdp_class), None
-    return None, ("the model given is a %s, not DistributedDataParallel (nor replicate(), Fabric's setup(), "
-                  "accelerate's prepare() or torch.compile of one): nothing recorded"
-                  % type(seen).__name__)
+    if not isinstance(m, torch.nn.Module):
+        return None, ("the model given is a %s, not a torch.nn.Module: nothing recorded" % type(seen).__name__)
+    if any(hasattr(x, "reducer") and hasattr(x, "module") for x in m.modules()):
+        return None, ("%s holds a DistributedDataParallel inside it: give DDPTrace that DistributedDataParallel "
+                      "itself: nothing recorded" % type(seen).__name__)
+    return _Hand(m), None  # data parallelism written by hand: the script's own collectives are recorded
 
 
 def _framework(model, optimizer):

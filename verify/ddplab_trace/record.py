@@ -34,6 +34,7 @@ class _Record:
         self._local_finite = []  # whole-run steps: (local name, its NaN/inf flag, on the gradient's device)
         self._sample = None      # whole-run steps: the sampled elements of every tensor (sample.py)
         self._wsum = {}          # whole-run steps: kind -> {i: [S, A]}, weighted sums on the tensor's device
+        self._reset_collectives()  # a sync written by hand: the step's own collectives (hand.py)
 
     def _note_nonfinite(self, kind, names):
         """Keeps which tensors of this step are not finite, and the run's first."""
@@ -137,8 +138,8 @@ class _Record:
             # of one graph) is not reduced.
             sync = self._fwd_sync
             self._fwd_sync = None
-            self._cur_bw = {"sync": bool(sync), "ready": []}
-            if sync is None:  # "module": the wrapped module's own forward ran; "none": no forward at all
+            self._cur_bw = {"sync": bool(sync) and not self._hand, "ready": []}  # by hand: the script's own sync
+            if sync is None and not self._hand:  # "module": the wrapped module's own forward ran; "none": no forward at all
                 self._cur_bw["forward"] = "module" if self._module_forward else "none"
             self._module_forward = False
             self._backwards.append(self._cur_bw)
@@ -263,6 +264,8 @@ class _Record:
             self._cur_bw = None
         if bw is None:
             return
+        if self._hand and self._first_ready is None:  # the order DDP would rebuild its buckets in
+            self._first_ready = list(bw["ready"])
         if bw["sync"]:
             if self._first_ready is None:
                 self._first_ready = list(bw["ready"])

@@ -18,6 +18,8 @@ class _Step:
 
     def _snapshot_before(self):
         opt = self.optimizer
+        if self._hand:
+            self._collectives_at_step()
         # Digests (full=False): parameters equal to where the last recorded step left them, and a .grad equal to
         # what DDP left, are named, not copied.
         follows = not self.full and self._last_after_step == self._step - 1 and self._last_after_crc is not None
@@ -285,6 +287,10 @@ class _Step:
             sampled, absent = sample.kinds()
             tensors.extend(sampled)
         tensors.extend(self._wsum_tensors())
+        colls = None
+        if self._hand:
+            colls, coll_tensors = self._collective_parts()
+            tensors.extend(coll_tensors)
         meta = {
             "step": self._step, "rank": self.rank, "run_id": self.run_id,
             "segment": [self._seg_c, self._seg_k],
@@ -312,6 +318,8 @@ class _Step:
             meta["sample"] = {"slots": SLOTS, "absent": absent}
         if self._wsum:
             meta["wsum"] = {"columns": WSUM_COLUMNS}
+        if colls is not None:
+            meta["collectives"] = colls
         if b["state_changed"]:
             meta["state_changed"] = sorted(b["state_changed"])
         meta["digest"] = "fold64"  # how "crc32" below and ddp_check's digests of this file's tensors are taken

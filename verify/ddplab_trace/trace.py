@@ -11,9 +11,10 @@ import torch.distributed as dist
 from .common import DEFAULT_MAX_BYTES, _OPEN, _PENDING_STOP, _Unrecordable, _dtype_name, _jsonable, _why
 from .data import _DataSpy
 from .digests import _digest, _sqrt_is_ieee
+from .hand import _HandSync, _hooks_first
 from .hooks import _HookInfo
 from .manifest import _Manifest
-from .models import _Sharded, _framework, _sparse_grad_params, _torch_optimizer, _what_model
+from .models import _Hand, _Sharded, _framework, _sparse_grad_params, _torch_optimizer, _what_model
 from .record import _Record
 from .spies import _JOIN_EVENTS
 from .step import _Step
@@ -23,7 +24,7 @@ from .writer import _StepWriter
 # ---------------------------------------------------------------------------------------------------------
 # The recorder.
 # ---------------------------------------------------------------------------------------------------------
-class DDPTrace(_Record, _Step, _Manifest, _DataSpy):
+class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
     """Records a DDP run for ddp_check. See the module docstring and docs/trace_format.md."""
 
     def __init__(self, ddp_model, optimizer, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False,
@@ -83,6 +84,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy):
         self._groups, self._opt_coverage = [], {}
         self._handles = []
         self._fsdp = None            # fully_shard (FSDP2): the _Sharded model
+        self._hand = False           # a sync written by hand (no DDP): the script's own collectives are recorded
         self._unsharded_hooked = {}  # FSDP2: id -> each unsharded parameter given a hook (kept alive: ids stay unique)
         self._original_step, self._step_fn = None, None
         self.device = "cpu"
@@ -120,6 +122,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy):
                 self._not_recorded = why
                 raise _Unrecordable(why)
             self.ddp = ddp_model
+            self._hand = isinstance(ddp_model, _Hand)
             self._classify(ddp_model, optimizer)
         except Exception as e:
             internal = e
@@ -268,6 +271,8 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy):
         else:
             for i, p in enumerate(self._params):
                 self._handles.append(p.register_hook(self._make_grad_hook(i)))
+                if self._hand:  # before the script's own hooks: the gradient backward computed, whatever they do
+                    _hooks_first(p, self._handles[-1])
             for p in self._unchecked_params:
                 self._handles.append(p.register_hook(self._make_grad_hook(None)))
         try:
@@ -298,7 +303,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy):
         # netD.zero_grad()), the replay must clear .grad there too. Wrapped on the instance; the original runs.
         self._zero_grad_wrapped = []
         for obj in (optimizer, ddp_model, getattr(ddp_model, "module", None)):
-            if obj is None or isinstance(obj, _Sharded) or any(o is obj for o, _, _ in self._zero_grad_wrapped):
+            if obj is None or isinstance(obj, (_Sharded, _Hand)) or any(o is obj for o, _, _ in self._zero_grad_wrapped):
                 continue
             had_own = "zero_grad" in obj.__dict__
             original = obj.zero_grad
@@ -377,6 +382,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy):
         for h in self._handles:
             h.remove()
         self._handles = []
+        self._forget_collectives()
         opt = self.optimizer
         if self._step_fn is not None and opt.__dict__.get("step") is not None and \
                 getattr(opt.__dict__["step"], "__func__", None) is self._step_fn:

@@ -1,0 +1,168 @@
+"""Data parallelism written by hand, as courses teach it (no DistributedDataParallel): an MLP 10-24-16-3, SGD, a
+DistributedSampler, gradients synchronised by the script itself, traced with the same three lines as a DDP run.
+
+--style (how the gradients are averaged):
+  tutorial   PyTorch's "Writing Distributed Applications": all_reduce(p.grad, SUM) per parameter, then /= world_size
+  multiply   the same, then mul_(1 / world_size)
+  predivide  p.grad /= world_size first, then all_reduce SUM
+  avg        all_reduce(p.grad, ReduceOp.AVG) (torch 2.x; torch 1.13's Gloo raises)
+  flat       every gradient in one flat buffer (torch.cat), one all_reduce, / world_size, copied back
+  buckets    flat buffers of at most --bucket-numel elements each, in reverse parameter order, all-reduced async
+  hooks      (torch 2.x) CS336's: register_post_accumulate_grad_hook issues an async all_reduce of p.grad per
+             parameter during the backward; finish_gradient_synchronization() waits, then divides
+--mistake (one classic mistake; "none" for the clean run):
+  no_divide      SUM never divided
+  divide_twice   divided by world_size twice
+  hardcoded_ws   divided by 2 whatever the world size
+  skip_bias      the biases never synchronised
+  no_broadcast   each rank initialised from its own seed, and no broadcast of rank 0's weights at the start
+  double_grad    a tensor hook that sets p.grad = grad.clone() before accumulation (every gradient doubled)
+  hook_param     (hooks) the post-accumulate hook all-reduces the parameter it is handed, not its .grad
+  no_wait        (hooks) the async all-reduces are not waited before optimizer.step()
+--accumulate K: K micro-batches per step, synchronised once after the last.
+"""
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import common
+from ddplab_trace import DDPTrace
+
+
+def options(p):
+    p.add_argument("--style", default="tutorial",
+                   choices=["tutorial", "multiply", "predivide", "avg", "flat", "buckets", "hooks"])
+    p.add_argument("--mistake", default="none",
+                   choices=["none", "no_divide", "divide_twice", "hardcoded_ws", "skip_bias", "no_broadcast",
+                            "double_grad", "hook_param", "no_wait"])
+    p.add_argument("--accumulate", type=int, default=1)
+    p.add_argument("--bucket-numel", type=int, default=300)
+
+
+class HandDDP(nn.Module):
+    """The learner's wrapper: broadcast at construction, a sync after backward (or hooks during it)."""
+
+    def __init__(self, module, args, world_size):
+        super().__init__()
+        self.module = module
+        self.args, self.world_size = args, world_size
+        self.handles = []
+        if args.mistake != "no_broadcast":
+            for p in module.parameters():
+                dist.broadcast(p.data, src=0)
+        if args.style == "hooks":
+            for p in module.parameters():
+                p.register_post_accumulate_grad_hook(self._hook)
+        if args.mistake == "double_grad":
+            for p in module.parameters():
+                p.register_hook(self._doubling_hook(p))
+
+    def forward(self, x):
+        return self.module(x)
+
+    def _doubling_hook(self, p):
+        def hook(grad):
+            p.grad = grad.clone()  # AccumulateGrad then adds grad into this .grad: 2 * grad
+            return grad
+        return hook
+
+    def _hook(self, p):
+        t = p if self.args.mistake == "hook_param" else p.grad
+        self.handles.append((dist.all_reduce(t, async_op=True), p))
+
+    def _divisor(self):
+        m = self.args.mistake
+        return 1 if m == "no_divide" else 2 if m == "hardcoded_ws" else self.world_size
+
+    def _synced(self):
+        return [(n, p) for n, p in self.module.named_parameters()
+                if p.grad is not None and not (self.args.mistake == "skip_bias" and n.endswith("bias"))]
+
+    def sync(self):
+        style, d = self.args.style, self._divisor()
+        params = [p for _, p in self._synced()]
+        if style == "hooks":
+            if self.args.mistake != "no_wait":
+                for work, _ in self.handles:
+                    work.wait()
+            for _, p in self.handles:
+                p.grad /= d
+            self.handles = []
+        elif style in ("tutorial", "multiply", "predivide", "avg"):
+            for p in params:
+                if style == "predivide":
+                    p.grad /= d
+                op = dist.ReduceOp.AVG if style == "avg" else dist.ReduceOp.SUM
+                dist.all_reduce(p.grad, op=op)
+                if style == "tutorial":
+                    p.grad /= d
+                elif style == "multiply":
+                    p.grad.mul_(1.0 / d)
+        else:  # flat, buckets
+            cap = sum(p.numel() for p in params) if style == "flat" else self.args.bucket_numel
+            order = params if style == "flat" else list(reversed(params))
+            buckets, cur = [], []
+            for p in order:
+                cur.append(p)
+                if sum(q.numel() for q in cur) >= cap:
+                    buckets.append(cur)
+                    cur = []
+            if cur:
+                buckets.append(cur)
+            works = []
+            for b in buckets:
+                flat = torch.cat([p.grad.reshape(-1) for p in b])
+                works.append((dist.all_reduce(flat, async_op=style == "buckets"), flat, b))
+            for work, flat, b in works:
+                if work is not None:
+                    work.wait()
+                flat /= d
+                off = 0
+                for p in b:
+                    p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
+                    off += p.numel()
+        if self.args.mistake == "divide_twice":
+            for p in params:
+                p.grad /= self.world_size
+
+
+def main(rank, world_size, args):
+    torch.manual_seed(rank if args.mistake == "no_broadcast" else 0)
+    model = nn.Sequential(nn.Linear(10, 24), nn.ReLU(), nn.Linear(24, 16), nn.Tanh(), nn.Linear(16, 3))
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(96, 10), torch.randint(0, 3, (96,)))
+    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    hand = HandDDP(model, args, world_size)
+    optimizer = torch.optim.SGD(hand.parameters(), lr=0.1, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    trace = DDPTrace(hand, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
+    step, micro = 0, 0
+    for epoch in range(100):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            if micro == 0:
+                optimizer.zero_grad()
+            loss = loss_fn(hand(x), y) / args.accumulate
+            loss.backward()
+            micro += 1
+            if micro < args.accumulate:
+                continue
+            micro = 0
+            hand.sync()
+            optimizer.step()
+            step += 1
+            if step == args.steps:
+                break
+        if step == args.steps:
+            break
+    if trace:
+        trace.close()
+    if args.final:
+        common.save_final_params({n: p.detach().clone() for n, p in model.named_parameters()}, args)
+
+
+if __name__ == "__main__":
+    common.launch(main, common.parse_args(world_size=3, steps=4, extra=options))
