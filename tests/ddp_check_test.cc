@@ -225,30 +225,9 @@ const Case kCases[] = {
      "fsdp2_clip_local", true},
 };
 
-// tools/install_deps.sh --with-torch2's virtual environment.
-std::string torch2_python() {
-  const char* env = std::getenv("DDPLAB_TORCH2_VENV");
-  return std::string(env && *env ? env : "/opt/ddplab-torch2") + "/bin/python";
-}
-
-// "" when `python` can run the scripts, else why not.
-std::string unavailable(const std::string& torch) {
-  if (torch == "torch1.13") return testing::torch_available() ? "" : "/usr/bin/python3 cannot import torch";
-  const std::string py = torch2_python();
-  if (access(py.c_str(), X_OK) != 0) return py + " is absent: run tools/install_deps.sh --with-torch2";
-  static const int status = testing::run_command({py, "-c", "import torch"}).status;
-  return status == 0 ? "" : py + " cannot import torch";
-}
-
-// The torch 2.x cases skip with the reason where the venv is absent, and fail in CI (CI=true).
-#define SKIP_UNLESS_AVAILABLE(torch)                                                             \
-  if (const std::string why = unavailable(torch); !why.empty()) {                                \
-    const char* ci = std::getenv("CI");                                                          \
-    if (ci && std::string(ci) == "true") FAIL() << "CI must run the " << torch << " cases: " << why; \
-    GTEST_SKIP() << why << ": " << torch << " case skipped";                                     \
-  }
-
-std::string python_for(const std::string& torch) { return torch == "torch1.13" ? "/usr/bin/python3" : torch2_python(); }
+using testing::python_for;
+using testing::torch2_python;
+#define SKIP_UNLESS_AVAILABLE(torch) DDPLAB_SKIP_UNLESS_TORCH(torch)
 
 class DdpCheck : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
 
@@ -577,19 +556,29 @@ TEST(TwoModels, DcganBothAsPredicted) {
   }
 }
 
-// A model the recorder does not record (fully_shard on the layers but not the model; a module with no
-// data-parallel wrapper): one line
-// per rank, the training goes on (TracedRunEqualsUntracedRun: bitwise), the trace says why, and ddp_check says
-// there is nothing to check, naming it.
+// A model the recorder does not record (fully_shard on the layers but not the model): one line per rank, the
+// training goes on (TracedRunEqualsUntracedRun: bitwise), the trace says why, and ddp_check says there is nothing
+// to check, naming it. A module with no data-parallel wrapper and no collectives of the script's own is recorded
+// as a sync written by hand (hand_sync_test) that synchronises nothing: every parameter named as never all-reduced.
 TEST(Recorder, ModelsItDoesNotRecordSayWhyInOneLine) {
   SKIP_UNLESS_AVAILABLE("torch2");
   setenv("DDPLAB_START_METHOD", "fork", 1);
-  for (const char* api : {"shard_children", "none"}) {
+  {
+    const std::string dir = testing::temp_dir() + "/none";
+    const auto run = testing::run_command({"/usr/bin/timeout", "300", torch2_python(),
+                                           "tests/ddp_check/scripts/composable.py", "--api", "none", "--out", dir});
+    ASSERT_EQ(run.status, 0) << run.err;
+    EXPECT_EQ(run.err.find("ddplab_trace: "), std::string::npos) << run.err;
+    const auto check = testing::run_command({"verify/ddp_check", dir});
+    EXPECT_EQ(check.status, 1) << check.out << check.err;
+    EXPECT_NE(check.out.find("PROBLEM hand-sync/not-synchronised (step 0"), std::string::npos) << check.out;
+  }
+  for (const char* api : {"shard_children"}) {
     const std::string dir = testing::temp_dir() + "/" + api;
     const auto run = testing::run_command({"/usr/bin/timeout", "300", torch2_python(),
                                            "tests/ddp_check/scripts/composable.py", "--api", api, "--out", dir});
     ASSERT_EQ(run.status, 0) << run.err;
-    const std::string want = std::string(api) == "none" ? "not DistributedDataParallel" : "but not on itself";
+    const std::string want = "but not on itself";
     size_t lines = 0;
     for (size_t at = run.err.find("ddplab_trace: "); at != std::string::npos; at = run.err.find("ddplab_trace: ", at + 1)) {
       ++lines;

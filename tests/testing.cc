@@ -184,6 +184,21 @@ bool torch_available() {
   return ok;
 }
 
+std::string torch2_python() {
+  const char* env = std::getenv("DDPLAB_TORCH2_VENV");
+  return std::string(env && *env ? env : "/opt/ddplab-torch2") + "/bin/python";
+}
+
+std::string python_for(const std::string& torch) { return torch == "torch1.13" ? "/usr/bin/python3" : torch2_python(); }
+
+std::string torch_unavailable(const std::string& torch) {
+  if (torch == "torch1.13") return torch_available() ? "" : "/usr/bin/python3 cannot import torch";
+  const std::string py = torch2_python();
+  if (access(py.c_str(), X_OK) != 0) return py + " is absent: run tools/install_deps.sh --with-torch2";
+  static const int status = run_command({py, "-c", "import torch"}).status;
+  return status == 0 ? "" : py + " cannot import torch";
+}
+
 Match match(const std::string& label, const std::vector<float>& got, const std::vector<float>& want, double rtol,
             double atol) {
   Match m;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,19 @@ CommandResult run_oracle(const std::vector<std::string>& argv, const std::vector
 
 // True when /usr/bin/python3 can import torch (the live PyTorch checks need it).
 bool torch_available();
+// The oracles ddp_check's real runs use: "torch1.13" (Debian's /usr/bin/python3) and "torch2" (the virtual
+// environment of tools/install_deps.sh --with-torch2, $DDPLAB_TORCH2_VENV or /opt/ddplab-torch2).
+std::string torch2_python();
+std::string python_for(const std::string& torch);
+// "" when `torch`'s python can import torch, else why not.
+std::string torch_unavailable(const std::string& torch);
+// Skips with the reason where that torch is absent, and fails in CI (CI=true), which must run every oracle.
+#define DDPLAB_SKIP_UNLESS_TORCH(torch)                                                               \
+  if (const std::string why_ = ::ddplab::testing::torch_unavailable(torch); !why_.empty()) {           \
+    const char* ci_ = std::getenv("CI");                                                               \
+    if (ci_ && std::string(ci_) == "true") FAIL() << "CI must run the " << torch << " cases: " << why_; \
+    GTEST_SKIP() << why_ << ": " << torch << " case skipped";                                          \
+  }
 
 // A TCP socket bound to an ephemeral port on 127.0.0.1 (`type_flags` e.g. SOCK_NONBLOCK); *port gets it.
 int bind_loopback(int type_flags, int* port);

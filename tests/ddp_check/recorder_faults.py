@@ -71,7 +71,9 @@ def train(rank, world_size, cfg, run_dir, after_construct=None, before_close=Non
                         multiprocessing_context="fork" if workers else None,
                         persistent_workers=cfg.get("persistent", False))
     val_loader = DataLoader(val_set, batch_size=4)
-    ddp = DDP(nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)))
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    hand = cfg.get("hand")  # a sync written by hand: no DDP, the script's own all-reduces ("async": async_op=True)
+    ddp = model if hand else DDP(model)
     hook = cfg.get("hook")
     if hook == "allreduce":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -106,6 +108,12 @@ def train(rank, world_size, cfg, run_dir, after_construct=None, before_close=Non
                         raise UserError("the closure's own error")
                     loss = loss_fn(ddp(x), y)
                     loss.backward()
+                    if hand:
+                        works = [(dist.all_reduce(p.grad, async_op=hand == "async"), p) for p in ddp.parameters()]
+                        for work, p in works:
+                            if work is not None:
+                                work.wait()
+                            p.grad /= world_size
                     return loss
                 try:
                     if cfg.get("closure") or "closure_raises_at" in cfg:
@@ -129,7 +137,7 @@ def train(rank, world_size, cfg, run_dir, after_construct=None, before_close=Non
         if before_close:
             before_close(trace)
         trace.close()
-    final = {n: p.detach().clone() for n, p in ddp.module.named_parameters()}
+    final = {n: p.detach().clone() for n, p in getattr(ddp, "module", ddp).named_parameters()}
     return final, opt.calls, user_errors
 
 
@@ -308,6 +316,9 @@ CASES = [
     # two workers prefetch all 4 batches of an epoch at iter(): the next index is fetched at step 4
     ("dataloader_index_spy_workers", {"workers": 2}, fail_method("_data_on_index"), (4, "DataLoader spy"), 4),
     ("dataloader_yield_spy", {}, fail_method("_data_on_yield"), (1, "DataLoader spy"), 1),
+    # a sync written by hand: its collectives' spy, and Work.wait's (the first result had of an async call)
+    ("hand_collective_spy", {"hand": "sync"}, fail_method("_collective_called"), (1, "collective spy (all_reduce)"), 1),
+    ("hand_wait_spy", {"hand": "async"}, fail_method("_collective_done"), (1, "Work.wait spy"), 1),
     # controls: no fault
     ("clean", {}, None, None, STEPS),
     ("clean_workers", {"workers": 2}, None, None, STEPS),

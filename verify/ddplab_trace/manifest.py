@@ -113,10 +113,10 @@ class _Manifest:
         }
         if ddp_opts is not None:
             manifest["ddp"] = ddp_opts
-        if self._hand:  # no DDP: "ddp" holds its defaults, what ddp_check replays beside the script's own sync
-            manifest["sync"] = "hand"
         else:
             manifest["fsdp"] = self._fsdp_layout_safe()
+        if self._hand:  # no DDP: "ddp" holds its defaults, what ddp_check replays beside the script's own sync
+            manifest["sync"] = "hand"
         if buckets:
             manifest["buckets"] = buckets
         if self._order is not None:

@@ -20,7 +20,13 @@ DistributedSampler, gradients synchronised by the script itself, traced with the
   hook_param     (hooks) the post-accumulate hook all-reduces the parameter it is handed, not its .grad
   no_wait        (hooks) the async all-reduces are not waited before optimizer.step()
 --accumulate K: K micro-batches per step, synchronised once after the last.
+--oracle FILE (with --no-trace): torch's own DDP on a copy of the model, fed the step-0 batch: how many values of
+  the gradient the hand-written sync stepped with are DDP's bits (rank 0 writes {"values": N, "exact": E}, every
+  rank's counted), which ddp_check's "vs_ddp" must reproduce from the trace alone.
 """
+import copy
+import json
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -38,6 +44,7 @@ def options(p):
                             "double_grad", "hook_param", "no_wait"])
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--bucket-numel", type=int, default=300)
+    p.add_argument("--oracle", help="write DDP's agreement with the hand-written sync at step 0 here (JSON)")
 
 
 class HandDDP(nn.Module):
@@ -127,6 +134,20 @@ class HandDDP(nn.Module):
                 p.grad /= self.world_size
 
 
+def oracle(ddp, model, loss_fn, x, y, args):
+    """DDP's gradient of the same batch from the same weights, against the hand-written sync's, value by value."""
+    loss_fn(ddp(x), y).backward()
+    exact = values = 0
+    for p, q in zip(model.parameters(), ddp.module.parameters()):
+        exact += int((p.grad == q.grad).sum())
+        values += p.grad.numel()
+    counts = [None] * dist.get_world_size()
+    dist.all_gather_object(counts, (values, exact))
+    if dist.get_rank() == 0:
+        with open(args.oracle, "w") as f:
+            json.dump({"values": sum(c[0] for c in counts), "exact": sum(c[1] for c in counts)}, f)
+
+
 def main(rank, world_size, args):
     torch.manual_seed(rank if args.mistake == "no_broadcast" else 0)
     model = nn.Sequential(nn.Linear(10, 24), nn.ReLU(), nn.Linear(24, 16), nn.Tanh(), nn.Linear(16, 3))
@@ -135,6 +156,7 @@ def main(rank, world_size, args):
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=8, sampler=sampler)
     hand = HandDDP(model, args, world_size)
+    ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model)) if args.oracle else None
     optimizer = torch.optim.SGD(hand.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -152,6 +174,8 @@ def main(rank, world_size, args):
                 continue
             micro = 0
             hand.sync()
+            if ddp is not None and step == 0:
+                oracle(ddp, model, loss_fn, x, y, args)
             optimizer.step()
             step += 1
             if step == args.steps:

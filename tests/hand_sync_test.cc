@@ -1,0 +1,220 @@
+// ddp_check on data parallelism written by hand (tests/ddp_check/scripts/hand_sync.py: an MLP, SGD with momentum,
+// 3 Gloo ranks unless said, no DistributedDataParallel), under torch 1.13 and torch 2.x, traced with the same three
+// lines as a DDP run:
+//  - each course style clean: exit 0, every collective the script called replayed bit for bit, every gradient the
+//    optimizer stepped with explained (replayed) bit for bit, the averaging named; against torch's DDP from the
+//    same local gradients some values differ at 3 ranks (a + b + c depends on the order) and none at 2;
+//  - "vs_ddp" against torch itself: the script run untraced beside torch's own DDP on a copy of the model
+//    (--oracle) counts how many values of the step-0 gradient are DDP's bits; ddp_check must count the same from
+//    the trace alone;
+//  - one classic mistake per case: exit 1 and its finding (kind, cause, step, parameter);
+//  - traced equals untraced, bit for bit.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing.h"
+
+namespace ddplab {
+namespace {
+
+using testing::json;
+
+struct Case {
+  const char* label;
+  const char* args;    // hand_sync.py's options
+  const char* cause;   // hand-sync/<cause> expected, or nullptr: a clean run
+  int step;            // where the finding must point
+  const char* name;    // its parameter ("" : any)
+  const char* averaging = "";  // the "averaging" line must start so (clean runs)
+  bool torch2_only = false;    // register_post_accumulate_grad_hook and ReduceOp.AVG on Gloo are torch 2.x's
+};
+
+const Case kCases[] = {
+    {"tutorial", "--style tutorial", nullptr, -1, "", "SUM then / world_size, per parameter"},
+    {"multiply", "--style multiply", nullptr, -1, "", "SUM then * (1 / world_size), per parameter"},
+    {"predivide", "--style predivide", nullptr, -1, "", "/ world_size then SUM, per parameter"},
+    {"flat", "--style flat", nullptr, -1, "", "SUM then / world_size, in one flat buffer"},
+    {"buckets", "--style buckets", nullptr, -1, "", "SUM then / world_size, in 2 buffers"},
+    {"accumulate", "--style tutorial --accumulate 2", nullptr, -1, "", "SUM then / world_size, per parameter"},
+    {"ws2", "--style tutorial --world-size 2", nullptr, -1, "", "SUM then / world_size, per parameter"},
+    {"ws4_flat", "--style flat --world-size 4", nullptr, -1, "", "SUM then / world_size, in one flat buffer"},
+    {"hooks", "--style hooks", nullptr, -1, "", "SUM then / world_size, per parameter", true},
+    {"avg", "--style avg", nullptr, -1, "", "AVG, per parameter", true},
+    {"no_divide", "--mistake no_divide", "never-divided", 0, ""},
+    {"divide_twice", "--mistake divide_twice", "divided-twice", 0, ""},
+    {"hardcoded_ws", "--mistake hardcoded_ws", "hardcoded-world-size", 0, ""},
+    {"flat_no_divide", "--style flat --mistake no_divide", "never-divided", 0, ""},
+    {"skip_bias", "--mistake skip_bias", "not-synchronised", 0, "module.0.bias"},
+    {"no_broadcast", "--mistake no_broadcast", "no-broadcast", 0, ""},
+    {"double_grad", "--mistake double_grad", "doubled-by-hook", 0, ""},
+    {"hook_param", "--style hooks --mistake hook_param", "parameter-reduced", 0, "", "", true},
+    {"no_wait", "--style hooks --mistake no_wait", "not-waited", 0, "", "", true},
+};
+
+std::vector<std::tuple<std::string, Case>> all_cases() {
+  std::vector<std::tuple<std::string, Case>> out;
+  for (const Case& c : kCases)
+    for (const char* torch : {"torch1.13", "torch2"})
+      if (!c.torch2_only || std::string(torch) == "torch2") out.emplace_back(torch, c);
+  return out;
+}
+
+std::vector<std::string> argv_for(const std::string& torch, const std::string& args) {
+  std::vector<std::string> argv = {"/usr/bin/timeout", "300", testing::python_for(torch),
+                                   "tests/ddp_check/scripts/hand_sync.py"};
+  std::string w;
+  for (char ch : args + " ") {
+    if (ch != ' ') {
+      w += ch;
+    } else if (!w.empty()) {
+      argv.push_back(w);
+      w.clear();
+    }
+  }
+  return argv;
+}
+
+// Runs the script traced into a fresh directory and ddp_check on it: (ddp_check's text, its --json).
+std::pair<std::string, json> traced(const std::string& torch, const std::string& args, int want_status) {
+  setenv("DDPLAB_START_METHOD", "fork", 1);
+  const std::string dir = testing::temp_dir() + "/run", json_path = testing::temp_dir() + "/check.json";
+  std::vector<std::string> argv = argv_for(torch, args);
+  argv.insert(argv.end(), {"--out", dir});
+  const auto run = testing::run_command(argv);
+  EXPECT_EQ(run.status, 0) << run.err.substr(run.err.size() > 3000 ? run.err.size() - 3000 : 0);
+  const auto check = testing::run_command({"verify/ddp_check", dir, "--json", json_path, "--quiet"});
+  std::printf("hand_sync.py %s under %s:\n%s", args.c_str(), torch.c_str(), check.out.c_str());
+  EXPECT_EQ(check.status, want_status) << check.err;
+  return {check.out, testing::load_json(json_path)};
+}
+
+class HandSync : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
+
+TEST_P(HandSync, Checked) {
+  const auto& [torch, c] = GetParam();
+  DDPLAB_SKIP_UNLESS_TORCH(torch);
+  const auto [text, j] = traced(torch, c.args, c.cause ? 1 : 0);
+  ASSERT_EQ(j["sync"], "hand");
+  const json& h = j["hand"];
+  if (!c.cause) {  // clean: nothing found, every collective and every stepped gradient replayed bit for bit
+    EXPECT_EQ(j["verdict"], "as-predicted");
+    EXPECT_TRUE(j["findings"].empty()) << text;
+    EXPECT_GT(h["collectives"].get<int64_t>(), 0);
+    EXPECT_EQ(h["replayed"], h["collectives"]);
+    EXPECT_EQ(h["exact"], h["replayed"]);
+    EXPECT_GT(j["grads"]["checked"].get<int64_t>(), 0);
+    EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
+    EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
+    EXPECT_EQ(h["averaging"].get<std::string>().rfind(c.averaging, 0), 0u) << h["averaging"];
+    // Against DDP: within rounding everywhere; at 2 ranks the very bits (a + b = b + a, and halving is exact),
+    // at 3 or more not (the order of three additions, and / 3 against * float(1/3)).
+    const json& v = h["values"];
+    EXPECT_EQ(v["different"], 0);
+    EXPECT_GT(v["checked"].get<int64_t>(), 0);
+    if (std::string(c.label) == "ws2") {
+      EXPECT_EQ(v["exact"], v["checked"]);
+    } else {
+      EXPECT_LT(v["exact"].get<int64_t>(), v["checked"].get<int64_t>());
+    }
+    return;
+  }
+  EXPECT_EQ(j["verdict"], "problems");
+  const json* f = nullptr;
+  for (const json& x : j["findings"])
+    if (x["kind"] == "hand-sync" && x["cause"] == c.cause && !f) f = &x;
+  ASSERT_NE(f, nullptr) << "no hand-sync/" << c.cause << " in:\n" << text;
+  EXPECT_EQ((*f)["severity"], "problem");
+  EXPECT_EQ((*f)["step"], c.step);
+  if (*c.name) {
+    EXPECT_EQ((*f)["name"], c.name);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, HandSync, ::testing::ValuesIn(all_cases()), [](const auto& info) {
+  return std::string(std::get<0>(info.param) == "torch2" ? "torch2_" : "torch1_13_") + std::get<1>(info.param).label;
+});
+
+// ddp_check's "vs_ddp" against torch's own DDP: at step 0 the values of the hand-written average that are the bits
+// torch's DistributedDataParallel computes from the same weights and batch (hand_sync.py --oracle, untraced), and
+// the same count from the trace alone. At 3 ranks they are a part, not all (a claim of docs/questions.md).
+class HandVsDdp : public ::testing::TestWithParam<std::tuple<std::string, std::string, int>> {};
+
+TEST_P(HandVsDdp, CountsWhatTorchDdpCounts) {
+  const auto& [torch, style, ws] = GetParam();
+  const std::string args = "--steps 1 --world-size " + std::to_string(ws) + " --style " + style;
+  DDPLAB_SKIP_UNLESS_TORCH(torch);
+  const std::string oracle = testing::temp_dir() + "/oracle.json";
+  std::vector<std::string> argv = argv_for(torch, "--no-trace " + args);
+  argv.insert(argv.end(), {"--oracle", oracle});
+  setenv("DDPLAB_START_METHOD", "fork", 1);
+  const auto run = testing::run_command(argv);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const json want = testing::load_json(oracle);
+  const auto [text, j] = traced(torch, args, 0);
+  const json& v = j["hand"]["values"];
+  std::printf("%s under %s: torch's DDP agrees with the hand-written average in %lld of %lld values; ddp_check "
+              "counts %lld of %lld\n",
+              style.c_str(), torch.c_str(), static_cast<long long>(want["exact"].get<int64_t>()),
+              static_cast<long long>(want["values"].get<int64_t>()), static_cast<long long>(v["exact"].get<int64_t>()),
+              static_cast<long long>(v["checked"].get<int64_t>()));
+  EXPECT_EQ(v["checked"], want["values"]);
+  EXPECT_EQ(v["exact"], want["exact"]);
+  if (ws == 2) {  // a + b = b + a, and halving is exact: every value is DDP's
+    EXPECT_EQ(want["exact"], want["values"]);
+  } else {
+    EXPECT_LT(want["exact"].get<int64_t>(), want["values"].get<int64_t>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Torches, HandVsDdp,
+                         ::testing::Values(std::make_tuple("torch1.13", "tutorial", 3),
+                                           std::make_tuple("torch1.13", "flat", 3),
+                                           std::make_tuple("torch1.13", "predivide", 2),
+                                           std::make_tuple("torch2", "multiply", 3), std::make_tuple("torch2", "hooks", 3),
+                                           std::make_tuple("torch2", "avg", 2)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == "torch2" ? "torch2_" : "torch1_13_") +
+                                  std::get<1>(info.param) + "_ws" + std::to_string(std::get<2>(info.param));
+                         });
+
+// The recorder only observes: traced and untraced end with bitwise equal parameters on every rank (its hooks put
+// first, the collectives and Work.wait wrapped). Buckets with two micro-batches a step; the hooks style without
+// (under accumulation its hooks all-reduce each micro-batch's .grad while the next backward adds into it: a race
+// of the script's own, untraced too).
+class HandTraced : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(HandTraced, EqualsUntraced) {
+  const auto& [torch, style] = GetParam();
+  DDPLAB_SKIP_UNLESS_TORCH(torch);
+  setenv("DDPLAB_START_METHOD", "fork", 1);
+  std::string out[2];
+  for (int traced = 0; traced < 2; ++traced) {
+    const std::string final_path = testing::temp_dir() + "/final" + std::to_string(traced) + ".json";
+    std::vector<std::string> argv =
+        argv_for(torch, "--steps 6 --style " + style + (style == "hooks" ? "" : " --accumulate 2"));
+    if (traced) {
+      argv.insert(argv.end(), {"--out", testing::temp_dir() + "/traced"});
+    } else {
+      argv.push_back("--no-trace");
+    }
+    argv.insert(argv.end(), {"--final", final_path});
+    const auto run = testing::run_command(argv);
+    ASSERT_EQ(run.status, 0) << run.err;
+    out[traced] = testing::run_command({"/bin/cat", final_path}).out;
+  }
+  EXPECT_FALSE(out[0].empty());
+  EXPECT_EQ(out[0], out[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Torches, HandTraced,
+                         ::testing::Values(std::make_tuple("torch1.13", "buckets"), std::make_tuple("torch2", "hooks")),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == "torch2" ? "torch2_" : "torch1_13_") +
+                                  std::get<1>(info.param);
+                         });
+
+}  // namespace
+}  // namespace ddplab
