@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "src/check/rounding_bound.h"
+#include "src/check/replay/rounding_bound.h"
 
 namespace {
 

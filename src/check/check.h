@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "src/check/data.h"
-#include "src/check/trace.h"
+#include "src/check/findings/data.h"
+#include "src/check/trace/trace.h"
 #include "src/base/compare.h"
 
 namespace ddplab::check {
