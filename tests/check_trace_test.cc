@@ -417,6 +417,51 @@ TEST(CheckTrace, BadTracesGetOneLineNamingTheFile) {
 // A real FSDP2 run (tests/golden/fsdp2_trace, its command in tests/golden/README.md): 3 ranks, layers of 40, 33
 // and 5 rows, two micro-batches per step. Every sharded gradient and every shard after the step bit for bit.
 std::string fsdp_trace() { return "tests/golden/fsdp2_trace"; }
+std::string hand_trace() { return "tests/golden/hand_trace"; }
+
+// A sync written by hand, recorded (tests/golden/README.md: buckets of flat buffers, async all-reduces waited, two
+// micro-batches a step, 3 ranks): every collective replayed and every gradient the optimizer stepped with explained
+// bit for bit, without torch; the averaging named; the values against DDP's from the same local gradients counted.
+TEST(CheckTrace, RecordedHandSyncIsReplayedBitForBit) {
+  const check::CheckResult r = check::check_run(check::open_run(hand_trace()));
+  EXPECT_FALSE(r.problems());
+  ASSERT_TRUE(r.hand.present);
+  EXPECT_EQ(r.hand.steps, 2);
+  EXPECT_EQ(r.hand.collectives, 4);  // two buckets a step
+  EXPECT_EQ(r.hand.replayed, 4);
+  EXPECT_EQ(r.hand.exact, 4);
+  EXPECT_EQ(r.grads.checked, 2 * 3 * 6);  // steps x ranks x parameters
+  EXPECT_EQ(r.grads.exact, r.grads.checked);
+  EXPECT_EQ(r.params.exact, 2 * 3 * 6);
+  EXPECT_EQ(r.hand.averaging, "SUM then / world_size, in 2 buffers (buckets)");
+  EXPECT_EQ(r.hand.values, 2 * 3 * 715);
+  EXPECT_EQ(r.hand.values_different, 0);
+  EXPECT_LT(r.hand.values_exact, r.hand.values);  // three ranks: not all of DDP's bits
+  EXPECT_EQ(r.hand.vs_ddp.checked, 2 * 3 * 6);
+}
+
+// One bit of one rank's recorded all-reduce result flipped: the replay names that collective, step and rank.
+TEST(CheckTrace, HandSyncCollectiveOtherThanGlooIsNamed) {
+  const std::string dir = testing::temp_dir() + "/hand_flipped";
+  fs::remove_all(dir);
+  fs::copy(hand_trace(), dir, fs::copy_options::recursive);
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+  const std::string file = dir + "/rank1/step000000.safetensors";
+  std::string bytes = slurp(file);
+  fuzz::Parts p = fuzz::split(bytes);
+  const json header = json::parse(p.header);
+  const size_t at = 8 + p.header.size() + header.at("coll/1/out").at("data_offsets")[0].get<size_t>();
+  bytes[at] = static_cast<char>(bytes[at] ^ 1);
+  write(file, bytes);
+  const check::CheckResult r = check::check_run(check::open_run(dir));
+  EXPECT_TRUE(r.problems());
+  EXPECT_EQ(r.hand.exact, 3);
+  bool named = false;
+  for (const check::Finding& f : r.findings)
+    named = named || (f.kind == "hand-sync" && f.cause == "collective-not-as-predicted" && f.step == 0 && f.rank == 1);
+  EXPECT_TRUE(named);
+}
 
 TEST(CheckTrace, RecordedFsdp2RunIsAsPredictedBitForBit) {
   const check::CheckResult r = check::check_run(check::open_run(fsdp_trace()));
@@ -482,13 +527,16 @@ TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
   for (int c = 0; c < kCases; ++c) {
     const std::string dir = testing::temp_dir() + "/case";
     fs::remove_all(dir);
-    // One case in four mutates the recorded FSDP2 run (its "fsdp" section, local gradients of full shape).
-    const bool fsdp = fuzz::pick(rng, 4) == 0;
-    fs::copy(fsdp ? fsdp_trace() : base, dir, fs::copy_options::recursive);
+    // One case in four mutates the recorded FSDP2 run (its "fsdp" section, local gradients of full shape), one in
+    // four the recorded sync written by hand (its "collectives" and coll/ tensors).
+    const uint64_t which = fuzz::pick(rng, 4);
+    const bool fsdp = which == 0, hand = which == 1;
+    fs::copy(fsdp ? fsdp_trace() : hand ? hand_trace() : base, dir, fs::copy_options::recursive);
     for (const auto& e : fs::recursive_directory_iterator(dir))
       fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
     // The FSDP2 run has no step 2 (the whole-run step is the hand-made run's).
-    const std::string file = dir + (fsdp ? files[static_cast<size_t>(fuzz::pick(rng, 4))] : fuzz::pick(rng, files));
+    const std::string file =
+        dir + (fsdp || hand ? files[static_cast<size_t>(fuzz::pick(rng, 4))] : fuzz::pick(rng, files));
     std::string bytes = slurp(file), what;
     if (file.find("manifest") != std::string::npos) {
       fuzz::Parts p{bytes, ""};

@@ -43,6 +43,7 @@ const Case kCases[] = {
     {"ws4_flat", "--style flat --world-size 4", nullptr, -1, "", "SUM then / world_size, in one flat buffer"},
     {"hooks", "--style hooks", nullptr, -1, "", "SUM then / world_size, per parameter", true},
     {"avg", "--style avg", nullptr, -1, "", "AVG, per parameter", true},
+    {"hook_buckets", "--style hook_buckets", nullptr, -1, "", "SUM then / world_size, in 2 buffers", true},
     {"no_divide", "--mistake no_divide", "never-divided", 0, ""},
     {"divide_twice", "--mistake divide_twice", "divided-twice", 0, ""},
     {"hardcoded_ws", "--mistake hardcoded_ws", "hardcoded-world-size", 0, ""},
@@ -52,6 +53,9 @@ const Case kCases[] = {
     {"double_grad", "--mistake double_grad", "doubled-by-hook", 0, ""},
     {"hook_param", "--style hooks --mistake hook_param", "parameter-reduced", 0, "", "", true},
     {"no_wait", "--style hooks --mistake no_wait", "not-waited", 0, "", "", true},
+    {"no_reset", "--style hook_buckets --mistake no_reset", "sync-stopped", 1, "", "", true},
+    // DDP and the script's own average on top of it: a DDP run (DDP's replay as ever), the extra all-reduce named.
+    {"on_ddp", "--mistake on_ddp", "on-top-of-ddp", 0, "0.weight"},
 };
 
 std::vector<std::tuple<std::string, Case>> all_cases() {
@@ -97,7 +101,7 @@ TEST_P(HandSync, Checked) {
   const auto& [torch, c] = GetParam();
   DDPLAB_SKIP_UNLESS_TORCH(torch);
   const auto [text, j] = traced(torch, c.args, c.cause ? 1 : 0);
-  ASSERT_EQ(j["sync"], "hand");
+  ASSERT_EQ(j["sync"], std::string(c.label) == "on_ddp" ? "ddp" : "hand");
   const json& h = j["hand"];
   if (!c.cause) {  // clean: nothing found, every collective and every stepped gradient replayed bit for bit
     EXPECT_EQ(j["verdict"], "as-predicted");
@@ -131,6 +135,30 @@ TEST_P(HandSync, Checked) {
   if (*c.name) {
     EXPECT_EQ((*f)["name"], c.name);
   }
+}
+
+// ReduceOp.AVG on torch 1.13's Gloo: torch raises, the script ends there, and ddp_check names the call, torch's own
+// error and the fix from the manifest the recorder wrote before the error went on (torch 2.x runs it: "avg" above).
+TEST(HandSyncRefused, AvgOnTorch113Gloo) {
+  DDPLAB_SKIP_UNLESS_TORCH("torch1.13");
+  setenv("DDPLAB_START_METHOD", "fork", 1);
+  const std::string dir = testing::temp_dir() + "/avg", json_path = testing::temp_dir() + "/avg.json";
+  std::vector<std::string> argv = argv_for("torch1.13", "--style avg");
+  argv.insert(argv.end(), {"--out", dir});
+  const auto run = testing::run_command(argv);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.err.find("Cannot use ReduceOp.AVG with Gloo"), std::string::npos) << run.err;
+  const auto check = testing::run_command({"verify/ddp_check", dir, "--json", json_path});
+  std::printf("%s", check.out.c_str());
+  EXPECT_EQ(check.status, 1) << check.err;
+  const json j = testing::load_json(json_path);
+  const json* f = nullptr;
+  for (const json& x : j["findings"])
+    if (x["cause"] == "collective-raised" && !f) f = &x;
+  ASSERT_NE(f, nullptr) << check.out;
+  EXPECT_EQ((*f)["step"], 0);
+  EXPECT_NE((*f)["message"].get<std::string>().find("RuntimeError: Cannot use ReduceOp.AVG with Gloo"), std::string::npos);
+  EXPECT_NE((*f)["message"].get<std::string>().find("ReduceOp.SUM, then divide"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, HandSync, ::testing::ValuesIn(all_cases()), [](const auto& info) {

@@ -176,6 +176,7 @@ void RunCheck::after_run() {
       changed[i] = !prev_[0]->digest("param_after", m_.params[m_.missing_params[i]].name, &d) || d != missing_first_[i];
     optimizer_findings(m_, changed, found_);
   }
+  if (m_.hand) HandSync::collective_errors(run_, found_);
   health_.after_run(found_);
   seen_.steps = !res_.lines.empty();
   what_the_run_did(m_, seen_, found_);

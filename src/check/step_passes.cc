@@ -46,6 +46,7 @@ void RunCheck::sync_pass(StepLine& line) {
     for (auto& c : cur_) mine.push_back(c.get());
     hand_.step(mine, first_, found_, &line);
   }
+  if (!m_.hand) HandSync::on_top_of_ddp(recs_, found_);
   if (!pairing_lost_ && !m_.hand) {
     const std::vector<int> unsynced = unsynced_ranks(recs_);
     for (int r : unsynced)  // module(x) and a second backward are named by health.step, under this same kind

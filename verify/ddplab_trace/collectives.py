@@ -1,4 +1,4 @@
-"""A sync written by hand: the script's own collectives (torch.distributed's all_reduce, broadcast, all_gather,
+"""A sync written by hand (and, beside DDP, the script's own all-reduces on top of it): the script's own collectives (torch.distributed's all_reduce, broadcast, all_gather,
 reduce_scatter; sync or async), each recorded with what it was given and what it returned, and when an async one
 was waited. Installed at import like the spies; with no hand-mode trace open each wrapper only calls the original.
 
@@ -28,9 +28,13 @@ _PENDING = {}
 
 
 def _hand_trace():
-    """The open hand-mode trace that records now, or None."""
+    """The open trace that records the script's collectives now, or None: a sync written by hand (values kept), or a
+    DDP model's (what they were, not their values: an all-reduce of .grad on top of DDP's is named). Not FSDP2's,
+    whose own collectives are Python calls too."""
     t = _OPEN[-1] if _OPEN else None
-    return t if t is not None and getattr(t, "_hand", False) and not t._stopped and not t._closed else None
+    if t is None or t._stopped or t._closed or getattr(t, "_fsdp", None) is not None:
+        return None
+    return t if hasattr(t, "_collective_called") else None
 
 
 def _reduce_op_name(op):
@@ -86,7 +90,15 @@ def _make(kind, original):
             except Exception as e:
                 _spy_failed("collective spy (%s)" % kind, e)
                 record = None
-        out = original(*args, **kwargs)
+        try:
+            out = original(*args, **kwargs)
+        except BaseException as e:  # the script's own error (torch 1.13's Gloo refuses ReduceOp.AVG): kept, re-raised
+            if record is not None:
+                try:
+                    trace._collective_failed(record, e)
+                except Exception as e2:
+                    _spy_failed("collective spy (%s)" % kind, e2)
+            raise
         if record is not None:
             try:
                 if out is not None and record.get("async"):
@@ -146,6 +158,7 @@ def _pending_at_step(trace):
         except Exception:
             done = False
         record["waited"] = "completed-unwaited" if done else "running-at-step"
+        record["done_before_step"] = False  # whatever it did, the script did not wait for it
         if done:
             t._collective_done(record, "completed-unwaited")
         del _PENDING[key]

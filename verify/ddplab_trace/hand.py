@@ -67,7 +67,8 @@ class _HandSync:
         if group is not None and group is not getattr(dist.group, "WORLD", None):
             rec["group"] = "other"  # a subgroup: recorded, not replayed
         dtypes = {t.dtype for t in ins + outs}
-        keep = not self._whole_run() and dtypes == {torch.float32} and all(t.layout == torch.strided for t in ins)
+        keep = (self._hand and not self._whole_run() and dtypes == {torch.float32}
+                and all(t.layout == torch.strided for t in ins))
         if dtypes != {torch.float32}:
             rec["dtype"] = str(sorted(str(d) for d in dtypes)[0]).replace("torch.", "")
         data = [None, None]
@@ -83,11 +84,22 @@ class _HandSync:
     def _collective_done(self, rec, how):
         """Its result is there ("returned", "wait", or "completed-unwaited" at the step): the output copied."""
         rec.setdefault("waited", how)
-        rec["done_before_step"] = self._before is None or how == "completed-unwaited"
+        rec.setdefault("done_before_step", self._before is None)
         outs = rec.pop("_outs", None)
         idx = rec.get("index", -1)
         if outs is not None and 0 <= idx < len(self._coll_data) and self._colls[idx] is rec:
             self._coll_data[idx][1] = torch.cat([t.detach().reshape(-1).to("cpu", copy=True) for t in outs])
+
+    def _collective_failed(self, rec, e):
+        """The script's collective raised: the call and torch's error go into the manifest now (the run ends)."""
+        if self._collective_error is None:
+            first = (str(e).strip().splitlines() or [""])[0][:300]  # torch appends its C++ stack on later lines
+            err = {"step": self._step, "op": rec["op"], "error": "%s: %s" % (type(e).__name__, first)}
+            for k in ("reduce_op", "param"):
+                if k in rec:
+                    err[k] = rec[k]
+            self._collective_error = err
+            self._write_manifest_safe(False)
 
     def _collectives_at_step(self):
         """optimizer.step() is about to read .grad: every async collective not waited is completed or still running."""

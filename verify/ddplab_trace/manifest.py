@@ -117,6 +117,8 @@ class _Manifest:
             manifest["fsdp"] = self._fsdp_layout_safe()
         if self._hand:  # no DDP: "ddp" holds its defaults, what ddp_check replays beside the script's own sync
             manifest["sync"] = "hand"
+            if self._collective_error is not None:
+                manifest["collective_error"] = self._collective_error
         if buckets:
             manifest["buckets"] = buckets
         if self._order is not None:

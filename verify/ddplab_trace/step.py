@@ -18,7 +18,7 @@ class _Step:
 
     def _snapshot_before(self):
         opt = self.optimizer
-        if self._hand:
+        if self._colls:
             self._collectives_at_step()
         # Digests (full=False): parameters equal to where the last recorded step left them, and a .grad equal to
         # what DDP left, are named, not copied.
@@ -288,7 +288,7 @@ class _Step:
             tensors.extend(sampled)
         tensors.extend(self._wsum_tensors())
         colls = None
-        if self._hand:
+        if self._hand or self._colls:
             colls, coll_tensors = self._collective_parts()
             tensors.extend(coll_tensors)
         meta = {

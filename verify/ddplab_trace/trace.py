@@ -85,6 +85,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         self._handles = []
         self._fsdp = None            # fully_shard (FSDP2): the _Sharded model
         self._hand = False           # a sync written by hand (no DDP): the script's own collectives are recorded
+        self._collective_error = None  # the first of the script's collectives that raised (the call, torch's error)
         self._unsharded_hooked = {}  # FSDP2: id -> each unsharded parameter given a hook (kept alive: ids stay unique)
         self._original_step, self._step_fn = None, None
         self.device = "cpu"

@@ -12,6 +12,43 @@
 
 namespace ddplab::check {
 
+void HandSync::on_top_of_ddp(const std::vector<const StepRecord*>& recs, Findings& found) {
+  for (const StepRecord* rec : recs) {  // the first rank's first such call: once a step
+    if (!rec) continue;
+    const bool synced = std::any_of(rec->backwards.begin(), rec->backwards.end(), [](const Backward& b) { return b.sync; });
+    for (const Collective& k : rec->collectives) {
+      if (!synced || k.op != "all_reduce" || k.target != "grad" || k.in_backward || k.in_step) continue;
+      found.add("hand-sync", "problem", "on-top-of-ddp", rec->step, -1, k.param,
+                fmt::format("step {}: the script all-reduced the .grad of '{}' itself{}, after DDP's backward had already "
+                            "averaged it: DDP all-reduces every gradient during loss.backward(), so a second average "
+                            "costs a second all-reduce{}. Remove the script's own all-reduce (and its division) when "
+                            "the model is wrapped in DistributedDataParallel",
+                            rec->step, k.param, k.reduce_op.empty() ? "" : " (ReduceOp." + k.reduce_op + ")",
+                            k.reduce_op == "SUM" ? " and, summed, multiplies the gradient by world_size unless divided "
+                                                   "again"
+                                                 : ""));
+      return;
+    }
+  }
+}
+
+void HandSync::collective_errors(const Run& run, Findings& found) {
+  for (const Manifest& rm : run.ranks) {
+    const CollectiveError& e = rm.collective_error;
+    if (e.step < 0) continue;
+    const bool avg = e.reduce_op == "AVG" && rm.backend == "gloo";
+    found.add("hand-sync", "problem", "collective-raised", e.step, rm.rank, e.param,
+              fmt::format("step {}, rank {}: the script's {}{}{} raised, and the run ended there: {}{}", e.step, rm.rank,
+                          e.op, e.reduce_op.empty() ? "" : " (ReduceOp." + e.reduce_op + ")",
+                          e.param.empty() ? "" : " of '" + e.param + "'", e.error,
+                          avg ? fmt::format(". torch {}'s Gloo has no ReduceOp.AVG (torch 2.x's computes it as the SUM, "
+                                            "then / world_size): all_reduce with ReduceOp.SUM, then divide by "
+                                            "dist.get_world_size()",
+                                            rm.torch_version)
+                              : ""));
+  }
+}
+
 void HandSync::replay_collectives(const std::vector<StepRecord*>& recs, Findings& found, int64_t step) {
   const int ws = run_.world_size();
   const std::vector<Collective>& calls = recs[0]->collectives;

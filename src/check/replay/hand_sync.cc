@@ -90,7 +90,6 @@ struct Carrier {
 }  // namespace
 
 void HandSync::step(const std::vector<StepRecord*>& recs, bool first_step, Findings& found, StepLine* line) {
-  res_.present = true;
   const int ws = run_.world_size();
   const StepRecord* ref = nullptr;
   for (const StepRecord* r : recs) ref = ref ? ref : r;
@@ -137,6 +136,7 @@ void HandSync::explain(const std::vector<StepRecord*>& recs, Findings& found, St
   const int64_t step = recs[0]->step;
   const std::vector<Transform> ts = transforms(ws);
   const std::vector<Collective>& calls = recs[0]->collectives;
+  synced_at_.resize(m.params.size(), -1);
   // Rank 0's accumulated gradients, and where each went: by name, else found by value in a buffer's input.
   std::vector<std::vector<float>> acc0(m.params.size());
   for (size_t i = 0; i < m.params.size(); ++i) acc0[i] = accumulated(*recs[0], m.params[i].name);
@@ -169,7 +169,8 @@ void HandSync::explain(const std::vector<StepRecord*>& recs, Findings& found, St
   }
   // An async call the step did not wait for: what the step read is a race, explained by no arithmetic.
   const auto unwaited = [](const Collective& k) {
-    return k.async && !k.in_step && (!k.done_before_step || k.waited == "completed-unwaited");
+    return k.async && !k.in_step &&
+           (k.waited == "completed-unwaited" || k.waited == "running-at-step" || !k.done_before_step);
   };
   bool raced = false;
   for (const StepRecord* rec : recs) raced = raced || std::any_of(rec->collectives.begin(), rec->collectives.end(), unwaited);
@@ -199,14 +200,22 @@ void HandSync::explain(const std::vector<StepRecord*>& recs, Findings& found, St
       if (carriers[i].empty()) {  // never all-reduced: the optimizer stepped with the rank's own gradient?
         row = compare(name, g->data, acc.data());
         count(line->grads, line->rank_grads, r, row);
-        if (ws > 1 && row.exact)
+        if (ws > 1 && row.exact && synced_at_[i] >= 0)
+          mistake("sync-stopped", name,
+                  fmt::format("step {}: '{}' was all-reduced at step {} but not at this one: every rank stepped with its "
+                              "own local gradient, so the replicas drift apart from here. The sync keeps state from "
+                              "step to step that was not reset after the step (a bucket's ready count, a list of "
+                              "handles, a flag): reset it in finish_gradient_synchronization() or before each backward",
+                              step, name, synced_at_[i]));
+        else if (ws > 1 && row.exact)
           mistake("not-synchronised", name,
-                    fmt::format("step {}: '{}' was never all-reduced: every rank stepped with its own local gradient, "
-                                "so the replicas drift apart from this step on. Synchronise every parameter that has a "
-                                "gradient (loop over model.parameters(), not a hand-picked list)",
-                                step, name));
+                  fmt::format("step {}: '{}' was never all-reduced: every rank stepped with its own local gradient, "
+                              "so the replicas drift apart from this step on. Synchronise every parameter that has a "
+                              "gradient (loop over model.parameters(), not a hand-picked list)",
+                              step, name));
         continue;
       }
+      synced_at_[i] = step;
       const Carrier& cr = carriers[i].back();  // the last call that carried it is what the step read
       const Collective& k = rec->collectives[cr.c];
       if (!k.kept || k.in.size() < cr.offset + n) continue;

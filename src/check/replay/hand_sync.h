@@ -22,10 +22,15 @@ namespace ddplab::check {
 class HandSync {
  public:
   // ddp: the run's GradReplay, which predicts DDP's .grad from the same local gradients.
-  HandSync(const Run& run, GradReplay* ddp) : run_(run), ddp_(ddp) {}
+  HandSync(const Run& run, GradReplay* ddp) : run_(run), ddp_(ddp) { res_.present = run.first().hand; }
   // One step of every rank (recs[r] null: rank r has no record of it). Fills line's grads (the script's own
   // averaging replayed) and vs_ddp; findings into `found`.
   void step(const std::vector<StepRecord*>& recs, bool first_step, Findings& found, StepLine* line);
+  // A DDP run whose script all-reduces .grad again after DDP's backward averaged it (the step's collectives as
+  // recorded beside DDP): named once, at the step.
+  static void on_top_of_ddp(const std::vector<const StepRecord*>& recs, Findings& found);
+  // A collective that raised in the script (the manifests' "collective_error"): named, with torch's error and the fix.
+  static void collective_errors(const Run& run, Findings& found);
   // The run's totals, and how the script averages, in words.
   const CheckResult::Hand& result() const { return res_; }
 
@@ -37,6 +42,7 @@ class HandSync {
   const Run& run_;
   GradReplay* ddp_;
   CheckResult::Hand res_;
+  std::vector<int64_t> synced_at_;  // per parameter, the last step a collective carried it (-1: none yet)
   // Per collective of the step: the replayed output of each rank (empty: not replayed).
   std::vector<std::vector<std::vector<float>>> replayed_;
 };

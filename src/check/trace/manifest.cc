@@ -216,6 +216,11 @@ Manifest parse_manifest_fields(const std::string& path) {
                                                                      0xffffffffLL)
                                                            : -1});
   }
+  if (j.contains("collective_error") && j.at("collective_error").is_object()) {
+    const json& e = j.at("collective_error");
+    m.collective_error = {integer(field(e, "step", path), "collective_error.step", path, 0, kMaxSteps), str(e, "op", path),
+                          e.value("reduce_op", std::string()), e.value("param", std::string()), str(e, "error", path)};
+  }
   if (j.contains("nonfinite_first") && j.at("nonfinite_first").is_object()) {
     const json& n = j.at("nonfinite_first");
     m.nonfinite_first = {integer(field(n, "step", path), "nonfinite_first.step", path, 0, kMaxSteps), str(n, "kind", path),
@@ -328,7 +333,9 @@ Run open_run(const std::string& dir_in) {
   if (is_dir(fmt::format("{}/rank{}", dir, m0.world_size)))
     fail(fmt::format("{}/rank{}", dir, m0.world_size), fmt::format("exists, but the run's world_size is {}", m0.world_size));
   run.steps = m0.steps;
-  if (run.total_steps() == 0)
+  // A script whose own collective raised at its first step recorded none, and the error is what ddp_check says.
+  const bool raised = std::any_of(run.ranks.begin(), run.ranks.end(), [](const Manifest& m) { return m.collective_error.step >= 0; });
+  if (run.total_steps() == 0 && !raised)
     fail(m0.path, m0.stopped_step >= 0 ? "records no step: recording stopped at step " + std::to_string(m0.stopped_step) +
                                              " (" + m0.stopped_why + ")"
                                        : "records no step (was optimizer.step() called between DDPTrace() and close()?)");

@@ -111,7 +111,15 @@ struct Fsdp {
   int shard_world_size = 0, shard_rank = 0;  // the ranks a parameter is sharded over (HSDP: fewer than all)
 };
 
+// A collective of a sync written by hand that raised in the script (torch 1.13's Gloo refuses ReduceOp.AVG): the run
+// ended there; the recorder kept the call and torch's error.
+struct CollectiveError {
+  int64_t step = -1;  // -1: none
+  std::string op, reduce_op, param, error;
+};
+
 struct Manifest {
+  CollectiveError collective_error;
   // "sync": "hand": no DistributedDataParallel; the script synchronises the gradients itself, and its own
   // collectives are recorded (StepRecord::collectives). `ddp` then holds DDP's defaults, replayed beside it.
   bool hand = false;

@@ -10,6 +10,9 @@ DistributedSampler, gradients synchronised by the script itself, traced with the
   buckets    flat buffers of at most --bucket-numel elements each, in reverse parameter order, all-reduced async
   hooks      (torch 2.x) CS336's: register_post_accumulate_grad_hook issues an async all_reduce of p.grad per
              parameter during the backward; finish_gradient_synchronization() waits, then divides
+  hook_buckets (torch 2.x) CS336's bucketed one: each hook counts its bucket's ready gradients and, at the last,
+             flattens the bucket and starts its async all_reduce; the finish waits, divides, copies back, and
+             resets the counts
 --mistake (one classic mistake; "none" for the clean run):
   no_divide      SUM never divided
   divide_twice   divided by world_size twice
@@ -19,6 +22,8 @@ DistributedSampler, gradients synchronised by the script itself, traced with the
   double_grad    a tensor hook that sets p.grad = grad.clone() before accumulation (every gradient doubled)
   hook_param     (hooks) the post-accumulate hook all-reduces the parameter it is handed, not its .grad
   no_wait        (hooks) the async all-reduces are not waited before optimizer.step()
+  no_reset       (hook_buckets) the buckets' ready counts are never reset: no bucket fires after step 0
+  on_ddp         the model wrapped in DistributedDataParallel too, and the script's own average run on top of DDP's
 --accumulate K: K micro-batches per step, synchronised once after the last.
 --oracle FILE (with --no-trace): torch's own DDP on a copy of the model, fed the step-0 batch: how many values of
   the gradient the hand-written sync stepped with are DDP's bits (rank 0 writes {"values": N, "exact": E}, every
@@ -38,10 +43,10 @@ from ddplab_trace import DDPTrace
 
 def options(p):
     p.add_argument("--style", default="tutorial",
-                   choices=["tutorial", "multiply", "predivide", "avg", "flat", "buckets", "hooks"])
+                   choices=["tutorial", "multiply", "predivide", "avg", "flat", "buckets", "hooks", "hook_buckets"])
     p.add_argument("--mistake", default="none",
                    choices=["none", "no_divide", "divide_twice", "hardcoded_ws", "skip_bias", "no_broadcast",
-                            "double_grad", "hook_param", "no_wait"])
+                            "double_grad", "hook_param", "no_wait", "no_reset", "on_ddp"])
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--bucket-numel", type=int, default=300)
     p.add_argument("--oracle", help="write DDP's agreement with the hand-written sync at step 0 here (JSON)")
@@ -61,6 +66,20 @@ class HandDDP(nn.Module):
         if args.style == "hooks":
             for p in module.parameters():
                 p.register_post_accumulate_grad_hook(self._hook)
+        if args.style == "hook_buckets":  # reverse order, as gradients become ready; at most --bucket-numel each
+            self.buckets, self.bucket_of, cur = [], {}, []
+            for p in reversed(list(module.parameters())):
+                cur.append(p)
+                if sum(q.numel() for q in cur) >= args.bucket_numel:
+                    self.buckets.append(cur)
+                    cur = []
+            if cur:
+                self.buckets.append(cur)
+            for b, ps in enumerate(self.buckets):
+                for p in ps:
+                    self.bucket_of[p] = b
+                    p.register_post_accumulate_grad_hook(self._bucket_hook)
+            self.ready = [0] * len(self.buckets)
         if args.mistake == "double_grad":
             for p in module.parameters():
                 p.register_hook(self._doubling_hook(p))
@@ -78,6 +97,13 @@ class HandDDP(nn.Module):
         t = p if self.args.mistake == "hook_param" else p.grad
         self.handles.append((dist.all_reduce(t, async_op=True), p))
 
+    def _bucket_hook(self, p):
+        b = self.bucket_of[p]
+        self.ready[b] += 1
+        if self.ready[b] == len(self.buckets[b]):
+            flat = torch.cat([q.grad.reshape(-1) for q in self.buckets[b]])
+            self.handles.append((dist.all_reduce(flat, async_op=True), (flat, b)))
+
     def _divisor(self):
         m = self.args.mistake
         return 1 if m == "no_divide" else 2 if m == "hardcoded_ws" else self.world_size
@@ -89,7 +115,18 @@ class HandDDP(nn.Module):
     def sync(self):
         style, d = self.args.style, self._divisor()
         params = [p for _, p in self._synced()]
-        if style == "hooks":
+        if style == "hook_buckets":
+            for work, (flat, b) in self.handles:
+                work.wait()
+                flat /= d
+                off = 0
+                for p in self.buckets[b]:
+                    p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
+                    off += p.numel()
+            self.handles = []
+            if self.args.mistake != "no_reset":
+                self.ready = [0] * len(self.buckets)
+        elif style == "hooks":
             if self.args.mistake != "no_wait":
                 for work, _ in self.handles:
                     work.wait()
@@ -157,17 +194,18 @@ def main(rank, world_size, args):
     loader = DataLoader(data, batch_size=8, sampler=sampler)
     hand = HandDDP(model, args, world_size)
     ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model)) if args.oracle else None
+    net = torch.nn.parallel.DistributedDataParallel(model) if args.mistake == "on_ddp" else hand
     optimizer = torch.optim.SGD(hand.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
-    trace = DDPTrace(hand, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
+    trace = DDPTrace(net, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
     step, micro = 0, 0
     for epoch in range(100):
         sampler.set_epoch(epoch)
         for x, y in loader:
             if micro == 0:
                 optimizer.zero_grad()
-            loss = loss_fn(hand(x), y) / args.accumulate
+            loss = loss_fn(net(x), y) / args.accumulate
             loss.backward()
             micro += 1
             if micro < args.accumulate:
