@@ -440,6 +440,55 @@ TEST(CheckTrace, RecordedHandSyncIsReplayedBitForBit) {
   EXPECT_EQ(r.hand.vs_ddp.checked, 2 * 3 * 6);
 }
 
+// Rank 1's first collective made a broadcast where the others all-reduce: the ranks called different collectives
+// (each call pairs with the others' call at its position), named at the step and rank, and nothing replayed there.
+TEST(CheckTrace, HandSyncCollectivesThatDifferAcrossRanksAreNamed) {
+  const std::string dir = testing::temp_dir() + "/hand_differ";
+  fs::remove_all(dir);
+  fs::copy(hand_trace(), dir, fs::copy_options::recursive);
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+  const std::string file = dir + "/rank1/step000000.safetensors";
+  fuzz::Parts p = fuzz::split(slurp(file));
+  json header = json::parse(p.header);
+  json meta = json::parse(header["__metadata__"]["ddplab"].get<std::string>());
+  meta["collectives"][0]["op"] = "broadcast";
+  meta["collectives"][0].erase("reduce_op");
+  meta["collectives"][0]["src"] = 0;
+  header["__metadata__"]["ddplab"] = meta.dump();
+  p.header = header.dump();
+  write(file, p.bytes());
+  const check::CheckResult r = check::check_run(check::open_run(dir));
+  EXPECT_TRUE(r.problems());
+  EXPECT_EQ(r.hand.collectives, 2);  // step 1's: step 0's were not replayed
+  bool named = false;
+  for (const check::Finding& f : r.findings)
+    named = named || (f.kind == "hand-sync" && f.cause == "collectives-differ" && f.step == 0 && f.rank == 1);
+  EXPECT_TRUE(named);
+}
+
+// One bit of what rank 1's optimizer stepped with flipped: no arithmetic ddp_check models turns the all-reduce's
+// result into it, a note says so.
+TEST(CheckTrace, HandSyncGradientNoArithmeticExplainsIsNoted) {
+  const std::string dir = testing::temp_dir() + "/hand_unexplained";
+  fs::remove_all(dir);
+  fs::copy(hand_trace(), dir, fs::copy_options::recursive);
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+  const std::string file = dir + "/rank1/step000000.safetensors";
+  std::string bytes = slurp(file);
+  fuzz::Parts p = fuzz::split(bytes);
+  const size_t at = 8 + p.header.size() + json::parse(p.header).at("grad_step/module.0.bias").at("data_offsets")[0].get<size_t>();
+  bytes[at] = static_cast<char>(bytes[at] ^ 1);
+  write(file, bytes);
+  const check::CheckResult r = check::check_run(check::open_run(dir));
+  bool noted = false;
+  for (const check::Finding& f : r.findings)
+    noted = noted || (f.kind == "hand-sync" && f.cause == "not-explained" && f.step == 0 && f.rank == 1 &&
+                      f.name == "module.0.bias" && f.severity == "note");
+  EXPECT_TRUE(noted);
+}
+
 // One bit of one rank's recorded all-reduce result flipped: the replay names that collective, step and rank.
 TEST(CheckTrace, HandSyncCollectiveOtherThanGlooIsNamed) {
   const std::string dir = testing::temp_dir() + "/hand_flipped";

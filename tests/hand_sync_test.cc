@@ -137,6 +137,40 @@ TEST_P(HandSync, Checked) {
   }
 }
 
+// A model with BatchNorm: its running statistics are buffers no hand-written gradient sync touches. Without a
+// broadcast each rank keeps its own (what DDP's broadcast_buffers=False does): a note at the first step, the
+// gradients still replayed bit for bit; with rank 0's broadcast before every forward (DDP's default) none, and the
+// broadcasts are replayed with the all-reduces.
+class HandSyncBatchNorm : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HandSyncBatchNorm, BuffersNamedUnlessBroadcast) {
+  const std::string torch = GetParam();
+  DDPLAB_SKIP_UNLESS_TORCH(torch);
+  for (const bool broadcast : {false, true}) {
+    const auto [text, j] = traced(torch, std::string("--batchnorm") + (broadcast ? " --broadcast-buffers" : ""), 0);
+    EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
+    EXPECT_EQ(j["hand"]["exact"], j["hand"]["replayed"]);
+    const json* f = nullptr;
+    for (const json& x : j["findings"])
+      if (x["kind"] == "buffers-differ" && !f) f = &x;
+    if (broadcast) {
+      EXPECT_TRUE(j["findings"].empty()) << text;
+      // 4 steps of 8 parameters' all-reduces and 3 buffers' broadcasts; num_batches_tracked's (int64) not replayed
+      EXPECT_EQ(j["hand"]["collectives"], 4 * (8 + 3));
+      EXPECT_EQ(j["hand"]["replayed"], 4 * (8 + 2));
+    } else {
+      ASSERT_NE(f, nullptr) << text;
+      EXPECT_EQ((*f)["severity"], "note");
+      EXPECT_EQ((*f)["cause"], "hand");
+      EXPECT_EQ((*f)["step"], 0);
+      EXPECT_NE((*f)["message"].get<std::string>().find("broadcast_buffers=False"), std::string::npos);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Torches, HandSyncBatchNorm, ::testing::Values("torch1.13", "torch2"),
+                         [](const auto& info) { return info.param == "torch2" ? "torch2" : "torch1_13"; });
+
 // ReduceOp.AVG on torch 1.13's Gloo: torch raises, the script ends there, and ddp_check names the call, torch's own
 // error and the fix from the manifest the recorder wrote before the error went on (torch 2.x runs it: "avg" above).
 TEST(HandSyncRefused, AvgOnTorch113Gloo) {

@@ -25,6 +25,8 @@ DistributedSampler, gradients synchronised by the script itself, traced with the
   no_reset       (hook_buckets) the buckets' ready counts are never reset: no bucket fires after step 0
   on_ddp         the model wrapped in DistributedDataParallel too, and the script's own average run on top of DDP's
 --accumulate K: K micro-batches per step, synchronised once after the last.
+--batchnorm: a BatchNorm1d after the first layer (its running statistics are buffers: each rank's own unless
+  --broadcast-buffers, which broadcasts rank 0's before every forward, as DDP does by default).
 --oracle FILE (with --no-trace): torch's own DDP on a copy of the model, fed the step-0 batch: how many values of
   the gradient the hand-written sync stepped with are DDP's bits (rank 0 writes {"values": N, "exact": E}, every
   rank's counted), which ddp_check's "vs_ddp" must reproduce from the trace alone.
@@ -49,6 +51,8 @@ def options(p):
                             "double_grad", "hook_param", "no_wait", "no_reset", "on_ddp"])
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--bucket-numel", type=int, default=300)
+    p.add_argument("--batchnorm", action="store_true")
+    p.add_argument("--broadcast-buffers", action="store_true")
     p.add_argument("--oracle", help="write DDP's agreement with the hand-written sync at step 0 here (JSON)")
 
 
@@ -85,6 +89,9 @@ class HandDDP(nn.Module):
                 p.register_hook(self._doubling_hook(p))
 
     def forward(self, x):
+        if self.args.broadcast_buffers:
+            for b in self.module.buffers():
+                dist.broadcast(b, src=0)
         return self.module(x)
 
     def _doubling_hook(self, p):
@@ -187,7 +194,8 @@ def oracle(ddp, model, loss_fn, x, y, args):
 
 def main(rank, world_size, args):
     torch.manual_seed(rank if args.mistake == "no_broadcast" else 0)
-    model = nn.Sequential(nn.Linear(10, 24), nn.ReLU(), nn.Linear(24, 16), nn.Tanh(), nn.Linear(16, 3))
+    layers = [nn.Linear(10, 24)] + ([nn.BatchNorm1d(24)] if args.batchnorm else [])
+    model = nn.Sequential(*layers, nn.ReLU(), nn.Linear(24, 16), nn.Tanh(), nn.Linear(16, 3))
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(96, 10), torch.randint(0, 3, (96,)))
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
