@@ -173,7 +173,7 @@ INSTANTIATE_TEST_SUITE_P(Torches, HandSyncBatchNorm, ::testing::Values("torch1.1
 
 // ReduceOp.AVG on torch 1.13's Gloo: torch raises, the script ends there, and ddp_check names the call, torch's own
 // error and the fix from the manifest the recorder wrote before the error went on (torch 2.x runs it: "avg" above).
-TEST(HandSyncRefused, AvgOnTorch113Gloo) {
+TEST(HandSyncTorch113, AvgOnGlooRaises) {
   DDPLAB_SKIP_UNLESS_TORCH("torch1.13");
   setenv("DDPLAB_START_METHOD", "fork", 1);
   const std::string dir = testing::temp_dir() + "/avg", json_path = testing::temp_dir() + "/avg.json";

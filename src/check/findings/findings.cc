@@ -397,13 +397,16 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
   }
   // With broadcast_buffers=True ranks differ at the step by design (each forward updates rank 0's broadcast
   // buffers with its own batch); the finding is for broadcast_buffers=False, where they never meet again, and for a
-  // sync written by hand, which broadcasts no buffer unless the script does.
-  for (size_t r = 1; r < recs.size() && (!m.ddp.broadcast_buffers || m.hand); ++r)
+  // sync written by hand that broadcasts nothing (one that broadcasts before its forwards is DDP's default). The
+  // first buffer that differs, once a step and rank.
+  const bool hand_broadcasts = m.hand && std::any_of(recs[0]->collectives.begin(), recs[0]->collectives.end(),
+                                                     [](const Collective& k) { return k.op == "broadcast"; });
+  for (size_t r = 1; r < recs.size() && (!m.ddp.broadcast_buffers || (m.hand && !hand_broadcasts)); ++r)
     for (const TensorInfo& b : m.buffers) {
       const auto* x = tensor(*recs[r], "buffer", b.name);
       const auto* y = tensor(*recs[0], "buffer", b.name);
-      if (x && y && !same_values(*x, *y))
-        add("buffers-differ", "note", m.hand ? "hand" : "", step, static_cast<int>(r), b.name,
+      if (!x || !y || same_values(*x, *y)) continue;
+      add("buffers-differ", "note", m.hand ? "hand" : "", step, static_cast<int>(r), b.name,
             m.hand ? fmt::format("step {}: rank {}'s buffer '{}' differs from rank 0's: the script's sync broadcasts "
                                  "no buffer, which is what DDP does with broadcast_buffers=False (by default DDP "
                                  "broadcasts rank 0's buffers before every forward): each rank keeps the running "
@@ -415,6 +418,7 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
                                  "each rank keeps the running statistics of its own batches, so evaluation gives "
                                  "different results on different ranks",
                                  step, recs[r]->rank, b.name));
+      break;
     }
   if (recs[0]->inputs.empty()) return;
   ++steps_with_inputs_;
