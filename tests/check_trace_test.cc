@@ -419,6 +419,16 @@ TEST(CheckTrace, BadTracesGetOneLineNamingTheFile) {
 std::string fsdp_trace() { return "tests/golden/fsdp2_trace"; }
 std::string hand_trace() { return "tests/golden/hand_trace"; }
 
+// A copy of a recorded trace in the test's temporary directory, writable (the runfiles' are read-only).
+std::string writable_copy(const std::string& trace, const std::string& name) {
+  const std::string dir = testing::temp_dir() + "/" + name;
+  fs::remove_all(dir);
+  fs::copy(trace, dir, fs::copy_options::recursive);
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+  return dir;
+}
+
 // A sync written by hand, recorded (tests/golden/README.md: buckets of flat buffers, async all-reduces waited, two
 // micro-batches a step, 3 ranks): every collective replayed and every gradient the optimizer stepped with explained
 // bit for bit, without torch; the averaging named; the values against DDP's from the same local gradients counted.
@@ -443,11 +453,7 @@ TEST(CheckTrace, RecordedHandSyncIsReplayedBitForBit) {
 // Rank 1's first collective made a broadcast where the others all-reduce: the ranks called different collectives
 // (each call pairs with the others' call at its position), named at the step and rank, and nothing replayed there.
 TEST(CheckTrace, HandSyncCollectivesThatDifferAcrossRanksAreNamed) {
-  const std::string dir = testing::temp_dir() + "/hand_differ";
-  fs::remove_all(dir);
-  fs::copy(hand_trace(), dir, fs::copy_options::recursive);
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+  const std::string dir = writable_copy(hand_trace(), "hand_differ");
   const std::string file = dir + "/rank1/step000000.safetensors";
   fuzz::Parts p = fuzz::split(slurp(file));
   json header = json::parse(p.header);
@@ -470,11 +476,7 @@ TEST(CheckTrace, HandSyncCollectivesThatDifferAcrossRanksAreNamed) {
 // One bit of what rank 1's optimizer stepped with flipped: no arithmetic ddp_check models turns the all-reduce's
 // result into it, a note says so.
 TEST(CheckTrace, HandSyncGradientNoArithmeticExplainsIsNoted) {
-  const std::string dir = testing::temp_dir() + "/hand_unexplained";
-  fs::remove_all(dir);
-  fs::copy(hand_trace(), dir, fs::copy_options::recursive);
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+  const std::string dir = writable_copy(hand_trace(), "hand_unexplained");
   const std::string file = dir + "/rank1/step000000.safetensors";
   std::string bytes = slurp(file);
   fuzz::Parts p = fuzz::split(bytes);
@@ -491,11 +493,7 @@ TEST(CheckTrace, HandSyncGradientNoArithmeticExplainsIsNoted) {
 
 // One bit of one rank's recorded all-reduce result flipped: the replay names that collective, step and rank.
 TEST(CheckTrace, HandSyncCollectiveOtherThanGlooIsNamed) {
-  const std::string dir = testing::temp_dir() + "/hand_flipped";
-  fs::remove_all(dir);
-  fs::copy(hand_trace(), dir, fs::copy_options::recursive);
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+  const std::string dir = writable_copy(hand_trace(), "hand_flipped");
   const std::string file = dir + "/rank1/step000000.safetensors";
   std::string bytes = slurp(file);
   fuzz::Parts p = fuzz::split(bytes);
