@@ -510,6 +510,55 @@ TEST(CheckTrace, HandSyncCollectiveOtherThanGlooIsNamed) {
   EXPECT_TRUE(named);
 }
 
+// A sharded optimizer's manifest ("optimizer"."sharded", ZeRO-1) that cannot be: one line naming the file.
+TEST(CheckTrace, BadShardedOptimizerManifestsGetOneLine) {
+  const auto refused = [](const char* label, const std::function<void(json&, int)>& tamper, const std::string& expect) {
+    const std::string dir = writable_copy(hand_trace(), std::string("zero1_") + label);
+    for (int r = 0; r < 3; ++r) {
+      const std::string p = dir + "/rank" + std::to_string(r) + "/manifest.json";
+      json m = json::parse(slurp(p));
+      tamper(m, r);
+      write(p, m.dump());
+    }
+    try {
+      check::check_run(check::open_run(dir));
+      ADD_FAILURE() << label << ": accepted";
+    } catch (const check::TraceError& e) {
+      const std::string msg = e.what();
+      std::printf("%-14s %s\n", label, msg.c_str());
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << label;
+      EXPECT_NE(msg.find(expect), std::string::npos) << label << ": " << msg;
+      EXPECT_NE(msg.find("manifest.json"), std::string::npos) << label << ": " << msg;
+    }
+  };
+  const auto share = [](json& m, int r) {
+    m["optimizer"]["sharded"] = {{"by", "ShardedOptimizer"}, {"attribute", "local"}, {"owned", {r, r + 3}}};
+  };
+  refused("not_object", [](json& m, int) { m["optimizer"]["sharded"] = 5; }, "optimizer.sharded is 5, not an object");
+  refused("index", [&](json& m, int r) { share(m, r); m["optimizer"]["sharded"]["owned"].push_back(99); }, "outside");
+  refused("no_owned", [&](json& m, int r) { share(m, r); m["optimizer"]["sharded"].erase("owned"); }, "owned");
+  refused("one_rank", [&](json& m, int r) { if (r == 1) share(m, r); }, "sharded on some ranks only");
+}
+
+// The same trace with each rank's optimizer made a ZeRO-1 share of it (rank r owns parameters r and r + 3; the
+// groups left whole, so every rank predicts every parameter): the owner's prediction is every rank's, bit for bit,
+// and the sharding is said.
+TEST(CheckTrace, ShardedOptimizerOwnersStepIsEveryRanks) {
+  const std::string dir = writable_copy(hand_trace(), "zero1_shares");
+  for (int r = 0; r < 3; ++r) {
+    const std::string p = dir + "/rank" + std::to_string(r) + "/manifest.json";
+    json m = json::parse(slurp(p));
+    m["optimizer"]["sharded"] = {{"by", "ShardedOptimizer"}, {"attribute", "local"}, {"owned", {r, r + 3}}};
+    write(p, m.dump());
+  }
+  const check::CheckResult r = check::check_run(check::open_run(dir));
+  EXPECT_FALSE(r.problems()) << check::format_text(r);
+  EXPECT_GT(r.params.checked, 0);
+  EXPECT_EQ(r.params.exact, r.params.checked);
+  EXPECT_NE(r.zero1.find("(rank 0: 2, rank 1: 2, rank 2: 2)"), std::string::npos) << r.zero1;
+  EXPECT_NE(check::format_text(r).find("optimizer: ZeRO-1: ShardedOptimizer's SGD"), std::string::npos);
+}
+
 TEST(CheckTrace, RecordedFsdp2RunIsAsPredictedBitForBit) {
   const check::CheckResult r = check::check_run(check::open_run(fsdp_trace()));
   EXPECT_TRUE(r.sharded);

@@ -9,6 +9,7 @@
 //    the trace alone;
 //  - one classic mistake per case: exit 1 and its finding (kind, cause, step, parameter);
 //  - traced equals untraced, bit for bit.
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,7 +26,7 @@ using testing::json;
 struct Case {
   const char* label;
   const char* args;    // hand_sync.py's options
-  const char* cause;   // hand-sync/<cause> expected, or nullptr: a clean run
+  const char* cause;   // hand-sync/<cause> (or <kind>/<cause>) expected, or nullptr: a clean run
   int step;            // where the finding must point
   const char* name;    // its parameter ("" : any)
   const char* averaging = "";  // the "averaging" line must start so (clean runs)
@@ -56,6 +57,12 @@ const Case kCases[] = {
     {"no_reset", "--style hook_buckets --mistake no_reset", "sync-stopped", 1, "", "", true},
     // DDP and the script's own average on top of it: a DDP run (DDP's replay as ever), the extra all-reduce named.
     {"on_ddp", "--mistake on_ddp", "on-top-of-ddp", 0, "0.weight"},
+    // ZeRO-1 by hand: each rank's optimizer steps its share, then broadcasts it; the owner's step is every rank's.
+    // Adam for 14 steps: past the full steps, the whole-run sample replays each rank's share only.
+    {"zero1", "--shard byhand", nullptr, -1, "", "SUM then / world_size, per parameter"},
+    {"zero1_adam", "--shard byhand --optimizer adam --steps 14", nullptr, -1, "", "SUM then / world_size, per parameter"},
+    {"zero1_plain", "--shard plain --style flat", nullptr, -1, "", "SUM then / world_size, in one flat buffer"},
+    {"zero1_no_broadcast", "--shard byhand --mistake no_shard_broadcast", "zero1/not-broadcast", 0, ""},
 };
 
 std::vector<std::tuple<std::string, Case>> all_cases() {
@@ -95,6 +102,16 @@ std::pair<std::string, json> traced(const std::string& torch, const std::string&
   return {check.out, testing::load_json(json_path)};
 }
 
+// Every rank's parameters after each step as torch.optim computes them: bit for bit, or within rounding where the
+// step is allclose by design (Adam under a pip torch, whose float sqrt is MKL's, not IEEE's: "step_why" says so).
+void expect_steps_predicted(const json& j) {
+  EXPECT_GT(j["params"]["checked"].get<int64_t>(), 0);
+  EXPECT_EQ(j["params"]["different"], 0);
+  if (j["step_exact"].get<bool>()) {
+    EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
+  }
+}
+
 class HandSync : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
 
 TEST_P(HandSync, Checked) {
@@ -111,8 +128,14 @@ TEST_P(HandSync, Checked) {
     EXPECT_EQ(h["exact"], h["replayed"]);
     EXPECT_GT(j["grads"]["checked"].get<int64_t>(), 0);
     EXPECT_EQ(j["grads"]["exact"], j["grads"]["checked"]);
-    EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
+    expect_steps_predicted(j);
     EXPECT_EQ(h["averaging"].get<std::string>().rfind(c.averaging, 0), 0u) << h["averaging"];
+    if (std::string(c.args).find("--shard") != std::string::npos) {  // every rank's step is its owner's
+      EXPECT_NE(j["zero1"].get<std::string>().find("rank 2: 2"), std::string::npos) << j["zero1"];
+      EXPECT_EQ(j["params"]["checked"].get<int64_t>(), 6 * 3 * std::min<int64_t>(j["steps"].get<int64_t>(), 10));
+    } else {
+      EXPECT_TRUE(j["zero1"].is_null());
+    }
     // Against DDP: within rounding everywhere; at 2 ranks the very bits (a + b = b + a, and halving is exact),
     // at 3 or more not (the order of three additions, and / 3 against * float(1/3)).
     const json& v = h["values"];
@@ -126,10 +149,12 @@ TEST_P(HandSync, Checked) {
     return;
   }
   EXPECT_EQ(j["verdict"], "problems");
+  const std::string want = std::string(c.cause).find('/') == std::string::npos ? std::string("hand-sync/") + c.cause
+                                                                                : std::string(c.cause);
   const json* f = nullptr;
   for (const json& x : j["findings"])
-    if (x["kind"] == "hand-sync" && x["cause"] == c.cause && !f) f = &x;
-  ASSERT_NE(f, nullptr) << "no hand-sync/" << c.cause << " in:\n" << text;
+    if (x["kind"].get<std::string>() + "/" + x["cause"].get<std::string>() == want && !f) f = &x;
+  ASSERT_NE(f, nullptr) << "no " << want << " in:\n" << text;
   EXPECT_EQ((*f)["severity"], "problem");
   EXPECT_EQ((*f)["step"], c.step);
   if (*c.name) {
@@ -198,6 +223,31 @@ TEST(HandSyncTorch113, AvgOnGlooRaises) {
 INSTANTIATE_TEST_SUITE_P(Styles, HandSync, ::testing::ValuesIn(all_cases()), [](const auto& info) {
   return std::string(std::get<0>(info.param) == "torch2" ? "torch2_" : "torch1_13_") + std::get<1>(info.param).label;
 });
+
+// ZeRO-1 under torch's DistributedDataParallel: torch's ZeroRedundancyOptimizer (its own partition, by size) and
+// the hand-written one, Adam; every rank's step is its owner's, bit for bit.
+class Zero1OnDdp : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(Zero1OnDdp, OwnersStepIsEveryRanks) {
+  const auto& [torch, shard] = GetParam();
+  DDPLAB_SKIP_UNLESS_TORCH(torch);
+  const auto [text, j] = traced(torch, "--style ddp --optimizer adam --shard " + shard, 0);
+  EXPECT_EQ(j["sync"], "ddp");
+  EXPECT_EQ(j["verdict"], "as-predicted");
+  EXPECT_TRUE(j["findings"].empty()) << text;
+  EXPECT_GT(j["params"]["checked"].get<int64_t>(), 0);
+  expect_steps_predicted(j);
+  EXPECT_NE(j["zero1"].get<std::string>().find(shard == "torch" ? "ZeroRedundancyOptimizer's Adam" : "ShardedOptimizer's Adam"),
+            std::string::npos) << j["zero1"];
+}
+
+INSTANTIATE_TEST_SUITE_P(Torches, Zero1OnDdp,
+                         ::testing::Values(std::make_tuple("torch1.13", "torch"), std::make_tuple("torch2", "torch"),
+                                           std::make_tuple("torch2", "byhand")),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == "torch2" ? "torch2_" : "torch1_13_") +
+                                  std::get<1>(info.param);
+                         });
 
 // ddp_check's "vs_ddp" against torch's own DDP: at step 0 the values of the hand-written average that are the bits
 // torch's DistributedDataParallel computes from the same weights and batch (hand_sync.py --oracle, untraced), and

@@ -34,6 +34,7 @@ RunCheck::RunCheck(const Run& run)
       found_(run),
       health_(run),
       hand_(run, &replay_),
+      zero1_(run),
       pool_(std::min(available_cores(), run.world_size())),
       next_(static_cast<size_t>(ws_), 0),
       head_(static_cast<size_t>(ws_)),
@@ -50,6 +51,8 @@ RunCheck::RunCheck(const Run& run)
   res_.order = replay_.order();
   res_.sharded = replay_.sharded();
   run_findings(run, replay_, found_);
+  zero1_.run_findings(found_);
+  res_.zero1 = zero1_.describe();
   const bool adam = m_.optimizer_class == "Adam" || m_.optimizer_class == "AdamW";
   modelled_optimizer_ = adam || m_.optimizer_class == "SGD";
   if (adam && !m_.sqrt_exact) {

@@ -66,6 +66,7 @@ struct CheckResult {
   std::string order;         // which order, or why it is unknown
   std::string buckets;       // the layout the replay used, from iteration 1 on (FSDP2: its groups)
   bool sharded = false;      // an FSDP2 run: each rank holds its own shards (no replicas to compare)
+  std::string zero1;         // a ZeRO-1 optimizer (each rank steps its share, then broadcasts), in words; "" : none
   bool step_exact = true;    // the optimizer step is predicted bit for bit
   std::string step_why;      // why not, when not
   Counts grads, params;

@@ -19,6 +19,7 @@
 #include "src/check/replay/sample_replay.h"
 #include "src/check/replay/step_compare.h"
 #include "src/check/replay/wsum_check.h"
+#include "src/check/replay/zero1.h"
 
 namespace ddplab::check {
 
@@ -39,6 +40,7 @@ class RunCheck {
   void sync_pass(StepLine& line);        // DDP's synchronised backward predicted, or the hand-written sync replayed
   void ddp_grads(StepLine& line);        //   DDP's: each rank's .grad against the replay
   void optimizer_pass(StepLine& line);   // each rank's step against torch.optim's arithmetic
+  bool kept_its_value(StepRecord& rec, size_t i, const Matrix& owners) const;  // ZeRO-1: no broadcast came
   void replica_pass(StepLine& line);     // the replicas, and what replaced parameters between steps
   void whole_run_pass();                 // a whole-run step: the sample, the weighted sums, changes alike
   void end_of_step(StepLine& line);      // totals; keep only what the next step needs
@@ -54,6 +56,7 @@ class RunCheck {
   Findings found_;
   Health health_;
   HandSync hand_;  // m_.hand: the script's own sync, replayed in place of DDP's
+  Zero1 zero1_;    // a sharded optimizer: every rank's step of a parameter is its owner's
   bool modelled_optimizer_ = false;
   std::vector<RankData> data_;
   std::set<int64_t> averaged_;  // steps after which a model averager ran (every rank's list: the same calls)

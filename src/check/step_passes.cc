@@ -1,6 +1,7 @@
 // check_run's passes over one DDP iteration of every rank (run_check.h), in the order check.cc runs them.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <tuple>
 
@@ -125,6 +126,24 @@ void RunCheck::ddp_grads(StepLine& line) {
 
 }
 
+// ZeRO-1: whether rank `rec`'s parameter i, which its optimizer does not step, ended the step at its value before
+// it while its owner's step (`owners`) moved it: no broadcast brought it. A digest-only param_after is then filled
+// in with that value (the next step starts from it).
+bool RunCheck::kept_its_value(StepRecord& rec, size_t i, const Matrix& owners) const {
+  const std::string& name = m_.params[i].name;
+  const safetensors::Tensor* before = rec.find("param_before", name);
+  if (!before) return false;
+  const size_t n = before->data.size(), bytes = n * sizeof(float);
+  if (static_cast<size_t>(owners.size()) != n || std::memcmp(owners.data(), before->data.data(), bytes) == 0) return false;
+  if (const safetensors::Tensor* got = rec.find("param_after", name))
+    return got->data.size() == n && std::memcmp(got->data.data(), before->data.data(), bytes) == 0;
+  const auto d = rec.crc32.find("param_after/" + name);
+  if (d == rec.crc32.end() || rec.digest_of(before->data.data(), n) != d->second) return false;
+  const std::vector<float> value = before->data;
+  fill_in(rec, "param_after/" + name, run_.ranks[static_cast<size_t>(rec.rank)].params[i].shape, value.data(), n);
+  return true;
+}
+
 void RunCheck::optimizer_pass(StepLine& line) {
   // 2. The optimizer step against torch.optim's arithmetic, and what the run as a whole did. Each rank's
   // prediction first, side by side.
@@ -158,6 +177,17 @@ void RunCheck::optimizer_pass(StepLine& line) {
                     : "";
     if (o.unknown.empty()) o.stepped = predict_step(rm, *rec, &o.after, &o.opt_why, &o.state_after);
   });
+  // ZeRO-1: a parameter this rank does not step ends the step as its owner stepped it (the broadcast).
+  std::vector<std::vector<bool>> unpredicted;
+  if (zero1_.present()) {
+    std::vector<std::vector<Matrix>*> after(static_cast<size_t>(ws_), nullptr);
+    for (int r = 0; r < ws_; ++r) {
+      const RankStep& o = rs[static_cast<size_t>(r)];
+      if (recs_[static_cast<size_t>(r)] && !recs_[static_cast<size_t>(r)]->digests_only && o.unknown.empty() && o.stepped)
+        after[static_cast<size_t>(r)] = &rs[static_cast<size_t>(r)].after;
+    }
+    unpredicted = zero1_.adopt(after);
+  }
   std::vector<double> ln(static_cast<size_t>(ws_), NAN), dn(static_cast<size_t>(ws_), NAN);
   for (int r = 0; r < ws_; ++r) {
     const StepRecord* rec = recs_[static_cast<size_t>(r)];
@@ -187,9 +217,16 @@ void RunCheck::optimizer_pass(StepLine& line) {
     const bool stepped = o.stepped;
     if (!stepped) found_.add("not-checked", "note", "optimizer", step_, -1, "", "optimizer step not predicted: " + opt_why);
     std::vector<CmpResult> rows;
+    std::vector<std::string> kept;  // ZeRO-1: not this rank's share, and still its value before the step
     for (size_t i = 0; i < m_.params.size() && stepped; ++i) {
       const std::string& name = m_.params[i].name;
+      if (!unpredicted.empty() && unpredicted[static_cast<size_t>(r)][i]) continue;
       const safetensors::Tensor* got = mine.find("param_after", name);
+      if (zero1_.present() && !run_.ranks[static_cast<size_t>(r)].steps_param(i) &&
+          kept_its_value(mine, i, after[i])) {
+        kept.push_back(name);
+        continue;
+      }
       if (!got) {  // a digest
         const bool same =
             mine.digest_of(after[i].data(), static_cast<size_t>(after[i].size())) == mine.crc32.at("param_after/" + name);
@@ -208,6 +245,7 @@ void RunCheck::optimizer_pass(StepLine& line) {
       count(line.params, line.rank_params, r, c);
       rows.push_back(c);
     }
+    zero1_.not_broadcast(step_, r, kept, found_);
     if (stepped) found_.step_vs_prediction(step_, r, rows, res_.step_exact, &res_.first_divergence);
     carried_[static_cast<size_t>(r)] = std::move(state_after);
     carried_step_[static_cast<size_t>(r)] = stepped ? rec->step : -1;

@@ -86,6 +86,8 @@ class _Manifest:
         ddp_opts, buckets = self._ddp_options() if self._fsdp is None else (None, {})
         optimizer = {"class": type(self.optimizer).__name__, "param_groups": self._groups}
         optimizer.update(self._opt_coverage)
+        if self._shard is not None:
+            optimizer["sharded"] = self._shard
         manifest = {
             "format": FORMAT, "version": VERSION,
             "run_id": self.run_id,

@@ -157,16 +157,53 @@ def _framework(model, optimizer):
     return None
 
 
+def _wrapped_optimizer(opt):
+    """The torch.optim optimizer opt wraps as .optimizer or ._optimizer (Fabric's, accelerate's, Lightning's), or
+    None."""
+    for attr in ("optimizer", "_optimizer"):
+        inner = getattr(opt, attr, None)
+        if isinstance(inner, torch.optim.Optimizer) and inner is not opt:
+            return inner
+    return None
+
+
 def _torch_optimizer(opt):
     """The torch.optim optimizer inside Fabric's, accelerate's or Lightning's wrapper (or opt itself)."""
     for _ in range(8):  # Fabric's wrapper is also an instance of the optimizer's class (FabricSGD): look inside first
-        inner = getattr(opt, "optimizer", None)
-        if not isinstance(inner, torch.optim.Optimizer):
-            inner = getattr(opt, "_optimizer", None)
-        if not isinstance(inner, torch.optim.Optimizer) or inner is opt:
+        inner = _wrapped_optimizer(opt)
+        if inner is None:
             return opt
         opt = inner
     return opt
+
+
+def _param_ids(opt):
+    return {id(p) for g in getattr(opt, "param_groups", None) or [] for p in g.get("params", [])}
+
+
+def _shard_of(opt, model):
+    """ZeRO-1 (an optimizer sharded by hand, or torch's ZeroRedundancyOptimizer): (holder, attribute, inner), where
+    holder is opt or an optimizer it wraps, and holder.<attribute> is a torch.optim optimizer that steps only some
+    of the parameters (this rank's share; the rest are stepped by their owners and broadcast). None otherwise;
+    never raises."""
+    try:
+        everything = {id(p) for p in model.parameters() if p.requires_grad}
+        for _ in range(8):
+            own = _param_ids(opt) or everything  # a holder that is not a torch.optim optimizer has no groups
+            found = [(attr, v) for attr, v in vars(opt).items()
+                     if isinstance(v, torch.optim.Optimizer) and v is not opt]
+            if len(found) == 1:
+                attr, inner = found[0]
+                mine = _param_ids(inner)
+                if mine < own and mine <= everything:
+                    return opt, attr, inner
+            inner = _wrapped_optimizer(opt)
+            if inner is None:
+                return None
+            opt = inner
+    except Exception:
+        pass
+    return None
 
 def _sparse_grad_params(module):
     """ids of the parameters whose gradient is sparse: Embedding/EmbeddingBag(sparse=True)'s weights."""

@@ -14,7 +14,7 @@ from .digests import _digest, _sqrt_is_ieee
 from .hand import _HandSync, _hooks_first
 from .hooks import _HookInfo
 from .manifest import _Manifest
-from .models import _Hand, _Sharded, _framework, _sparse_grad_params, _torch_optimizer, _what_model
+from .models import _Hand, _Sharded, _framework, _shard_of, _sparse_grad_params, _torch_optimizer, _what_model
 from .record import _Record
 from .spies import _JOIN_EVENTS
 from .step import _Step
@@ -33,7 +33,15 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("DDPTrace: torch.distributed is not initialised (call init_process_group first)")
         self._framework = _framework(ddp_model, optimizer)
-        optimizer = _torch_optimizer(optimizer)
+        # A sharded optimizer (ZeRO-1): its inner optimizer's groups and state are recorded, this rank's share, and
+        # the holder's step() is wrapped, so that the step's record includes the broadcasts after the shard's step.
+        shard = _shard_of(optimizer, ddp_model) if isinstance(ddp_model, torch.nn.Module) else None
+        self._shard = None
+        if shard is not None:
+            self._stepped, attr, optimizer = shard
+            self._shard = {"by": type(self._stepped).__name__, "attribute": attr}
+        else:
+            optimizer = self._stepped = _torch_optimizer(optimizer)
         if not hasattr(optimizer, "param_groups") or not hasattr(optimizer, "step"):
             raise TypeError("DDPTrace: the second argument must be a torch.optim optimizer, "
                             "got %s" % type(optimizer).__name__)
@@ -237,6 +245,9 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         module_ids = {id(p) for p in module.parameters()}
         for info, (_, p) in zip(self._outside_info, self._outside):
             info["in_optimizer"] = id(p) in in_groups
+        if self._shard is not None:  # the other ranks step the rest: ddp_check sees every rank's share
+            self._shard["owned"] = [i for i, p in enumerate(self._params) if id(p) in in_groups]
+            in_groups |= {id(p) for p in self._params + self._unchecked_params}
         self._opt_coverage = {
             "missing_params": [i for i, p in enumerate(self._params) if id(p) not in in_groups],
             "missing_unchecked": [u["name"] for u, p in zip(self._unchecked, self._unchecked_params)
@@ -286,6 +297,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
 
         # optimizer.step, wrapped on the instance as a bound method (LR schedulers re-wrap it through
         # __func__/__self__); the original is called unchanged.
+        optimizer, inner = self._stepped, optimizer
         self._had_own_step = "step" in optimizer.__dict__
         self._original_step = optimizer.step
         trace = self
@@ -303,7 +315,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         # step's record (a GAN's generator pass through the discriminator after optimizerD.step(), before
         # netD.zero_grad()), the replay must clear .grad there too. Wrapped on the instance; the original runs.
         self._zero_grad_wrapped = []
-        for obj in (optimizer, ddp_model, getattr(ddp_model, "module", None)):
+        for obj in (optimizer, inner, ddp_model, getattr(ddp_model, "module", None)):
             if obj is None or isinstance(obj, (_Sharded, _Hand)) or any(o is obj for o, _, _ in self._zero_grad_wrapped):
                 continue
             had_own = "zero_grad" in obj.__dict__
@@ -384,7 +396,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
             h.remove()
         self._handles = []
         self._forget_collectives()
-        opt = self.optimizer
+        opt = self._stepped
         if self._step_fn is not None and opt.__dict__.get("step") is not None and \
                 getattr(opt.__dict__["step"], "__func__", None) is self._step_fn:
             if self._had_own_step:

@@ -257,15 +257,16 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
                       ref->step, who, changed, first_step ? ", or from rank " + std::to_string(r0) + "'s at the first recorded step" : ""));
     } else if (forward_bypassed_ddp(*rec) || forward_bypassed_ddp(*ref)) {
       continue;  // module(x) or a second backward on one of the two: not-all-reduced names it
-    } else if (m.hand) {  // the script's own sync left the ranks different gradients
-      name = first_difference(m, *rec, "grad_step", *ref, "grad_step");
-      if (name.empty()) name = after;
+    } else if (m.hand && !(name = first_difference(m, *rec, "grad_step", *ref, "grad_step")).empty()) {
+      // The script's own sync left the ranks different gradients.
       note_div(fmt::format("rank {}'s .grad at optimizer.step() vs rank {}'s", rank, r0), "grad_step");
       add("replicas-diverged", "problem", "gradients", ref->step, rank, name,
           fmt::format("step {}: rank {} stepped with another gradient of '{}' than rank {}: the script's own sync "
                       "did not give every rank the same average{}", ref->step, rank, name, r0,
                       diverged_ ? "" : " (the hand-sync findings say where)"));
-    } else if (!synced(*rec) || !synced(*ref)) {
+    } else if (m.sharded) {
+      continue;  // ZeRO-1, equal gradients: zero1/not-broadcast, or the owner's step checked on every rank, says why
+    } else if (!m.hand && (!synced(*rec) || !synced(*ref))) {
       // No all-reduce ran in this step on one of the two: the gradients were never averaged.
       const int who = !synced(*rec) ? rank : r0;
       name = first_difference(m, *rec, "grad_step", *ref, "grad_step");

@@ -68,6 +68,7 @@ bool Findings::whole_run_step(const std::vector<const StepRecord*>& recs, Diverg
   bool params_equal = true;
   std::set<int> named;  // one finding per rank and step: its first stage to differ
   for (const Stage& stage : kStages) {
+    if (m.sharded && std::string(stage.kind) == "state") continue;  // ZeRO-1: each rank holds its own share's state
     std::map<std::vector<uint32_t>, std::vector<int>> by_value;  // digests -> the ranks that hold them
     std::map<int, std::vector<std::string>> names_of;
     int64_t step = -1;

@@ -85,6 +85,7 @@ std::string format_text(const CheckResult& r) {
            "average of the same local gradients beside it (vs DDP)\n";
   out += fmt::format("{}addition order: {}\n", r.hand.present ? "DDP's " : "", r.order);
   out += fmt::format("{}: {}\n", r.sharded ? "sharding" : "buckets (from iteration 1)", r.buckets);
+  if (!r.zero1.empty()) out += "optimizer: " + r.zero1 + "\n";
   if (!r.step_exact) out += fmt::format("optimizer step: {}\n", r.step_why);
   std::set<int64_t> found_at;  // steps a finding names: their whole-run lines are printed one by one
   for (const Finding& f : r.findings) found_at.insert(f.step);
@@ -106,7 +107,8 @@ std::string format_text(const CheckResult& r) {
                          r.sharded          ? "whole run: each rank's shards as its previous step left them, every "
                                               "gradient and parameter finite (" + steps + ")"
                          : l.replicas_equal ? "whole run: every rank's digests of .grad, the step's gradients, the "
-                                              "parameters and the optimizer state equal (" + steps + ")"
+                                              "parameters" + std::string(r.zero1.empty() ? " and the optimizer state" : "") +
+                                              " equal (" + steps + ")"
                                             : "whole run: digests compared across ranks (" + steps + "), as diverged above",
                          r.sharded ? "sharded" : l.replicas_equal ? "replicas equal" : "replicas DIFFER");
       i = j;
@@ -167,6 +169,7 @@ std::string format_json(const CheckResult& r) {
   nlohmann::json j = {{"verdict", r.problems() ? "problems" : "as-predicted"},
                       {"world_size", r.world_size},
                       {"sharded", r.sharded},
+                      {"zero1", r.zero1.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.zero1)},
                       {"steps", r.steps.size()},
                       {"backend", r.backend},
                       {"torch_version", r.torch_version},

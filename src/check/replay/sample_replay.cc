@@ -194,6 +194,8 @@ void check_sample(const Run& run, const GradReplay& replay, const std::vector<co
     }
     std::vector<Matrix> after;
     safetensors::TensorMap state_after;
+    const Manifest& mr = run.ranks[static_cast<size_t>(r)];
+    if (mr.sharded) ms.param_groups = mr.param_groups, ms.owned = mr.owned, ms.sharded = true;  // this rank's share
     if (!complete || !predict_step(ms, rs, &after, &why, &state_after)) continue;
     named = false;
     const auto compare = [&](const std::string& kind, size_t i, const float* want, const char* what) {
@@ -213,7 +215,8 @@ void check_sample(const Run& run, const GradReplay& replay, const std::vector<co
       }
     };
     for (size_t i = 0; i < np; ++i) {
-      if (slots_of[i].empty()) continue;
+      // ZeRO-1: a parameter of another rank's share ends as its owner's step (compared across ranks by digest).
+      if (slots_of[i].empty() || !ms.steps_param(i)) continue;
       compare("param_after", i, after[i].data(), "value");
       const std::string prefix = "state/" + m.params[i].name + "/";
       for (const auto& [key, t] : state_after)

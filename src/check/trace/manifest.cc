@@ -236,6 +236,14 @@ Manifest parse_manifest_fields(const std::string& path) {
   if (opt.contains("missing_unchecked") && opt.at("missing_unchecked").is_array())
     for (const json& n : opt.at("missing_unchecked"))
       if (n.is_string()) m.missing_unchecked.push_back(n.get<std::string>());
+  if (opt.contains("sharded") && !opt.at("sharded").is_null()) {
+    const json& sh = opt.at("sharded");
+    if (!sh.is_object()) fail(path, "optimizer.sharded is " + sh.dump() + ", not an object");
+    m.sharded = true;
+    m.sharded_by = str(sh, "by", path);
+    m.owned = indices(field(sh, "owned", path), "optimizer.sharded.owned", path, m.params.size());
+    std::sort(m.owned.begin(), m.owned.end());
+  }
   if (opt.contains("foreign_params") && !opt.at("foreign_params").is_null())
     m.foreign_params = integer(opt.at("foreign_params"), "optimizer.foreign_params", path, 0, int64_t{1} << 40);
   m.complete = boolean(j, "complete", path, true);
@@ -313,6 +321,7 @@ Run open_run(const std::string& dir_in) {
     if (m.params.size() != m0.params.size()) differs("number of parameters");
     if (m.fsdp.present != m0.fsdp.present) differs("fsdp");
     if (m.hand != m0.hand) differs("sync");
+    if (m.sharded != m0.sharded) differs("optimizer (sharded on some ranks only)");
     // Under FSDP each rank holds its own shard: the ranks agree on the full shapes.
     const auto& shapes = m.fsdp.present ? m.fsdp.full : m.params;
     const auto& shapes0 = m0.fsdp.present ? m0.fsdp.full : m0.params;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <array>
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -133,6 +134,13 @@ struct Manifest {
   std::vector<TensorInfo> params, buffers;
   std::string optimizer_class;
   nlohmann::json param_groups;  // torch's param_groups, "params" as indices into params
+  // ZeRO-1 (optimizer "sharded"): optimizer_class and param_groups are those of the optimizer inside
+  // `sharded_by` that steps this rank's share, `owned` (sorted); each parameter is then broadcast from its owner.
+  bool sharded = false;
+  std::string sharded_by;
+  std::vector<size_t> owned;
+  // Whether this rank's optimizer steps parameter i (every one, unless sharded).
+  bool steps_param(size_t i) const { return !sharded || std::binary_search(owned.begin(), owned.end(), i); }
   std::vector<size_t> first_ready_order;
   std::vector<std::vector<size_t>> torch_buckets;          // torch's rebuilt layout, when the recorder saw it
   std::vector<std::vector<size_t>> torch_buckets_initial;  // torch's layout at DDPTrace() (iteration 0)

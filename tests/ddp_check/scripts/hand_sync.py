@@ -24,6 +24,15 @@ DistributedSampler, gradients synchronised by the script itself, traced with the
   no_wait        (hooks) the async all-reduces are not waited before optimizer.step()
   no_reset       (hook_buckets) the buckets' ready counts are never reset: no bucket fires after step 0
   on_ddp         the model wrapped in DistributedDataParallel too, and the script's own average run on top of DDP's
+  no_shard_broadcast  (--shard byhand) the sharded step is never broadcast: each rank keeps only its own share
+--style ddp: no sync by hand: torch's DistributedDataParallel (for --shard with DDP).
+--shard (ZeRO-1: each rank's optimizer steps its share of the parameters, then each is broadcast from its owner):
+  none      one optimizer on every rank, stepping every parameter
+  byhand    CS336's ShardedOptimizer: a torch.optim.Optimizer subclass over every parameter, holding a local
+            optimizer of the parameters it owns (round robin); step() steps it, then broadcasts each parameter
+  plain     the same as a plain class (no torch.optim base): .opt, .step(), .zero_grad()
+  torch     torch.distributed.optim.ZeroRedundancyOptimizer
+--optimizer sgd (momentum 0.9) | adam.
 --accumulate K: K micro-batches per step, synchronised once after the last.
 --batchnorm: a BatchNorm1d after the first layer (its running statistics are buffers: each rank's own unless
   --broadcast-buffers, which broadcasts rank 0's before every forward, as DDP does by default).
@@ -45,10 +54,13 @@ from ddplab_trace import DDPTrace
 
 def options(p):
     p.add_argument("--style", default="tutorial",
-                   choices=["tutorial", "multiply", "predivide", "avg", "flat", "buckets", "hooks", "hook_buckets"])
+                   choices=["tutorial", "multiply", "predivide", "avg", "flat", "buckets", "hooks", "hook_buckets",
+                            "ddp"])
     p.add_argument("--mistake", default="none",
                    choices=["none", "no_divide", "divide_twice", "hardcoded_ws", "skip_bias", "no_broadcast",
-                            "double_grad", "hook_param", "no_wait", "no_reset", "on_ddp"])
+                            "double_grad", "hook_param", "no_wait", "no_reset", "on_ddp", "no_shard_broadcast"])
+    p.add_argument("--shard", default="none", choices=["none", "byhand", "plain", "torch"])
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--bucket-numel", type=int, default=300)
     p.add_argument("--batchnorm", action="store_true")
@@ -140,6 +152,8 @@ class HandDDP(nn.Module):
             for _, p in self.handles:
                 p.grad /= d
             self.handles = []
+        elif style == "ddp":
+            pass  # DistributedDataParallel averaged them in the backward
         elif style in ("tutorial", "multiply", "predivide", "avg"):
             for p in params:
                 if style == "predivide":
@@ -178,6 +192,68 @@ class HandDDP(nn.Module):
                 p.grad /= self.world_size
 
 
+def _owners(params, world_size):
+    return [(p, i % world_size) for i, p in enumerate(params)]  # round robin, in the order the groups list them
+
+
+class ShardedOptimizer(torch.optim.Optimizer):
+    """CS336's ZeRO-1: the groups hold every parameter; a local optimizer of optimizer_cls steps this rank's share,
+    then each parameter is broadcast from the rank that owns it."""
+
+    def __init__(self, params, optimizer_cls, broadcast=True, **kwargs):
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.cls, self.kwargs, self.broadcast = optimizer_cls, kwargs, broadcast
+        self.owner, self.local = [], None
+        super().__init__(params, kwargs)
+
+    def add_param_group(self, group):
+        super().add_param_group(group)
+        owned = _owners(group["params"], self.world_size)
+        self.owner += owned
+        mine = dict(self.param_groups[-1], params=[p for p, r in owned if r == self.rank])
+        if self.local is None:
+            self.local = self.cls([mine], **self.kwargs)
+        else:
+            self.local.add_param_group(mine)
+
+    def step(self, closure=None):
+        loss = self.local.step(closure)
+        if self.broadcast:
+            for p, owner in self.owner:
+                dist.broadcast(p.data, src=owner)
+        return loss
+
+
+class PlainSharded:
+    """The same ZeRO-1 as a plain class."""
+
+    def __init__(self, params, optimizer_cls, **kwargs):
+        self.params = list(params)
+        self.owner = _owners(self.params, dist.get_world_size())
+        self.opt = optimizer_cls([p for p, r in self.owner if r == dist.get_rank()], **kwargs)
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        self.opt.step()
+        for p, owner in self.owner:
+            dist.broadcast(p.data, src=owner)
+
+
+def make_optimizer(params, args):
+    cls, kw = (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}) if args.optimizer == "sgd" else (torch.optim.Adam, {"lr": 0.01})
+    if args.shard == "byhand":
+        return ShardedOptimizer(params, cls, broadcast=args.mistake != "no_shard_broadcast", **kw)
+    if args.shard == "plain":
+        return PlainSharded(params, cls, **kw)
+    if args.shard == "torch":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, **kw)
+    return cls(params, **kw)
+
+
 def oracle(ddp, model, loss_fn, x, y, args):
     """DDP's gradient of the same batch from the same weights, against the hand-written sync's, value by value."""
     loss_fn(ddp(x), y).backward()
@@ -202,8 +278,9 @@ def main(rank, world_size, args):
     loader = DataLoader(data, batch_size=8, sampler=sampler)
     hand = HandDDP(model, args, world_size)
     ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model)) if args.oracle else None
-    net = torch.nn.parallel.DistributedDataParallel(model) if args.mistake == "on_ddp" else hand
-    optimizer = torch.optim.SGD(hand.parameters(), lr=0.1, momentum=0.9)
+    on_ddp = args.mistake == "on_ddp" or args.style == "ddp"
+    net = torch.nn.parallel.DistributedDataParallel(model) if on_ddp else hand
+    optimizer = make_optimizer(hand.parameters(), args)
     loss_fn = nn.CrossEntropyLoss()
 
     trace = DDPTrace(net, optimizer, args.out, every=args.every, full=args.full) if args.trace else None
