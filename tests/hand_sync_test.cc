@@ -57,6 +57,8 @@ const Case kCases[] = {
     {"no_reset", "--style hook_buckets --mistake no_reset", "sync-stopped", 1, "", "", true},
     // DDP and the script's own average on top of it: a DDP run (DDP's replay as ever), the extra all-reduce named.
     {"on_ddp", "--mistake on_ddp", "on-top-of-ddp", 0, "0.weight"},
+    {"last_micro", "--style flat --accumulate 2 --mistake last_micro", "last-micro-batch-only", 0, ""},
+    {"no_sampler", "--mistake no_sampler", "same-data-on-all-ranks/", 0, ""},
     // ZeRO-1 by hand: each rank's optimizer steps its share, then broadcasts it; the owner's step is every rank's.
     // Adam for 14 steps: past the full steps, the whole-run sample replays each rank's share only.
     {"zero1", "--shard byhand", nullptr, -1, "", "SUM then / world_size, per parameter"},

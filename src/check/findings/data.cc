@@ -207,7 +207,7 @@ bool data_findings(const Run& run, const std::vector<RankData>& data, Findings* 
       same_everywhere = true;
       found->add("same-data-on-all-ranks", "problem", "", first_step, -1, "",
                  fmt::format("step {}: every rank iterated over the very same {} samples in its epoch {} (from the "
-                             "sampler's indices): DDP then averages {} gradients of the same data. {}",
+                             "sampler's indices): the all-reduce then averages {} gradients of the same data. {}",
                              first_step, owners.size(), key.iteration, ws, sampler_advice(run)));
     } else if (shared > ws - 1) {  // DistributedSampler pads an epoch with at most world_size - 1 repeats
       const bool split = split_differs(base);

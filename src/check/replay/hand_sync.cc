@@ -80,11 +80,21 @@ std::vector<float> accumulated(const StepRecord& rec, const std::string& name) {
   return acc;
 }
 
+// The step's last backward's local gradient, where the step has more than one backward (micro-batches). Empty:
+// none, or a single backward.
+std::vector<float> last_local(const StepRecord& rec, const std::string& name) {
+  if (rec.backwards.size() < 2) return {};
+  const safetensors::Tensor* l = rec.find("local/" + std::to_string(rec.backwards.size() - 1), name);
+  return l ? l->data : std::vector<float>();
+}
+
 // Where a parameter's gradient went in one rank's collectives: collective index, offset in it, the transform
-// applied before; found by its own name (a .grad handed over) or by its values (a flat buffer, a bucket).
+// applied before; found by its own name (a .grad handed over) or by its values (a flat buffer, a bucket). last:
+// what was handed over is the last micro-batch's gradient, not the accumulated one.
 struct Carrier {
   size_t c = 0, offset = 0;
   int pre = -1;
+  bool last = false;
 };
 
 }  // namespace
@@ -138,8 +148,11 @@ void HandSync::explain(const std::vector<StepRecord*>& recs, Findings& found, St
   const std::vector<Collective>& calls = recs[0]->collectives;
   synced_at_.resize(m.params.size(), -1);
   // Rank 0's accumulated gradients, and where each went: by name, else found by value in a buffer's input.
-  std::vector<std::vector<float>> acc0(m.params.size());
-  for (size_t i = 0; i < m.params.size(); ++i) acc0[i] = accumulated(*recs[0], m.params[i].name);
+  std::vector<std::vector<float>> acc0(m.params.size()), last0(m.params.size());
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    acc0[i] = accumulated(*recs[0], m.params[i].name);
+    last0[i] = last_local(*recs[0], m.params[i].name);
+  }
   std::vector<std::vector<Carrier>> carriers(m.params.size());
   std::set<size_t> buffers_used;
   for (size_t c = 0; c < calls.size(); ++c) {
@@ -158,9 +171,10 @@ void HandSync::explain(const std::vector<StepRecord*>& recs, Findings& found, St
       for (size_t i = 0; i < m.params.size() && !found_one; ++i) {
         const size_t n = acc0[i].size();
         if (n == 0 || off + n > x.size()) continue;
-        const int t = which(ts, acc0[i].data(), x.data() + off, n, ws);
+        int t = which(ts, acc0[i].data(), x.data() + off, n, ws);
+        const bool last = t < 0 && last0[i].size() == n && (t = which(ts, last0[i].data(), x.data() + off, n, ws)) >= 0;
         if (t < 0) continue;
-        carriers[i].push_back({c, off, t});
+        carriers[i].push_back({c, off, t, last});
         buffers_used.insert(c);
         off += n, found_one = true;
       }
@@ -219,7 +233,9 @@ void HandSync::explain(const std::vector<StepRecord*>& recs, Findings& found, St
       const Carrier& cr = carriers[i].back();  // the last call that carried it is what the step read
       const Collective& k = rec->collectives[cr.c];
       if (!k.kept || k.in.size() < cr.offset + n) continue;
-      const int pre = which(ts, acc.data(), k.in.data() + cr.offset, n, ws);
+      int pre = which(ts, acc.data(), k.in.data() + cr.offset, n, ws);
+      const std::vector<float> last = pre < 0 ? last_local(*rec, name) : std::vector<float>();
+      const bool last_only = pre < 0 && last.size() == n && (pre = which(ts, last.data(), k.in.data() + cr.offset, n, ws)) >= 0;
       const std::vector<float>* result =
           replayed_[cr.c].empty() ? &k.out : &replayed_[cr.c][static_cast<size_t>(r)];
       if (result->size() < cr.offset + n) continue;
@@ -237,6 +253,13 @@ void HandSync::explain(const std::vector<StepRecord*>& recs, Findings& found, St
                               step, r, name, pre < 0 ? "handed to its all-reduce" : "stepped with after its all-reduce"));
         continue;
       }
+      if (last_only)
+        mistake("last-micro-batch-only", name,
+                fmt::format("step {}: '{}' was averaged from the last micro-batch's gradient only (the last of {} "
+                            "backwards): the earlier micro-batches' gradients were dropped before the all-reduce (a "
+                            "buffer filled by a hook at each backward, or .grad overwritten, instead of accumulated). "
+                            "All-reduce the accumulated .grad once, after the step's last backward",
+                            step, name, rec->backwards.size()));
       const double sum = k.reduce_op == "AVG" ? 1.0 : k.reduce_op == "SUM" ? ws : 0.0;
       const double total = ts[static_cast<size_t>(pre)].factor * sum * ts[static_cast<size_t>(post)].factor;
       if (r == 0) {

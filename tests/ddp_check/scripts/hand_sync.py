@@ -24,6 +24,9 @@ DistributedSampler, gradients synchronised by the script itself, traced with the
   no_wait        (hooks) the async all-reduces are not waited before optimizer.step()
   no_reset       (hook_buckets) the buckets' ready counts are never reset: no bucket fires after step 0
   on_ddp         the model wrapped in DistributedDataParallel too, and the script's own average run on top of DDP's
+  last_micro     (flat, buckets; with --accumulate) the buffer is filled from each backward's gradient as a tensor
+                 hook saw it, so only the last micro-batch's gradient is averaged
+  no_sampler     no DistributedSampler: every rank trains on the same batches
   no_shard_broadcast  (--shard byhand) the sharded step is never broadcast: each rank keeps only its own share
 --style ddp: no sync by hand: torch's DistributedDataParallel (for --shard with DDP).
 --shard (ZeRO-1: each rank's optimizer steps its share of the parameters, then each is broadcast from its owner):
@@ -58,7 +61,7 @@ def options(p):
                             "ddp"])
     p.add_argument("--mistake", default="none",
                    choices=["none", "no_divide", "divide_twice", "hardcoded_ws", "skip_bias", "no_broadcast",
-                            "double_grad", "hook_param", "no_wait", "no_reset", "on_ddp", "no_shard_broadcast"])
+                            "double_grad", "hook_param", "no_wait", "no_reset", "on_ddp", "no_shard_broadcast", "last_micro", "no_sampler"])
     p.add_argument("--shard", default="none", choices=["none", "byhand", "plain", "torch"])
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     p.add_argument("--accumulate", type=int, default=1)
@@ -96,6 +99,10 @@ class HandDDP(nn.Module):
                     self.bucket_of[p] = b
                     p.register_post_accumulate_grad_hook(self._bucket_hook)
             self.ready = [0] * len(self.buckets)
+        if args.mistake == "last_micro":  # the gradient of each backward, kept by a hook: the last one wins
+            self.last = {}
+            for p in module.parameters():
+                p.register_hook(self._keeping_hook(p))
         if args.mistake == "double_grad":
             for p in module.parameters():
                 p.register_hook(self._doubling_hook(p))
@@ -105,6 +112,11 @@ class HandDDP(nn.Module):
             for b in self.module.buffers():
                 dist.broadcast(b, src=0)
         return self.module(x)
+
+    def _keeping_hook(self, p):
+        def hook(grad):
+            self.last[p] = grad
+        return hook
 
     def _doubling_hook(self, p):
         def hook(grad):
@@ -177,7 +189,8 @@ class HandDDP(nn.Module):
                 buckets.append(cur)
             works = []
             for b in buckets:
-                flat = torch.cat([p.grad.reshape(-1) for p in b])
+                src = [self.last[p] if self.args.mistake == "last_micro" else p.grad for p in b]
+                flat = torch.cat([g.reshape(-1) for g in src])
                 works.append((dist.all_reduce(flat, async_op=style == "buckets"), flat, b))
             for work, flat, b in works:
                 if work is not None:
@@ -275,7 +288,7 @@ def main(rank, world_size, args):
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(96, 10), torch.randint(0, 3, (96,)))
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    loader = DataLoader(data, batch_size=8, sampler=None if args.mistake == "no_sampler" else sampler)
     hand = HandDDP(model, args, world_size)
     ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model)) if args.oracle else None
     on_ddp = args.mistake == "on_ddp" or args.style == "ddp"
