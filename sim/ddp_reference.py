@@ -20,6 +20,7 @@ Must be run with Debian's python3-torch (1.13); `python3` on PATH may not have t
 """
 import argparse
 import contextlib
+import copy
 import datetime
 import json
 import os
@@ -41,6 +42,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from comm_hooks import add_comm_hook_flags, register_comm_hook  # noqa: E402
 import cpu_sync_batchnorm  # noqa: E402
+import hand_sync_reference  # noqa: E402
 
 # Wall-clock limit for the whole run (all ranks); a rank that fails or hangs makes the script exit 1.
 TIMEOUT_S = float(os.environ.get('DDP_REFERENCE_TIMEOUT', '600'))
@@ -122,6 +124,7 @@ def parser():
     # and arguments; the dump then has "zero": each rank's partition (names) and optimizer state (floats).
     ap.add_argument('--zero', type=bool_flag, default=False)
     add_comm_hook_flags(ap.add_argument)
+    hand_sync_reference.add_flags(ap.add_argument)  # --hand-sync, --average: no DDP, the script's own average
     # Uneven inputs: rank r trains on the first B - K*r batches of each epoch; --join wraps each epoch's loop
     # in torch.distributed.algorithms.Join([ddp], divide_by_initial_world_size=(--join-divide initial)), or
     # Join([ddp, zero]) with --zero true. --join-scope run: one Join around all epochs instead of one per epoch
@@ -340,9 +343,14 @@ def worker(rank, a, init_file, result_dir):
         if a.sync_batchnorm:  # convert_sync_batchnorm, on CPU (cpu_sync_batchnorm.py says how)
             cpu_sync_batchnorm.install_cpu_ops()
             cpu_sync_batchnorm.convert(model)
-        ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers,
-                  find_unused_parameters=a.find_unused_parameters, static_graph=a.static_graph)
-        register_comm_hook(ddp, a)
+        hand = a.hand_sync != 'none'
+        model0 = copy.deepcopy(model) if hand else None  # (all ranks seeded alike: rank 0's weights)
+        if hand:
+            ddp = hand_sync_reference.HandSynced(model, a)
+        else:
+            ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers,
+                      find_unused_parameters=a.find_unused_parameters, static_graph=a.static_graph)
+            register_comm_hook(ddp, a)
         if a.seed_per_rank:  # the training script's own seed per rank, after DDP(model)
             torch.manual_seed(a.seed + rank)
         opt_class, kw = ((torch.optim.SGD, dict(lr=a.lr, momentum=a.momentum)) if a.optimizer == 'sgd'
@@ -352,6 +360,8 @@ def worker(rank, a, init_file, result_dir):
             opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=opt_class, **kw)
         else:
             opt = opt_class(ddp.parameters(), **kw)
+        if hand:
+            opt = hand_sync_reference.SyncThenStep(ddp, opt)
         loss_fn = F.mse_loss if a.loss == 'mse' else F.cross_entropy
 
         sampler = DistributedSampler(ds, num_replicas=ws, rank=rank, shuffle=a.shuffle, seed=a.sampler_seed,
@@ -359,6 +369,7 @@ def worker(rank, a, init_file, result_dir):
         loader = DataLoader(ds, batch_size=a.batch_size, sampler=sampler, drop_last=a.loader_drop_last)
 
         indices, losses = [], []
+        first = None  # this rank's first batch (--hand-sync's step0)
         joinables = [ddp, opt] if a.zero else [ddp]
 
         def make_join():
@@ -371,13 +382,17 @@ def worker(rank, a, init_file, result_dir):
                     sampler.set_epoch(epoch)
                 indices.append([int(i) for i in sampler])
                 batches = list(loader)
+                first = first if epoch else batches[0]
                 batches = batches[:len(batches) - a.uneven * rank]  # a loop that breaks early
                 with (make_join() if a.join_scope == 'epoch' else contextlib.nullcontext()):
                     run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses)
 
         doc = {'indices': indices, 'losses': losses}
         # the buckets DDP holds now, in bytes (its logging data: '22568, 1050624' ...), for the layout's tests
-        doc['bucket_sizes'] = [int(b) for b in ddp._get_ddp_logging_data().get('bucket_sizes', '').split(',') if b]
+        if hand:
+            doc['step0'] = hand_sync_reference.step0(a, model0, first, loss_fn)
+        else:
+            doc['bucket_sizes'] = [int(b) for b in ddp._get_ddp_logging_data().get('bucket_sizes', '').split(',') if b]
         if a.dataset == 'digits':  # DDP(model).eval() under no_grad, as a training script evaluates
             x_test, y_test = load_digits(a)[1]
             ddp.eval()
@@ -446,7 +461,11 @@ def main(argv=None):
                'args': cli_args(argv),
                'replicas': [d['params'] for d in ranks],
                'sampler_indices': [[d['indices'][e] for d in ranks] for e in range(a.epochs)],
-               'losses': [d['losses'] for d in ranks], 'bucket_sizes': ranks[0]['bucket_sizes']}
+               'losses': [d['losses'] for d in ranks]}
+        if 'bucket_sizes' in ranks[0]:
+            doc['bucket_sizes'] = ranks[0]['bucket_sizes']
+        if 'step0' in ranks[0]:  # --hand-sync: rank 0's step-0 values that are torch DDP's bits
+            doc['step0'] = ranks[0]['step0']
         if 'buffers' in ranks[0]:
             doc['buffers'] = [d['buffers'] for d in ranks]
         if a.zero:

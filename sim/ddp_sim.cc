@@ -15,6 +15,7 @@
 #include "src/base/flags.h"
 #include "src/gpt/train.h"
 #include "src/report/gpt_output.h"
+#include "src/report/hand_sync.h"
 #include "src/base/io.h"
 #include "src/base/parallel.h"
 #include "src/report/explain.h"
@@ -77,8 +78,13 @@ std::string no_rebuilt_layout(const ddp::Config& cfg, const ddp::TrainLog& res) 
 
 // The nn.Sequential models' output: DistributedSampler's epochs, the buckets, the cmp tables.
 Printed print_sequential(const ddp::Config& cfg, const ddp::SimResult& res, const Flags& flags,
-                             const std::string& explanation) {
-  fmt::print("buckets at iteration 0: {}\n", res.buckets_first);
+                             const std::string& explanation, const std::vector<float>& hand_grad) {
+  const bool hand = cfg.hand_sync != ddp::HandSync::none;
+  if (hand) {
+    fmt::print("{}\n", describe_hand_sync(cfg, res));
+  } else {
+    fmt::print("buckets at iteration 0: {}\n", res.buckets_first);
+  }
   if (const std::string j = ddp::join_summary(cfg); !j.empty()) fmt::print("{}\n", j);
   const bool quiet = flags.get_bool("quiet", false);
   if (!quiet) {
@@ -110,7 +116,8 @@ Printed print_sequential(const ddp::Config& cfg, const ddp::SimResult& res, cons
         "epoch repeats\nepoch 1's order (the lines above): each rank meets the same batches in the same order every "
         "epoch, one\nfixed ordering instead of a reshuffle; sampler.set_epoch(epoch) before each epoch reshuffles\n");
   }
-  if (const std::string why = no_rebuilt_layout(cfg, res); !why.empty()) {
+  if (hand) {
+  } else if (const std::string why = no_rebuilt_layout(cfg, res); !why.empty()) {
     fmt::print("{}\n", why);
   } else {
     fmt::print("buckets from iteration {} (rebuilt in gradient-ready order, first bucket 1 MiB, cap {} MiB): {}\n",
@@ -123,6 +130,11 @@ Printed print_sequential(const ddp::Config& cfg, const ddp::SimResult& res, cons
   if (!res.hook_reports.empty()) out.hooks = ddp::format_hook_reports(cfg.comm_hook.name, res.hook_reports);
   if (!out.hooks.empty()) fmt::print("\n{}", out.hooks);
   out.tables = report_tables(cfg, res);
+  if (hand) {
+    std::vector<float> ddp_grad;
+    const ddp::SimResult twin = ddp::simulate(ddp_twin(cfg), false, keep_first_average(&ddp_grad));
+    out.tables += "\n" + hand_vs_ddp(cfg, res, twin, hand_grad, ddp_grad);
+  }
   fmt::print("\n{}", out.tables);
   return out;
 }
@@ -211,8 +223,10 @@ int run(int argc, char** argv) {
     for (const auto& r : tiny->ranks) records.push_back(report::record_of(*r));
     print_gpt(cfg, *tiny, records, flags);
   } else {
+    std::vector<float> hand_grad;  // --hand-sync: its step-0 average, against DDP's
+    if (cfg.hand_sync != ddp::HandSync::none) hooks.after_allreduce = keep_first_average(&hand_grad).after_allreduce;
     seq.emplace(ddp::simulate(cfg, single, hooks));
-    printed = print_sequential(cfg, *seq, flags, explanation);
+    printed = print_sequential(cfg, *seq, flags, explanation, hand_grad);
   }
   const ddp::TrainLog& trained = gpt ? static_cast<const ddp::TrainLog&>(*tiny) : *seq;
   const std::string error = trained.error ? ddp::unfinished_reduction_message(*trained.error) : "";

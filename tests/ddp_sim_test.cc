@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "tests/testing.h"
 
@@ -58,11 +61,64 @@ json torch_dump(const std::vector<std::string>& args) {
   std::vector<std::string> cmd = {"/usr/bin/env", "ATEN_CPU_CAPABILITY=avx2", "/usr/bin/python3", "sim/ddp_reference.py"};
   cmd.insert(cmd.end(), args.begin(), args.end());
   cmd.insert(cmd.end(), {"--dump-params", out});
-  const CommandResult r =
-      testing::run_oracle(cmd, {"sim/ddp_reference.py", "sim/cpu_sync_batchnorm.py", "sim/comm_hooks.py"}, out);
+  const CommandResult r = testing::run_oracle(
+      cmd, {"sim/ddp_reference.py", "sim/cpu_sync_batchnorm.py", "sim/comm_hooks.py", "sim/hand_sync_reference.py"}, out);
   EXPECT_EQ(r.status, 0) << r.err;
   return testing::load_json(out);
 }
+
+// --hand-sync: the script's own averaging (no DDP) in each layout and arithmetic, against the same averaging
+// written in torch (sim/hand_sync_reference.py): every parameter and loss of every rank bit for bit, and the
+// count of step 0's averaged values that are torch DDP's own bits (a DistributedDataParallel beside it) as
+// ddp_sim prints it. At 3 ranks some differ (the order of three additions, / 3 against * float(1/3)), except
+// DDP's own arithmetic in DDP's own iteration-0 layout (flat predivide); at 2 and in 4 with a flat buffer none.
+class HandSyncSim : public ::testing::TestWithParam<std::tuple<std::string, std::string, int>> {};
+
+TEST_P(HandSyncSim, IsTorchsBitForBitAndCountsDdpsBits) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live check skipped";
+  const auto& [layout, average, ws] = GetParam();
+  const std::vector<std::string> args = {"--world-size", std::to_string(ws), "--hand-sync", layout, "--average",
+                                         average, "--epochs", "2", "--bucket-cap-mb", "0.0001"};
+  const json torch = torch_dump(args);
+  std::vector<std::string> argv = args;
+  const std::string out = testing::temp_dir() + "/hand.json";
+  for (const std::string a : {"--quiet", "--dump-params", out.c_str()}) argv.push_back(a);
+  const CommandResult r = ddp_sim(argv);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json sim = testing::load_json(out);
+  for (size_t k = 0; k < static_cast<size_t>(ws); ++k)
+    for (const auto& [name, want] : torch["replicas"][k].items())
+      EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << "rank " << k << " " << name;
+  EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"]));
+  const int64_t exact = torch["step0"]["ddp_exact"], values = torch["step0"]["values"];
+  const std::string line = fmt::format("step 0's averaged gradient (the same weights and batches in both runs): {} of {} "
+                                       "values are DDP's bits", exact, values);
+  std::printf("%s %s at %d ranks: torch DDP's bits in %lld of %lld values\n%s", layout.c_str(), average.c_str(), ws,
+              static_cast<long long>(exact), static_cast<long long>(values),
+              r.out.substr(r.out.find("# hand-written sync vs DDP")).c_str());
+  EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+  const bool all = ws == 2 || (ws == 4 && layout == "flat") || (layout == "flat" && average == "predivide");
+  if (all) {
+    EXPECT_EQ(exact, values);
+  } else {
+    EXPECT_LT(exact, values);
+    EXPECT_NE(r.out.find("where the bits differ at step 0:"), std::string::npos);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Torch, HandSyncSim,
+    ::testing::Values(std::make_tuple("flat", "postdivide", 3), std::make_tuple("flat", "multiply", 3),
+                      std::make_tuple("flat", "divide-first", 3), std::make_tuple("flat", "predivide", 3),
+                      std::make_tuple("per-parameter", "postdivide", 3), std::make_tuple("buckets", "multiply", 3),
+                      std::make_tuple("per-parameter", "divide-first", 2), std::make_tuple("flat", "multiply", 2),
+                      std::make_tuple("buckets", "postdivide", 2), std::make_tuple("flat", "postdivide", 4),
+                      std::make_tuple("buckets", "postdivide", 4)),
+    [](const auto& info) {
+      std::string s = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_ws" + std::to_string(std::get<2>(info.param));
+      std::replace(s.begin(), s.end(), '-', '_');
+      return s;
+    });
 
 TEST(DdpSim, MatchesTorchDdpGoldens) {
   const json configs = testing::load_json("tests/golden/ddp/configs.json");
@@ -756,7 +812,11 @@ TEST(DdpSim, BadInputGetsOneLineAndExit2) {
       {{"--lr", "-1"}, "--lr must be in [0, 1000000] (got -1)"},
       {{"--trace", "/nonexistent-dir/t.json"}, "--trace: directory '/nonexistent-dir' does not exist"},
       {{"--dataset", "toy", "--layers", "3,2"}, "--dataset toy has 2 features and 2 classes"},
-      {{"--average", "mean"}, "--average must be one of predivide|postdivide|avg"},
+      {{"--average", "mean"}, "--average must be one of predivide|postdivide|avg|multiply|divide-first"},
+      {{"--average", "multiply"}, "--average multiply is a hand-written sync's arithmetic: give --hand-sync"},
+      {{"--hand-sync", "flat", "--average", "avg"}, "--hand-sync flat: not with --average avg (ReduceOp.AVG"},
+      {{"--hand-sync", "buckets", "--comm-hook", "allreduce"}, "--hand-sync buckets: not with --comm-hook"},
+      {{"--hand-sync", "ring"}, "--hand-sync must be one of none|per-parameter|flat|buckets"},
       {{"--wat"}, "unknown flag --wat"},
       {{"--inject-nan", "2:1"}, "--inject-nan 2:1: rank 2 is not one of the 2 ranks (0 to 1)"},
       {{"--inject-nan", "1"}, "--inject-nan takes RANK:STEP, two numbers from 0 (got '1')"},

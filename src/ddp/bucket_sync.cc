@@ -41,8 +41,10 @@ std::vector<HookReport> sync_buckets(Reducer& reducer, SyncOps& ops, size_t num_
         ops.copy(flat + b.offsets[k], ops.grad(b.params[k]), n);
       }
     }
+    if (reducer.divides_in()) ops.divide(flat, b.numel, ws);
     ops.all_reduce(flat, b.numel, op);
     if (reducer.postdivides()) ops.divide(flat, b.numel, ws);
+    if (reducer.multiplies_out()) ops.scale_copy(flat, flat, b.numel, scale);
     for (size_t k = 0; k < b.params.size(); ++k) {
       ops.copy(ops.grad(b.params[k]), flat + b.offsets[k], reducer.numel(b.params[k]));
     }

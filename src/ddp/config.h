@@ -42,6 +42,11 @@ enum class NoSyncLoss { sum, divide };  // sum | divide
 // Which of a step's K micro-batches runs outside no_sync() (--sync-on): the last (correct), the first (the
 // all-reduce averages only that micro-batch's .grad; the rest add each rank's own), or none (no all-reduce).
 enum class SyncOn { last, first, never };
+// --hand-sync: the gradients averaged by the training script itself instead of DDP's Reducer (the exercise every
+// DDP course sets), in one of the layouts courses write: an all-reduce per parameter (PyTorch's tutorial), one flat
+// buffer of every gradient in model order, or buckets of at most bucket_cap_mb in reverse model order, never
+// rebuilt. The arithmetic is --average's. none: DDP's own.
+enum class HandSync { none, per_parameter, flat, buckets };
 
 struct Config {
   int64_t world_size = 2;
@@ -78,6 +83,7 @@ struct Config {
   int64_t no_sync = 1;  // all-reduce every K micro-batches
   NoSyncLoss no_sync_loss = NoSyncLoss::sum;  // --model gpt: divide (nanoGPT's)
   SyncOn sync_on = SyncOn::last;
+  HandSync hand_sync = HandSync::none;
   // --loss-divisor D: loss = loss_fn(out, y) / D before the backward (D = world_size: the common mistake of
   // dividing by the number of ranks when DDP already averages). 1: no division.
   int64_t loss_divisor = 1;

@@ -26,13 +26,14 @@ const ChoiceNames& choice_names() {
                                 {"sgd", "adam", "adamw"},
                                 {"random", "toy", "rand", "digits", "text"},
                                 {"same", "per-rank", "continue"},
-                                {"predivide", "postdivide", "avg"},
+                                {"predivide", "postdivide", "avg", "multiply", "divide-first"},
                                 {"initial", "active"},
                                 {"epoch", "run"},
                                 {"zeros", "none"},
                                 {"none", "tanh"},
                                 {"sum", "divide"},
-                                {"last", "first", "never"}};
+                                {"last", "first", "never"},
+                                {"none", "per-parameter", "flat", "buckets"}};
   return n;
 }
 
@@ -191,8 +192,15 @@ const std::vector<FlagSpec>& flag_table() {
        [](const Flags& f, Config& c) { c.seed_per_rank = f.get_bool("seed-per-rank", c.seed_per_rank); },
        [](const Config& c) { return std::string(c.seed_per_rank ? "true" : "false"); }, true},
       choice_flag("average", &Config::average, choice_names().average,
-                  "  --average {choices}   grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | "
-                  "ncclAvg [{def}]\n"),
+                  "  --average {choices}\n"
+                  "                            grad*(1/ws) then SUM (PyTorch) | SUM then /ws (notebook) | ncclAvg |\n"
+                  "                            SUM then *(1/ws) | grad/ws then SUM (the last two: by hand) [{def}]\n"),
+      later(only(Applies::sequential, choice_flag("hand-sync", &Config::hand_sync, choice_names().hand_sync,
+                  "  --hand-sync {choices}\n"
+                  "                            the gradients averaged by the script itself, no DDP: an all-reduce per\n"
+                  "                            parameter (PyTorch's tutorial), one flat buffer, or buckets of at most\n"
+                  "                            --bucket-cap-mb in reverse order; --average says how; the run is then\n"
+                  "                            compared with DDP(model)'s [{def}]\n"))),
       double_flag("bucket-cap-mb", &Config::bucket_cap_mb, 1e-6, 1e6,
                   "  --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [{def}]\n"),
       int_flag("no-sync", &Config::no_sync, 1, 1 << 20,

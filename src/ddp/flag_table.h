@@ -39,7 +39,7 @@ const std::vector<std::string>& gpt_args_order();
 // The choice flags' names, each list in the order of its enum.
 struct ChoiceNames {
   std::vector<std::string> activation, loss, optimizer, dataset, init, average, join_divide, join_scope, zero_grad,
-      gelu, no_sync_loss, sync_on;
+      gelu, no_sync_loss, sync_on, hand_sync;
 };
 const ChoiceNames& choice_names();
 size_t index_of(const std::vector<std::string>& names, const std::string& s, const char* what);

@@ -29,10 +29,30 @@ std::string unfinished_reduction_message(const UnfinishedReduction& e) {
       e.step, e.micro, idx, names);
 }
 
+std::vector<std::vector<size_t>> hand_sync_layout(const Config& cfg, const std::vector<Parameter*>& params) {
+  std::vector<std::vector<size_t>> out;
+  std::vector<size_t> order(params.size()), bytes(params.size());
+  for (size_t i = 0; i < params.size(); ++i) order[i] = i, bytes[i] = static_cast<size_t>(params[i]->numel()) * 4;
+  switch (cfg.hand_sync) {
+    case HandSync::per_parameter:
+      for (size_t i : order) out.push_back({i});
+      return out;
+    case HandSync::flat:
+      return {order};
+    case HandSync::buckets:
+      std::reverse(order.begin(), order.end());
+      return assign_buckets(order, bytes, {static_cast<size_t>(cfg.bucket_cap_mb * 1024 * 1024)});
+    case HandSync::none:
+      break;
+  }
+  return out;
+}
+
 void init_ddp(const Config& cfg, TrainingRank& rank, const std::function<void(TrainingRank&)>& broadcast) {
   if (cfg.broadcast) broadcast(rank);
   rank.reducer = std::make_unique<Reducer>(rank.parameters(), cfg.world_size, cfg.bucket_cap_mb, cfg.average);
   rank.reducer->set_gradient_as_bucket_view(cfg.gradient_as_bucket_view);
+  if (cfg.hand_sync != HandSync::none) rank.reducer->set_layout(hand_sync_layout(cfg, rank.parameters()), true);
   if (cfg.find_unused_parameters && !cfg.static_graph) rank.reducer->use_size_limited_initial_buckets();
   if (auto hook = make_comm_hook(cfg.comm_hook)) {
     rank.reducer->register_comm_hook(cfg.compare_hook ? compared_to_builtin(std::move(hook)) : std::move(hook));

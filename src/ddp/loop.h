@@ -99,6 +99,10 @@ struct TrainLog {
 // DDP(model) for one rank: with cfg.broadcast, `broadcast(rank)` gives it rank 0's parameters and buffers;
 // then its Reducer, with cfg.comm_hook registered (compared with the built-in averaging when cfg.compare_hook).
 void init_ddp(const Config& cfg, TrainingRank& rank, const std::function<void(TrainingRank&)>& broadcast);
+// --hand-sync's layout over `params` (model order), kept for the whole run: an all-reduce per parameter; one
+// flat buffer of every parameter in model order (torch.cat); or buckets in reverse model order closed once they
+// reach bucket_cap_mb (DDP's own rule, without its rebuild nor its 1 MiB first bucket).
+std::vector<std::vector<size_t>> hand_sync_layout(const Config& cfg, const std::vector<Parameter*>& params);
 
 // Trains `local` (DDP(model) done: init_ddp) for the run cfg describes. `single` (the simulator's
 // --compare-single-device, sequential models only) trains on the union of the local ranks' batches.

@@ -60,7 +60,8 @@ size_t Reducer::max_bucket_numel() const {
 }
 
 bool Reducer::scales_in() const {
-  return !(hook_ || average_ == Average::postdivide || (average_ == Average::avg && backend_averages_));
+  return !(hook_ || average_ == Average::postdivide || average_ == Average::multiply ||
+           average_ == Average::divide_first || (average_ == Average::avg && backend_averages_));
 }
 
 GradBucket Reducer::grad_bucket(size_t b, float* flat) const {
@@ -113,7 +114,9 @@ void Reducer::prepare_bucket(size_t b, float* buf, collective::Span span) const 
     if (lo >= hi) continue;
     const float* g = p.grad.data() + (lo - off);
     float* dst = buf + (lo - span.lo);
-    if (copy) {
+    if (copy && divides_in()) {
+      for (size_t k = 0; k < hi - lo; ++k) dst[k] = g[k] / ws;
+    } else if (copy) {
       std::copy(g, g + (hi - lo), dst);
     } else if (aliased_[i]) {
       for (size_t k = 0; k < hi - lo; ++k) dst[k] = g[k] / ws;
@@ -129,6 +132,9 @@ void Reducer::finalize_bucket(size_t b, float* buf, collective::Span span) {
   if (postdivides()) {
     const auto ws = static_cast<float>(world_size_);
     for (size_t k = 0; k < span.hi - span.lo; ++k) buf[k] = buf[k] / ws;
+  } else if (multiplies_out()) {
+    const float scale = prepare_scale();
+    for (size_t k = 0; k < span.hi - span.lo; ++k) buf[k] = buf[k] * scale;
   }
   for (size_t j = 0; j < bucket.params.size(); ++j) {
     const size_t i = bucket.params[j];

@@ -19,7 +19,10 @@ namespace ddplab::ddp {
 //  postdivide: the notebook's way: SUM all-reduce of the raw gradients, then / world_size.
 //  avg       : NCCL's ncclAvg; for float32 NCCL pre-multiplies by float(1/nranks) (ncclDevPreMulSum),
 //              so its arithmetic is predivide's, bit for bit.
-enum class Average { predivide, postdivide, avg };
+// How a bucket is averaged. predivide: grad * float(1/ws), then SUM (DDP's); postdivide: SUM, then / ws (the
+// notebook's, PyTorch's tutorial's); avg: the backend's average (NCCL's ncclAvg); and two more a hand-written
+// sync computes: multiply: SUM, then * float(1/ws); divide_first: grad / ws, then SUM.
+enum class Average { predivide, postdivide, avg, multiply, divide_first };
 
 struct Bucket {
   std::vector<size_t> params;   // indices into the reducer's parameter list, in bucket order
@@ -64,6 +67,8 @@ class Reducer {
   bool scales_in() const;
   float prepare_scale() const { return static_cast<float>(1.0 / static_cast<double>(div_factor_)); }
   bool postdivides() const { return !hook_ && average_ == Average::postdivide; }
+  bool multiplies_out() const { return !hook_ && average_ == Average::multiply; }  // finalize: * float(1/ws)
+  bool divides_in() const { return !hook_ && average_ == Average::divide_first; }  // prepare: grad / ws
   int64_t world_size() const { return world_size_; }
   size_t numel(size_t param) const { return static_cast<size_t>(params_[param]->numel()); }
   const std::string& param_name(size_t param) const { return params_[param]->name; }

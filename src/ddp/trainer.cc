@@ -87,6 +87,14 @@ TrainLog simulate_ranks(const Config& cfg, const std::vector<TrainingRank*>& loc
   sync.lockstep = lockstep;
   if (hooks.replace_allreduce) sync.allreduce = hooks.replace_allreduce;
   if (hooks.on_allreduce) tell_allreduces(sync, hooks.on_allreduce);
+  if (hooks.after_allreduce) {
+    sync.allreduce = [inner = sync.allreduce, after = hooks.after_allreduce](const std::vector<Reducer*>& reducers,
+                                                                              size_t n) {
+      auto reports = inner(reducers, n);
+      after(reducers);
+      return reports;
+    };
+  }
   return run_training(cfg, local, sync, single);
 }
 

@@ -40,6 +40,8 @@ struct SimHooks {
   std::function<void(size_t buckets_reduced)> on_allreduce;
   // Instead of DDP's bucket all-reduce: another gradient sync over the ranks' reducers (FSDP2's, fsdp_sync.h).
   std::function<std::vector<HookReport>(const std::vector<Reducer*>&, size_t)> replace_allreduce;
+  // Called after every synchronised backward's all-reduce, the ranks' averaged .grad in their reducers' params.
+  std::function<void(const std::vector<Reducer*>&)> after_allreduce;
 };
 
 // Every rank of `local` (any model), in this process: DDP(model) (rank 0's parameters and buffers copied to

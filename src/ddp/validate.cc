@@ -35,7 +35,33 @@ void validate_gpt(const Config& c) {
 
 }  // namespace
 
+// --hand-sync: a script's own averaging replaces DDP's Reducer, so DDP's own options do not apply to it.
+void validate_hand_sync(const Config& c) {
+  if (c.hand_sync == HandSync::none) {
+    if (c.average == Average::multiply || c.average == Average::divide_first)
+      throw UsageError(fmt::format("--average {} is a hand-written sync's arithmetic: give --hand-sync per-parameter, "
+                                   "flat or buckets (DDP's own averaging is predivide)",
+                                   choice_names().average[static_cast<size_t>(c.average)]));
+    return;
+  }
+  const std::string name = choice_names().hand_sync[static_cast<size_t>(c.hand_sync)];
+  const std::pair<bool, const char*> refused[] = {
+      {c.comm_hook.name != "none", "--comm-hook (a hook replaces DDP's averaging, and here there is no DDP)"},
+      {c.average == Average::avg, "--average avg (ReduceOp.AVG: torch 1.13's Gloo refuses it, torch 2.x's computes SUM "
+                                  "then / world_size, which is --average postdivide)"},
+      {c.find_unused_parameters, "--find-unused-parameters true (DDP's option)"},
+      {c.static_graph, "--static-graph true (DDP's option)"},
+      {c.gradient_as_bucket_view, "--gradient-as-bucket-view true (DDP's option)"},
+      {c.join || c.uneven > 0, "--uneven or --join (Join shadows DDP's all-reduces)"},
+      {c.sync_batchnorm, "--sync-batchnorm true"},
+      {c.sync_on != SyncOn::last, "--sync-on first or never"},
+  };
+  for (const auto& [bad, what] : refused)
+    if (bad) throw UsageError(fmt::format("--hand-sync {}: not with {}", name, what));
+}
+
 void validate(const Config& c) {
+  validate_hand_sync(c);
   if (c.comm_hook.name != "none" && c.average != Average::predivide) {
     throw UsageError(fmt::format("--comm-hook {} replaces DDP's averaging: --average must stay predivide (got {})",
                                  c.comm_hook.name, choice_names().average[static_cast<size_t>(c.average)]));

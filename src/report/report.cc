@@ -93,7 +93,8 @@ std::string report_tables(const ddp::Config& cfg, const ddp::SimResult& res) {
         "all {} ranks hold bitwise identical parameters: they started equal\n({}), and every all-reduce "
         "hands every rank the very same averaged gradient,\n{}",
         cfg.world_size,
-        cfg.broadcast ? "DDP broadcast rank 0's parameters at construction"
+        cfg.hand_sync != ddp::HandSync::none ? "the script broadcast rank 0's parameters at the start, as DDP does"
+        : cfg.broadcast                      ? "DDP broadcast rank 0's parameters at construction"
                       : "--init same: every rank drew the same initial weights",
         skipped ? "so every rank that stepped took the same step; the ranks that ran out of batches skipped their "
                   "last\nsteps (they answered the all-reduces with zeros under Join), and Join's end copied the "
