@@ -624,12 +624,20 @@ TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
     const std::string dir = testing::temp_dir() + "/case";
     fs::remove_all(dir);
     // One case in four mutates the recorded FSDP2 run (its "fsdp" section, local gradients of full shape), one in
-    // four the recorded sync written by hand (its "collectives" and coll/ tensors).
+    // four the recorded sync written by hand (its "collectives" and coll/ tensors; half of those as a ZeRO-1 run).
     const uint64_t which = fuzz::pick(rng, 4);
     const bool fsdp = which == 0, hand = which == 1;
     fs::copy(fsdp ? fsdp_trace() : hand ? hand_trace() : base, dir, fs::copy_options::recursive);
     for (const auto& e : fs::recursive_directory_iterator(dir))
       fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+    // Half the hand-written cases first make each rank's optimizer a ZeRO-1 share ("optimizer"."sharded").
+    if (hand && fuzz::pick(rng, 2) == 0)
+      for (int r = 0; r < 3; ++r) {
+        const std::string p = dir + "/rank" + std::to_string(r) + "/manifest.json";
+        json m = json::parse(slurp(p));
+        m["optimizer"]["sharded"] = {{"by", "ShardedOptimizer"}, {"attribute", "local"}, {"owned", {r, r + 3}}};
+        write(p, m.dump());
+      }
     // The FSDP2 run has no step 2 (the whole-run step is the hand-made run's).
     const std::string file =
         dir + (fsdp || hand ? files[static_cast<size_t>(fuzz::pick(rng, 4))] : fuzz::pick(rng, files));

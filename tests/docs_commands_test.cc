@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -287,11 +288,14 @@ std::string checkout_dir() {
   const char* tmp = std::getenv("TEST_TMPDIR");
   dir = std::string(tmp ? tmp : "/tmp") + "/checkout";
   mkdir(dir.c_str(), 0755);
-  symlink(cwd, (dir + "/bazel-bin").c_str());
+  if (symlink(cwd, (dir + "/bazel-bin").c_str()) != 0 && errno != EEXIST) return "";
   if (DIR* d = opendir(cwd)) {
     while (const dirent* e = readdir(d)) {
       const std::string name = e->d_name;
-      if (name != "." && name != "..") symlink((std::string(cwd) + "/" + name).c_str(), (dir + "/" + name).c_str());
+      // An entry already linked (a second call) is kept; any other failure leaves that entry out, which the
+      // command that needs it then names.
+      if (name != "." && name != ".." && symlink((std::string(cwd) + "/" + name).c_str(), (dir + "/" + name).c_str()) != 0)
+        continue;
     }
     closedir(d);
   }

@@ -307,8 +307,12 @@ TEST_P(HandTraced, EqualsUntraced) {
   std::string out[2];
   for (int traced = 0; traced < 2; ++traced) {
     const std::string final_path = testing::temp_dir() + "/final" + std::to_string(traced) + ".json";
-    std::vector<std::string> argv =
-        argv_for(torch, "--steps 6 --style " + style + (style == "hooks" ? "" : " --accumulate 2"));
+    // "zero1": CS336's sharded optimizer over Adam (the holder's step() wrapped); "zero1_ddp": torch's
+    // ZeroRedundancyOptimizer under DDP.
+    const std::string args = style == "zero1"       ? "--shard byhand --optimizer adam --accumulate 2"
+                             : style == "zero1_ddp" ? "--style ddp --shard torch --optimizer adam"
+                             : "--style " + style + (style == "hooks" ? "" : " --accumulate 2");
+    std::vector<std::string> argv = argv_for(torch, "--steps 6 " + args);
     if (traced) {
       argv.insert(argv.end(), {"--out", testing::temp_dir() + "/traced"});
     } else {
@@ -324,7 +328,8 @@ TEST_P(HandTraced, EqualsUntraced) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Torches, HandTraced,
-                         ::testing::Values(std::make_tuple("torch1.13", "buckets"), std::make_tuple("torch2", "hooks")),
+                         ::testing::Values(std::make_tuple("torch1.13", "buckets"), std::make_tuple("torch2", "hooks"),
+                                           std::make_tuple("torch1.13", "zero1"), std::make_tuple("torch2", "zero1_ddp")),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) == "torch2" ? "torch2_" : "torch1_13_") +
                                   std::get<1>(info.param);

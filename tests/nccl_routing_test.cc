@@ -61,6 +61,7 @@ const std::map<std::string, Args>& examples() {
       {"loss-divisor", {"--loss-divisor", "3"}},
       {"inject-nan", {"--inject-nan", "1:1"}},
       {"sync-on", {"--no-sync", "2", "--sync-on", "first"}},
+      {"hand-sync", {"--hand-sync", "flat", "--average", "multiply"}},
       {"sync-batchnorm", {"--sync-batchnorm", "true"}},
       {"allreduce", {"--allreduce", "tree"}},
       {"kernels", {"--kernels", "reference"}},

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "src/ddp/bucket_sync.h"
+#include "src/ddp/loop.h"
 #include "src/device/graph.h"
 #include "src/device/optimizer.h"
 #include "src/base/errors.h"
@@ -120,6 +121,7 @@ GraphReplica::GraphReplica(const ddp::Config& cfg, comm::Communicator& comm, Ker
   }
   m.reducer = std::make_unique<ddp::Reducer>(params, cfg.world_size, cfg.bucket_cap_mb, cfg.average);
   m.reducer->set_backend_averages(cfg.average == ddp::Average::avg && comm.native_avg());
+  if (cfg.hand_sync != ddp::HandSync::none) m.reducer->set_layout(ddp::hand_sync_layout(cfg, params), true);
 }
 
 GraphReplica::~GraphReplica() = default;

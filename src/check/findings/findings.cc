@@ -348,8 +348,13 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
       const double factor = gg > 0 ? gs / gg : 0.0;
       const bool uniform = gg > 0 && std::abs(ss - factor * factor * gg) <= 1e-6 * ss + 1e-30;
       if (uniform) factors.push_back({rec.rank, factor});
+      const bool rounding = uniform && std::abs(factor - 1.0) < 1e-5;  // a factor of 1 up to rounding
       add("grads-changed-before-step", "note", "", step, rec.rank, first,
-          uniform ? fmt::format("step {}, rank {}: .grad was scaled by {:.6g} between backward and optimizer.step() "
+          rounding ? fmt::format("step {}, rank {}: .grad was changed between backward and optimizer.step() by "
+                                 "rounding only (first '{}'; a factor of 1 up to a few ulps): the already averaged "
+                                 "gradients all-reduced and divided again, or a round trip through another dtype",
+                                 step, rec.rank, first)
+          : uniform ? fmt::format("step {}, rank {}: .grad was scaled by {:.6g} between backward and optimizer.step() "
                                 "(first '{}'): clip_grad_norm_, or a manual rescale such as loss scaling",
                                 step, rec.rank, factor, first)
                   : fmt::format("step {}, rank {}: .grad was changed between backward and optimizer.step() (first '{}'), "
