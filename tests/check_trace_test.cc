@@ -317,12 +317,8 @@ TEST(CheckTrace, GradientChangedOnOneRankIsNamed) {
   EXPECT_TRUE(found);
 }
 
-// One bad trace: `damage` breaks a fresh copy; open_run + check_run must throw one TraceError line that
-// contains `expect` (a file name and what is wrong).
-void expect_refused(const std::string& label, const std::function<void(const std::string&)>& damage,
-                    const std::string& expect) {
-  const std::string dir = make_trace(testing::temp_dir() + "/" + label);
-  damage(dir);
+// check_run refuses `dir` in one line (a TraceError) that holds `expect`.
+void expect_refused(const std::string& dir, const std::string& label, const std::string& expect) {
   try {
     check::check_run(check::open_run(dir));
     ADD_FAILURE() << label << ": accepted";
@@ -332,6 +328,15 @@ void expect_refused(const std::string& label, const std::function<void(const std
     EXPECT_EQ(msg.find('\n'), std::string::npos) << label;
     EXPECT_NE(msg.find(expect), std::string::npos) << label << ": " << msg;
   }
+}
+
+// One bad trace: `damage` breaks a fresh copy; open_run + check_run must throw one TraceError line that
+// contains `expect` (a file name and what is wrong).
+void expect_refused(const std::string& label, const std::function<void(const std::string&)>& damage,
+                    const std::string& expect) {
+  const std::string dir = make_trace(testing::temp_dir() + "/" + label);
+  damage(dir);
+  expect_refused(dir, label, expect);
 }
 
 TEST(CheckTrace, BadTracesGetOneLineNamingTheFile) {
@@ -429,6 +434,16 @@ std::string writable_copy(const std::string& trace, const std::string& name) {
   return dir;
 }
 
+// Each of the 3 ranks' manifests in `dir` made a ZeRO-1 share: rank r's optimizer owns parameters r and r + 3.
+void give_shares(const std::string& dir) {
+  for (int r = 0; r < 3; ++r) {
+    const std::string p = dir + "/rank" + std::to_string(r) + "/manifest.json";
+    json m = json::parse(slurp(p));
+    m["optimizer"]["sharded"] = {{"by", "ShardedOptimizer"}, {"attribute", "local"}, {"owned", {r, r + 3}}};
+    write(p, m.dump());
+  }
+}
+
 // A sync written by hand, recorded (tests/golden/README.md: buckets of flat buffers, async all-reduces waited, two
 // micro-batches a step, 3 ranks): every collective replayed and every gradient the optimizer stepped with explained
 // bit for bit, without torch; the averaging named; the values against DDP's from the same local gradients counted.
@@ -513,31 +528,22 @@ TEST(CheckTrace, HandSyncCollectiveOtherThanGlooIsNamed) {
 // A sharded optimizer's manifest ("optimizer"."sharded", ZeRO-1) that cannot be: one line naming the file.
 TEST(CheckTrace, BadShardedOptimizerManifestsGetOneLine) {
   const auto refused = [](const char* label, const std::function<void(json&, int)>& tamper, const std::string& expect) {
-    const std::string dir = writable_copy(hand_trace(), std::string("zero1_") + label);
+    const std::string dir = writable_copy(hand_trace(), label);
     for (int r = 0; r < 3; ++r) {
       const std::string p = dir + "/rank" + std::to_string(r) + "/manifest.json";
       json m = json::parse(slurp(p));
       tamper(m, r);
       write(p, m.dump());
     }
-    try {
-      check::check_run(check::open_run(dir));
-      ADD_FAILURE() << label << ": accepted";
-    } catch (const check::TraceError& e) {
-      const std::string msg = e.what();
-      std::printf("%-14s %s\n", label, msg.c_str());
-      EXPECT_EQ(msg.find('\n'), std::string::npos) << label;
-      EXPECT_NE(msg.find(expect), std::string::npos) << label << ": " << msg;
-      EXPECT_NE(msg.find("manifest.json"), std::string::npos) << label << ": " << msg;
-    }
+    expect_refused(dir, label, expect);
   };
   const auto share = [](json& m, int r) {
     m["optimizer"]["sharded"] = {{"by", "ShardedOptimizer"}, {"attribute", "local"}, {"owned", {r, r + 3}}};
   };
-  refused("not_object", [](json& m, int) { m["optimizer"]["sharded"] = 5; }, "optimizer.sharded is 5, not an object");
-  refused("index", [&](json& m, int r) { share(m, r); m["optimizer"]["sharded"]["owned"].push_back(99); }, "outside");
-  refused("no_owned", [&](json& m, int r) { share(m, r); m["optimizer"]["sharded"].erase("owned"); }, "owned");
-  refused("one_rank", [&](json& m, int r) { if (r == 1) share(m, r); }, "sharded on some ranks only");
+  refused("zero1_not_object", [](json& m, int) { m["optimizer"]["sharded"] = 5; }, "optimizer.sharded is 5, not an object");
+  refused("zero1_index", [&](json& m, int r) { share(m, r); m["optimizer"]["sharded"]["owned"].push_back(99); }, "outside");
+  refused("zero1_no_owned", [&](json& m, int r) { share(m, r); m["optimizer"]["sharded"].erase("owned"); }, "owned");
+  refused("zero1_one_rank", [&](json& m, int r) { if (r == 1) share(m, r); }, "sharded on some ranks only");
 }
 
 // The same trace with each rank's optimizer made a ZeRO-1 share of it (rank r owns parameters r and r + 3; the
@@ -545,12 +551,7 @@ TEST(CheckTrace, BadShardedOptimizerManifestsGetOneLine) {
 // and the sharding is said.
 TEST(CheckTrace, ShardedOptimizerOwnersStepIsEveryRanks) {
   const std::string dir = writable_copy(hand_trace(), "zero1_shares");
-  for (int r = 0; r < 3; ++r) {
-    const std::string p = dir + "/rank" + std::to_string(r) + "/manifest.json";
-    json m = json::parse(slurp(p));
-    m["optimizer"]["sharded"] = {{"by", "ShardedOptimizer"}, {"attribute", "local"}, {"owned", {r, r + 3}}};
-    write(p, m.dump());
-  }
+  give_shares(dir);
   const check::CheckResult r = check::check_run(check::open_run(dir));
   EXPECT_FALSE(r.problems()) << check::format_text(r);
   EXPECT_GT(r.params.checked, 0);
@@ -594,15 +595,7 @@ TEST(CheckTrace, BadFsdpManifestsGetOneLine) {
     json m = json::parse(slurp(p));
     tamper(m);
     write(p, m.dump());
-    try {
-      check::check_run(check::open_run(dir));
-      ADD_FAILURE() << label << ": accepted";
-    } catch (const check::TraceError& e) {
-      const std::string msg = e.what();
-      std::printf("%-22s %s\n", label, msg.c_str());
-      EXPECT_EQ(msg.find('\n'), std::string::npos) << label;
-      EXPECT_NE(msg.find(expect), std::string::npos) << label << ": " << msg;
-    }
+    expect_refused(dir, label, expect);
   };
   refused("shard_rows", [](json& m) { m["params"][2]["shape"] = {12, 40}; },
           "'2.weight': rank 1's shard is not the rows FSDP gives it of a 33-row parameter at world_size 3");
@@ -631,13 +624,7 @@ TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
     for (const auto& e : fs::recursive_directory_iterator(dir))
       fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
     // Half the hand-written cases first make each rank's optimizer a ZeRO-1 share ("optimizer"."sharded").
-    if (hand && fuzz::pick(rng, 2) == 0)
-      for (int r = 0; r < 3; ++r) {
-        const std::string p = dir + "/rank" + std::to_string(r) + "/manifest.json";
-        json m = json::parse(slurp(p));
-        m["optimizer"]["sharded"] = {{"by", "ShardedOptimizer"}, {"attribute", "local"}, {"owned", {r, r + 3}}};
-        write(p, m.dump());
-      }
+    if (hand && fuzz::pick(rng, 2) == 0) give_shares(dir);
     // The FSDP2 run has no step 2 (the whole-run step is the hand-made run's).
     const std::string file =
         dir + (fsdp || hand ? files[static_cast<size_t>(fuzz::pick(rng, 4))] : fuzz::pick(rng, files));
