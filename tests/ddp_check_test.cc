@@ -777,6 +777,54 @@ TEST(Torchrun, TracedRunIsAsPredicted) {
   EXPECT_EQ(j["params"]["exact"], j["params"]["checked"]);
 }
 
+// The recorder never stops a rerun: the same script run again into the same folder records beside it, in
+// "<dir>-2", named in one line, and both traces check clean; a script that never calls close() has its trace
+// finished at the process's exit (every step, the last one too) and the note says close() was not called. Under
+// mp.spawn, whose workers end without atexit, and forked ranks, on both torches.
+class RecorderRerun : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RecorderRerun, RecordsBesideAndFinishesWithoutClose) {
+  const std::string torch = GetParam();
+  SKIP_UNLESS_AVAILABLE(torch);
+  const std::string dir = testing::temp_dir() + "/rerun";
+  const auto script = [&](const std::string& out, const char* method, bool close) {
+    setenv("DDPLAB_START_METHOD", method, 1);
+    std::vector<std::string> argv = {"/usr/bin/timeout", "300", python_for(torch), "tests/ddp_check/scripts/mlp_sgd.py",
+                                     "--out", out, "--steps", "3"};
+    if (!close) argv.push_back("--no-close");
+    return testing::run_command(argv);
+  };
+  const auto checked = [](const std::string& run_dir) {
+    const std::string path = run_dir + ".json";
+    const auto check = testing::run_command({"verify/ddp_check", run_dir, "--json", path, "--quiet"});
+    EXPECT_EQ(check.status, 0) << run_dir << ": " << check.out << check.err;
+    return testing::load_json(path);
+  };
+  ASSERT_EQ(script(dir, "fork", true).status, 0);
+  const auto again = script(dir, "fork", true);
+  ASSERT_EQ(again.status, 0) << again.err;
+  const std::string line = "ddplab_trace: " + dir + " already holds a trace (" + dir +
+                           "/rank0/manifest.json): this run is recorded in " + dir + "-2 instead (ddp_check " + dir + "-2)\n";
+  EXPECT_NE(again.err.find(line), std::string::npos) << again.err;
+  EXPECT_EQ(checked(dir)["steps"], 3);
+  EXPECT_EQ(checked(dir + "-2")["steps"], 3);
+  for (const char* method : {"spawn", "fork"}) {
+    const std::string out = testing::temp_dir() + "/noclose_" + method;
+    ASSERT_EQ(script(out, method, false).status, 0);
+    const json j = checked(out);
+    EXPECT_EQ(j["steps"], 3) << method;  // the last step too
+    EXPECT_EQ(j["verdict"], "as-predicted");
+    const json* f = find_finding(j, "recording-stopped", "no-close");
+    ASSERT_NE(f, nullptr) << method;
+    EXPECT_NE((*f)["message"].get<std::string>().find("trace.close() was never called (ranks 0, 1, 2)"),
+              std::string::npos);
+    EXPECT_EQ(find_finding(j, "recording-stopped", "incomplete"), nullptr);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Torches, RecorderRerun, ::testing::Values("torch1.13", "torch2"),
+                         [](const auto& info) { return info.param == "torch2" ? "torch2" : "torch1_13"; });
+
 // Lab 008: each classic mistake found in the real run, and gone after the fix, DDP exact throughout.
 TEST(Lab008, MistakeFoundThenFixed) {
   SKIP_UNLESS_AVAILABLE(std::string("torch1.13"));

@@ -94,6 +94,7 @@ class _Manifest:
             "rank": self.rank, "world_size": self.world_size, "backend": self.backend, "device": self.device,
             "torch_version": torch.__version__,
             "complete": bool(complete),
+            "closed_at_exit": bool(getattr(self, "_closed_at_exit", False)),
             "stopped": self._stopped_info,
             "sqrt_exact": self._sqrt_exact,
             "every": self.every,
@@ -201,6 +202,8 @@ class _Manifest:
         return {"loaders": [lr.json for lr in self._loaders], "truncated": self._data_truncated}
 
     def _write_manifest(self, complete):
+        if self._nowhere:
+            return
         text = json.dumps(self._manifest(complete), indent=1).encode("utf-8") + b"\n"
         # data.json: rewritten with every manifest while small; past a million indices only when an iteration
         # began or the indices grew by a quarter since the last write (so the writes stay linear in the run).

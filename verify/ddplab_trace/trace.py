@@ -1,5 +1,6 @@
 """DDPTrace: the recorder a learner makes, its checks, its hooks installed and removed, stop and close."""
 
+import atexit
 import os
 import sys
 import threading
@@ -22,6 +23,51 @@ from .writer import _StepWriter
 
 
 # ---------------------------------------------------------------------------------------------------------
+def _held_trace(rank_dir):
+    """The first trace file rank_dir already holds ("manifest.json", a step file), or None."""
+    try:
+        held = sorted(f for f in os.listdir(rank_dir)
+                      if f == "manifest.json" or (f.startswith("step") and f.endswith(".safetensors")))
+    except OSError:
+        return None
+    return os.path.join(rank_dir, held[0]) if held else None
+
+
+def _fresh_sibling(run_dir):
+    """The first "<run_dir>-N" (N from 2) that does not exist yet, or None."""
+    for n in range(2, 10000):
+        candidate = "%s-%d" % (run_dir, n)
+        if not os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def _close_open_at_exit():
+    """The process is exiting with traces still open (close() never called): each is finished where it can be."""
+    for t in list(_OPEN):
+        try:
+            t._close_at_exit()
+        except Exception:
+            pass
+
+
+def _hook_exit():
+    """Once per process: _close_open_at_exit at the interpreter's exit (atexit) and at a multiprocessing child's
+    (mp.spawn's workers end in os._exit after multiprocessing's own finalizers, not atexit's)."""
+    if _EXIT_HOOKED:
+        return
+    _EXIT_HOOKED.append(os.getpid())
+    atexit.register(_close_open_at_exit)
+    try:
+        import multiprocessing.util
+        multiprocessing.util.Finalize(None, _close_open_at_exit, exitpriority=100)
+    except Exception:
+        pass
+
+
+_EXIT_HOOKED = []
+
+
 # The recorder.
 # ---------------------------------------------------------------------------------------------------------
 class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
@@ -85,6 +131,8 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         self._stopped = False
         self._stopped_info = None
         self._closed = False
+        self._closed_at_exit = False  # close() never called: finished at the process's exit
+        self._nowhere = False         # no directory to record in: nothing is written
         self._lock = threading.Lock()  # hooks of one backward may run on several device threads
         self._names, self._params, self._index = [], [], {}
         self._unchecked, self._unchecked_params, self._unchecked_buffers = [], [], []
@@ -136,36 +184,38 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         except Exception as e:
             internal = e
 
-        # One collective: rank 0's run id, and every rank's verdict on its directory.
-        problem = None
+        # One collective: rank 0's run id, and every rank's verdict on its directory. A directory that already
+        # holds a trace (the same script run again) is kept: every rank records beside it instead, in the first
+        # "<run_dir>-N" rank 0 finds free (a second collective), named in one line. Runs are never mixed.
+        mine = (os.urandom(8).hex(), _held_trace(self.dir))
+        gathered = self._gather_object(mine)
+        if isinstance(gathered, Exception):
+            gathered, internal = [mine] * self.world_size, internal or gathered
+        self.run_id = gathered[0][0]
+        held = [g[1] for g in gathered if g[1]]
+        if held:
+            fresh = self._gather_object(_fresh_sibling(self.run_dir) if self.rank == 0 else None)
+            fresh = fresh[0] if isinstance(fresh, list) else None
+            if fresh is not None and self.rank == 0:
+                sys.stderr.write("ddplab_trace: %s already holds a trace (%s): this run is recorded in %s instead "
+                                 "(ddp_check %s)\n" % (self.run_dir, held[0], fresh, fresh))
+                sys.stderr.flush()
+            if fresh is None or _held_trace(os.path.join(fresh, "rank%d" % self.rank)):
+                self._nowhere = True  # nothing is written: the old trace stays as it was
+                internal = internal or _Unrecordable("%s already holds a trace and no fresh directory beside it "
+                                                     "could be agreed on" % self.run_dir)
+            else:
+                self.run_dir = fresh
+                self.dir = os.path.join(fresh, "rank%d" % self.rank)
         try:
             os.makedirs(self.dir, exist_ok=True)
-            stale = sorted(f for f in os.listdir(self.dir)
-                           if f == "manifest.json" or (f.startswith("step") and f.endswith(".safetensors")))
-            if stale:
-                problem = ("DDPTrace: %s already holds a trace (%s); give a new run directory or delete the old "
-                           "one, runs are never mixed" % (self.dir, stale[0]))
         except OSError as e:
-            problem = "DDPTrace: cannot create %s: %s" % (self.dir, e)
-        mine = (os.urandom(8).hex(), problem)
-        gathered = [None] * self.world_size
-        try:
-            if self.backend == "nccl" and torch.cuda.is_available():
-                dev = next((p.device for p in self._params + self._unchecked_params if p.device.type == "cuda"),
-                           None)
-                with torch.cuda.device(dev if dev is not None else torch.cuda.current_device()):
-                    dist.all_gather_object(gathered, mine)
-            else:
-                dist.all_gather_object(gathered, mine)
-        except Exception as e:  # the same on every rank, or the run's own collectives fail too
-            gathered = [mine] * self.world_size
-            internal = internal or e
-        self.run_id = gathered[0][0]
-        problems = [g[1] for g in gathered if g[1]]
-        if problems:
-            raise ValueError(problem or problems[0])
+            internal = internal or _Unrecordable("cannot create %s: %s" % (self.dir, e))
 
         _OPEN.append(self)
+        if _EXIT_HOOKED != [os.getpid()]:  # a forked child inherits the list, not the registrations
+            _EXIT_HOOKED.clear()
+        _hook_exit()
         if _PENDING_STOP:  # a spy failed before this trace: it starts stopped (the line was written then)
             self._stopped = True
             self._stopped_info = {"step": 0, "why": _PENDING_STOP.pop()}
@@ -177,6 +227,21 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
             except Exception as e:
                 self._stop_for(e, "DDPTrace() setup")
         self._write_manifest_safe(False)
+
+    def _gather_object(self, obj):
+        """dist.all_gather_object of obj (on the model's device under NCCL); the exception when it fails."""
+        gathered = [None] * self.world_size
+        try:
+            if self.backend == "nccl" and torch.cuda.is_available():
+                dev = next((p.device for p in self._params + self._unchecked_params if p.device.type == "cuda"),
+                           None)
+                with torch.cuda.device(dev if dev is not None else torch.cuda.current_device()):
+                    dist.all_gather_object(gathered, obj)
+            else:
+                dist.all_gather_object(gathered, obj)
+        except Exception as e:  # the same on every rank, or the run's own collectives fail too
+            return e
+        return gathered
 
     def _classify(self, ddp_model, optimizer):
         """Which of DDP's parameters and the module's buffers are recorded; the optimizer's groups."""
@@ -410,6 +475,22 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
             else:
                 obj.__dict__.pop("zero_grad", None)
         self._zero_grad_wrapped = []
+
+    def _close_at_exit(self):
+        """close() was never called and the process is exiting: the last step's file is finished and the manifest
+        written ("closed_at_exit"), without close()'s collectives (the process group may be gone)."""
+        if self._closed:
+            return
+        self._closed_at_exit = True
+        self._finish_write()
+        try:
+            self._detach()
+        except Exception:
+            self._closed = True
+        finally:
+            if self in _OPEN:
+                _OPEN.remove(self)
+        self._write_manifest_safe(False)
 
     def close(self):
         """Stops recording and writes rank{r}/manifest.json ("complete": true) and data.json. Idempotent; never

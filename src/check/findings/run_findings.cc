@@ -20,17 +20,33 @@ void run_findings(const Run& run, const GradReplay& replay, Findings& found) {
                           "other parameter, the replicas and the data are checked",
                           names));
   }
+  std::vector<const Manifest*> no_close;  // close() never called: one note for all of them
   for (const Manifest& rm : run.ranks) {
     if (rm.stopped_step >= 0)
       found.add("recording-stopped", "note", "", rm.stopped_step, rm.rank, "",
                 fmt::format("rank {}'s recorder stopped at step {}: {}. The training went on; steps after it are not "
                             "checked on that rank",
                             rm.rank, rm.stopped_step, rm.stopped_why));
+    else if (!rm.complete && rm.closed_at_exit)
+      no_close.push_back(&rm);
     else if (!rm.complete)
       found.add("recording-stopped", "note", "incomplete", rm.steps.empty() ? -1 : rm.steps.back(), rm.rank, "",
                 fmt::format("rank {} did not reach DDPTrace.close() (the run ended there by an error, a signal or a "
                             "hang): its trace ends {}",
                             rm.rank, rm.steps.empty() ? "before its first step" : fmt::format("at step {}", rm.steps.back())));
+  }
+  if (!no_close.empty()) {
+    const Manifest& rm = *no_close.front();
+    std::string ranks;
+    for (const Manifest* x : no_close) ranks += (ranks.empty() ? "" : ", ") + std::to_string(x->rank);
+    found.add("recording-stopped", "note", "no-close", rm.steps.empty() ? -1 : rm.steps.back(),
+              no_close.size() == 1 ? rm.rank : -1, "",
+              fmt::format("trace.close() was never called (rank{} {}): the recorder finished the trace when the "
+                          "process exited, {} (every step recorded is checked; had the script ended by an error, the "
+                          "trace would end there too). Call trace.close() after the training loop: it also measures "
+                          "the all-reduce's order where the backend's is not known",
+                          no_close.size() == 1 ? "" : "s", ranks,
+                          rm.steps.empty() ? "before its first step" : fmt::format("at step {}", rm.steps.back())));
   }
   if (m.optimizer_class == "LBFGS")
     found.add("not-checked", "note", "closure", -1, -1, "",

@@ -247,6 +247,7 @@ Manifest parse_manifest_fields(const std::string& path) {
   if (opt.contains("foreign_params") && !opt.at("foreign_params").is_null())
     m.foreign_params = integer(opt.at("foreign_params"), "optimizer.foreign_params", path, 0, int64_t{1} << 40);
   m.complete = boolean(j, "complete", path, true);
+  m.closed_at_exit = boolean(j, "closed_at_exit", path, false);
   m.join = boolean(j, "join", path, false);
   if (j.contains("stopped") && j.at("stopped").is_object()) {
     const json& st = j.at("stopped");

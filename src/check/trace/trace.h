@@ -146,6 +146,7 @@ struct Manifest {
   std::vector<std::vector<size_t>> torch_buckets_initial;  // torch's layout at DDPTrace() (iteration 0)
   std::map<std::string, std::string> env;
   bool complete = true;             // false: the manifest of a rank that did not reach close() (crashed, hung)
+  bool closed_at_exit = false;      // close() never called: the recorder finished the trace at the process's exit
   int64_t stopped_step = -1;        // recording stopped early at this step (the recorder's own trouble)
   std::string stopped_why;
   std::string lightning_strategy;   // LightningCallback's Trainer strategy ("" : not Lightning)

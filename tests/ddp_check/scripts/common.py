@@ -30,6 +30,7 @@ def parse_args(world_size=2, steps=4, extra=None):
     p.add_argument("--full", action="store_true", help="DDPTrace(..., full=True): every value, no digests")
     p.add_argument("--no-trace", dest="trace", action="store_false", help="run without DDPTrace")
     p.add_argument("--final", help="write every rank's final parameters here (.pt, or .json of hashes)")
+    p.add_argument("--no-close", action="store_true", help="never call trace.close() (scripts that honour it)")
     if extra:
         extra(p)
     args = p.parse_args()

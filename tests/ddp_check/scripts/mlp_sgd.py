@@ -34,7 +34,7 @@ def main(rank, world_size, args):
                 break
         if step == args.steps:
             break
-    if trace:
+    if trace and not args.no_close:  # --no-close: the recorder finishes the trace at the process's exit
         trace.close()
     common.save_final(ddp, args)
 
