@@ -825,6 +825,33 @@ TEST_P(RecorderRerun, RecordsBesideAndFinishesWithoutClose) {
 INSTANTIATE_TEST_SUITE_P(Torches, RecorderRerun, ::testing::Values("torch1.13", "torch2"),
                          [](const auto& info) { return info.param == "torch2" ? "torch2" : "torch1_13"; });
 
+// Findings after the first divergence stay true: ddp_model.module(x) on rank 1 at step 2, run on into the
+// whole-run steps (10 and after, digests only): not-all-reduced names step 2, the first-divergence box is step 2's
+// (saying the trace keeps digests there), and no whole-run step names rank 1's divergence again.
+TEST(DdpCheckWholeRun, NothingLaterThatTheFirstDivergenceExplains) {
+  SKIP_UNLESS_AVAILABLE(std::string("torch1.13"));
+  setenv("DDPLAB_START_METHOD", "fork", 1);
+  const std::string dir = testing::temp_dir() + "/module_call", json_path = dir + ".json";
+  testing::run_command({"/usr/bin/timeout", "300", "/usr/bin/python3", "tests/ddp_check/scripts/module_call.py", "--out",
+                        dir, "--steps", "14"});  // exits 1: ranks 0 and 2 time out in the unpaired all-reduce
+  const auto check = testing::run_command({"verify/ddp_check", dir, "--json", json_path});
+  std::printf("%s", check.out.c_str());
+  ASSERT_EQ(check.status, 1) << check.err;
+  const json j = testing::load_json(json_path);
+  ASSERT_NE(find_finding(j, "not-all-reduced", "module-call"), nullptr);
+  ASSERT_TRUE(j["first_divergence"].is_object());
+  EXPECT_EQ(j["first_divergence"]["step"], 2);
+  EXPECT_NE(j["first_divergence"]["missing"].get<std::string>().find("digests"), std::string::npos);
+  for (const json& f : j["findings"]) {
+    EXPECT_NE(f["kind"], "replicas-diverged") << f["message"];
+    if (f["kind"] == "recording-stopped") {  // ranks 0 and 2 ended by the timeout's error, not a forgotten close()
+      EXPECT_EQ(f["cause"], "incomplete");
+      EXPECT_NE(f["message"].get<std::string>().find("ended by an error before DDPTrace.close() (exit status 1)"),
+                std::string::npos) << f["message"];
+    }
+  }
+}
+
 // Lab 008: each classic mistake found in the real run, and gone after the fix, DDP exact throughout.
 TEST(Lab008, MistakeFoundThenFixed) {
   SKIP_UNLESS_AVAILABLE(std::string("torch1.13"));

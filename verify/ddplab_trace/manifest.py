@@ -95,6 +95,7 @@ class _Manifest:
             "torch_version": torch.__version__,
             "complete": bool(complete),
             "closed_at_exit": bool(getattr(self, "_closed_at_exit", False)),
+            "exit_error": getattr(self, "_exit_error", "") or None,
             "stopped": self._stopped_info,
             "sqrt_exact": self._sqrt_exact,
             "every": self.every,

@@ -42,11 +42,24 @@ def _fresh_sibling(run_dir):
     return None
 
 
+def _exit_error():
+    """What the exiting process is ending with, where it ends by an error ("" otherwise): the exception still
+    propagating through a multiprocessing worker's last finally (torch's mp.spawn turns a worker's error into
+    SystemExit(1)), or, at the interpreter's exit, the uncaught one (sys.last_value)."""
+    e = sys.exc_info()[1] or getattr(sys, "last_value", None)
+    if e is None or (isinstance(e, SystemExit) and e.code in (0, None)):
+        return ""
+    if isinstance(e, SystemExit):  # mp.spawn's worker: its own error is printed above, the worker exits 1
+        return "exit status %s" % (e.code,)
+    return ("%s: %s" % (type(e).__name__, e))[:300]
+
+
 def _close_open_at_exit():
     """The process is exiting with traces still open (close() never called): each is finished where it can be."""
+    error = _exit_error()
     for t in list(_OPEN):
         try:
-            t._close_at_exit()
+            t._close_at_exit(error)
         except Exception:
             pass
 
@@ -133,6 +146,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         self._closed = False
         self._closed_at_exit = False  # close() never called: finished at the process's exit
         self._nowhere = False         # no directory to record in: nothing is written
+        self._exit_error = ""         # closed at exit: the error the process ended with ("" : none)
         self._lock = threading.Lock()  # hooks of one backward may run on several device threads
         self._names, self._params, self._index = [], [], {}
         self._unchecked, self._unchecked_params, self._unchecked_buffers = [], [], []
@@ -476,12 +490,13 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
                 obj.__dict__.pop("zero_grad", None)
         self._zero_grad_wrapped = []
 
-    def _close_at_exit(self):
+    def _close_at_exit(self, error=""):
         """close() was never called and the process is exiting: the last step's file is finished and the manifest
         written ("closed_at_exit"), without close()'s collectives (the process group may be gone)."""
         if self._closed:
             return
         self._closed_at_exit = True
+        self._exit_error = error
         self._finish_write()
         try:
             self._detach()

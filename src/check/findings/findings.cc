@@ -237,10 +237,15 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
     if (after.empty()) continue;
     equal = false;
     const int rank = rec->rank;
+    whole_run_named_.insert(rank);  // apart from here on: explained here, not again by a whole-run step
     const std::string before = first_difference(m, *rec, "param_before", *ref, "param_before");
     std::string name;
     const auto note_div = [&](const std::string& title, const char* kind) {
-      if (div->step < 0) *div = {ref->step, rank, title, table(m, *rec, kind, *ref, kind), ""};
+      if (div->step >= 0) return;
+      *div = {ref->step, rank, title, table(m, *rec, kind, *ref, kind), ""};
+      if (div->rows.empty())
+        div->missing = "the trace keeps digests of these tensors at this step, not their values, so it says that they "
+                       "differ, not by how much; DDPTrace(..., full=True) records the values";
     };
     const std::string& moved_r = moved[static_cast<size_t>(rank)];
     const std::string& moved_0 = moved[static_cast<size_t>(r0)];
@@ -256,7 +261,9 @@ bool Findings::replicas(const std::vector<const StepRecord*>& recs, const std::v
                       "ranks only (under torch.no_grad(), a rank-dependent init or load after DDP(...))",
                       ref->step, who, changed, first_step ? ", or from rank " + std::to_string(r0) + "'s at the first recorded step" : ""));
     } else if (forward_bypassed_ddp(*rec) || forward_bypassed_ddp(*ref)) {
-      continue;  // module(x) or a second backward on one of the two: not-all-reduced names it
+      // module(x) or a second backward on one of the two: not-all-reduced names it; the box shows the step.
+      note_div(fmt::format("rank {}'s parameters after optimizer.step() vs rank {}'s", rank, r0), "param_after");
+      continue;
     } else if (m.hand && !(name = first_difference(m, *rec, "grad_step", *ref, "grad_step")).empty()) {
       // The script's own sync left the ranks different gradients.
       note_div(fmt::format("rank {}'s .grad at optimizer.step() vs rank {}'s", rank, r0), "grad_step");

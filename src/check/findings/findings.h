@@ -78,7 +78,7 @@ class Findings {
   std::vector<int64_t> identical_steps_;  // steps whose inputs were the same on every rank
   int64_t steps_with_inputs_ = 0;
   bool diverged_ = false;
-  std::set<int> whole_run_named_;  // ranks a whole-run step named as diverged
+  std::set<int> whole_run_named_;  // ranks a whole-run step named as diverged, or a full step found apart
   bool join_skew_ = false;
 };
 

@@ -27,8 +27,14 @@ void run_findings(const Run& run, const GradReplay& replay, Findings& found) {
                 fmt::format("rank {}'s recorder stopped at step {}: {}. The training went on; steps after it are not "
                             "checked on that rank",
                             rm.rank, rm.stopped_step, rm.stopped_why));
-    else if (!rm.complete && rm.closed_at_exit)
+    else if (!rm.complete && rm.closed_at_exit && rm.exit_error.empty())
       no_close.push_back(&rm);
+    else if (!rm.complete && rm.closed_at_exit)
+      found.add("recording-stopped", "note", "incomplete", rm.steps.empty() ? -1 : rm.steps.back(), rm.rank, "",
+                fmt::format("rank {} ended by an error before DDPTrace.close() ({}): its trace ends {} (the recorder "
+                            "finished it as the process exited)",
+                            rm.rank, rm.exit_error,
+                            rm.steps.empty() ? "before its first step" : fmt::format("at step {}", rm.steps.back())));
     else if (!rm.complete)
       found.add("recording-stopped", "note", "incomplete", rm.steps.empty() ? -1 : rm.steps.back(), rm.rank, "",
                 fmt::format("rank {} did not reach DDPTrace.close() (the run ended there by an error, a signal or a "

@@ -170,6 +170,13 @@ std::string format_json(const CheckResult& r) {
                       {"world_size", r.world_size},
                       {"sharded", r.sharded},
                       {"zero1", r.zero1.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.zero1)},
+                      {"first_divergence", r.first_divergence.step < 0
+                                               ? nlohmann::json(nullptr)
+                                               : nlohmann::json{{"step", r.first_divergence.step},
+                                                                {"rank", r.first_divergence.rank},
+                                                                {"title", r.first_divergence.title},
+                                                                {"rows", r.first_divergence.rows.size()},
+                                                                {"missing", r.first_divergence.missing}}},
                       {"steps", r.steps.size()},
                       {"backend", r.backend},
                       {"torch_version", r.torch_version},

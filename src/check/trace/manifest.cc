@@ -248,6 +248,7 @@ Manifest parse_manifest_fields(const std::string& path) {
     m.foreign_params = integer(opt.at("foreign_params"), "optimizer.foreign_params", path, 0, int64_t{1} << 40);
   m.complete = boolean(j, "complete", path, true);
   m.closed_at_exit = boolean(j, "closed_at_exit", path, false);
+  if (j.contains("exit_error") && j.at("exit_error").is_string()) m.exit_error = j.at("exit_error").get<std::string>();
   m.join = boolean(j, "join", path, false);
   if (j.contains("stopped") && j.at("stopped").is_object()) {
     const json& st = j.at("stopped");

@@ -147,6 +147,7 @@ struct Manifest {
   std::map<std::string, std::string> env;
   bool complete = true;             // false: the manifest of a rank that did not reach close() (crashed, hung)
   bool closed_at_exit = false;      // close() never called: the recorder finished the trace at the process's exit
+  std::string exit_error;           // closed at exit: the error the process ended with ("" : none)
   int64_t stopped_step = -1;        // recording stopped early at this step (the recorder's own trouble)
   std::string stopped_why;
   std::string lightning_strategy;   // LightningCallback's Trainer strategy ("" : not Lightning)
