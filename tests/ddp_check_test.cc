@@ -301,6 +301,12 @@ TEST_P(DdpCheck, RealRun) {
       EXPECT_NE(check.out.find(fmt::format("; again at {} later step{}): ", n, n == 1 ? "" : "s")), std::string::npos)
           << check.out;
     }
+    // --json lists those steps: after the first, in order.
+    const std::vector<int64_t> later = f.value("repeat_steps", std::vector<int64_t>());
+    EXPECT_EQ(static_cast<int64_t>(later.size()), n) << f["message"];
+    for (size_t k = 0; k < later.size(); ++k) {
+      EXPECT_GE(later[k], k ? later[k - 1] : f["step"].get<int64_t>()) << f["message"];
+    }
   }
   // Wherever a gradient or a step is predicted, it is predicted bit for bit: mistakes change what the
   // ranks did, not DDP's arithmetic (sum_hook's and diverge_grads' hooks are not DDP's average; under

@@ -30,6 +30,7 @@ struct Finding {
   int64_t step = -1;
   int rank = -1;
   int64_t repeats = 0;  // later steps where the same finding (kind, cause, rank) was seen again
+  std::vector<int64_t> repeat_steps;  // those steps, in order (the first 100000)
 };
 
 struct Counts {

@@ -143,6 +143,8 @@ void Findings::add(const std::string& kind, const std::string& severity, const s
   auto it = first_.find(key);
   if (it != first_.end()) {
     ++repeats_[it->second];
+    std::vector<int64_t>& steps = repeat_steps_[it->second];
+    if (steps.size() < 100000) steps.push_back(step);
     return;
   }
   first_[key] = list_.size();
@@ -151,7 +153,9 @@ void Findings::add(const std::string& kind, const std::string& severity, const s
 
 std::vector<Finding> Findings::take() {
   for (const auto& [i, n] : repeats_) list_[i].repeats = n;
+  for (auto& [i, steps] : repeat_steps_) list_[i].repeat_steps = std::move(steps);
   repeats_.clear();
+  repeat_steps_.clear();
   return std::move(list_);
 }
 

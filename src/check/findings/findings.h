@@ -70,6 +70,7 @@ class Findings {
   std::vector<Finding> list_;
   std::map<std::tuple<std::string, std::string, int>, size_t> first_;  // (kind, cause, rank) -> index
   std::map<size_t, int64_t> repeats_;
+  std::map<size_t, std::vector<int64_t>> repeat_steps_;
   std::vector<std::vector<std::pair<int64_t, std::string>>> seq_;  // [rank]: (step, fingerprint) fed
   std::vector<std::map<int64_t, std::vector<std::string>>> batches_;  // [rank]: step -> its samples' fingerprints
   // Pairs of ranks fed the same batches at the same steps, beyond what independent draws give; the verdict.

@@ -159,7 +159,8 @@ std::string format_json(const CheckResult& r) {
   nlohmann::json findings = nlohmann::json::array();
   for (const Finding& f : r.findings) {
     findings.push_back({{"kind", f.kind}, {"severity", f.severity}, {"step", f.step}, {"rank", f.rank},
-                        {"name", f.name}, {"cause", f.cause}, {"message", f.message}, {"repeats", f.repeats}});
+                        {"name", f.name}, {"cause", f.cause}, {"message", f.message}, {"repeats", f.repeats},
+                        {"repeat_steps", f.repeat_steps}});
   }
   nlohmann::json steps = nlohmann::json::array();
   for (const StepLine& l : r.lines)
