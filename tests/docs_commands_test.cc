@@ -456,8 +456,6 @@ const std::map<std::pair<std::string, std::string>, std::string>& refusal_exempt
       {{"docs/simulator.md", "**Checked by**"}, "what the tests check: the tests run it"},
       {{"docs/trace_format.md", "ddp_check refuses (exit 2, one line) an `\"fsdp\"`"},
        "needs a crafted manifest; tests/check_trace_test's BadFsdpManifestsGetOneLine makes five"},
-      {{"docs/trace_format.md", "`DDPTrace()` refuses"},
-       "the recorder inside a Python script; tests/recorder_test runs it"},
   };
   return m;
 }
