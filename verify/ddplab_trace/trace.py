@@ -203,12 +203,13 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         # "<run_dir>-N" rank 0 finds free (a second collective), named in one line. Runs are never mixed.
         mine = (os.urandom(8).hex(), _held_trace(self.dir))
         gathered = self._gather_object(mine)
-        if isinstance(gathered, Exception):
+        agreed = not isinstance(gathered, Exception)  # else no second collective: it would fail alike
+        if not agreed:
             gathered, internal = [mine] * self.world_size, internal or gathered
         self.run_id = gathered[0][0]
         held = [g[1] for g in gathered if g[1]]
         if held:
-            fresh = self._gather_object(_fresh_sibling(self.run_dir) if self.rank == 0 else None)
+            fresh = self._gather_object(_fresh_sibling(self.run_dir) if self.rank == 0 else None) if agreed else None
             fresh = fresh[0] if isinstance(fresh, list) else None
             if fresh is not None and self.rank == 0:
                 sys.stderr.write("ddplab_trace: %s already holds a trace (%s): this run is recorded in %s instead "
