@@ -582,6 +582,11 @@ TEST(CheckTrace, Fsdp2ReportSaysFsdp) {
   ASSERT_NE(lane, std::string::npos);
   EXPECT_NE(page.rfind("fill=\"#bfe6c6\"", lane), std::string::npos);  // green
   EXPECT_NE(page.find("FSDP&#39;s reduced gradient (all ranks&#39; shards of .grad)"), std::string::npos);
+  // The legend's sentences whole (no "amberThe bottom row"), and the norm chart FSDP's.
+  EXPECT_NE(page.find("unsharded gradients, amber where close but not bit for bit"), std::string::npos);
+  EXPECT_NE(page.find("no replicas to compare); the red marker stands at the first step"), std::string::npos);
+  EXPECT_NE(page.find("each rank's own gradient against FSDP's average"), std::string::npos);
+  EXPECT_EQ(page.find("against DDP's average"), std::string::npos);
 }
 
 TEST(CheckTrace, BadFsdpManifestsGetOneLine) {

@@ -55,18 +55,21 @@ std::string format_html(const CheckResult& r) {
   // 1. Where the run first left DDP's (FSDP's) semantics.
   const char* who = r.sharded ? "FSDP" : "DDP";
   out += fmt::format("<section id=\"first-problem\"><h2>Where the run first left {}'s semantics</h2>\n", who);
+  // Each sentence is its FSDP or DDP opening, then the tail both share (a ternary binds only its own literals).
   out += r.sharded
              ? "<p class=\"hint\">One row per rank and one column per step: green where the rank's shards of .grad after "
                "the reduce-scatter and its shards after optimizer.step() are exactly what FSDP's arithmetic predicts "
-               "from the ranks' own unsharded gradients, amber"
+               "from the ranks' own unsharded gradients, "
              : "<p class=\"hint\">One row per rank and one column per step: green where the rank's .grad after backward and "
                "its parameters after optimizer.step() are exactly what DDP's arithmetic predicts from the ranks' own "
-               "gradients, amber where close but not bit for bit, red where they differ or a problem was found at that step "
-         "(a run that trains nothing is red throughout), grey where the rank took no part. ";
+               "gradients, ";
+  out += "amber where close but not bit for bit, red where they differ or a problem was found at that step (a run that "
+         "trains nothing is red throughout), grey where the rank took no part. ";
   out += r.sharded ? "The bottom row, shards, is green where every rank's shards were changed by its own optimizer "
-                     "step alone (under FSDP each rank holds its own shards: there are no replicas to compare); the red marker"
-                   : "The bottom row says whether all ranks held the same parameters after the step; the red marker stands at "
-         "the first step with a problem (other problems are small triangles: hover for the message).";
+                     "step alone (under FSDP each rank holds its own shards: there are no replicas to compare); "
+                   : "The bottom row says whether all ranks held the same parameters after the step; ";
+  out += "the red marker stands at the first step with a problem (other problems are small triangles: hover for the "
+         "message).";
   if (!r.step_exact)
     out += " Amber is expected in this run: the optimizer step is compared allclose, not bit for bit (" +
            esc(r.step_why) + ").";
@@ -127,7 +130,8 @@ std::string format_html(const CheckResult& r) {
   // 2. The gradient norms.
   std::string note;
   const std::string norms = norm_chart(r, problem, &note);
-  out += "<section id=\"norms\"><h2>Gradient norms: each rank's own gradient against DDP's average</h2>\n";
+  out += fmt::format("<section id=\"norms\"><h2>Gradient norms: each rank's own gradient against {}'s average</h2>\n",
+                     who);
   if (norms.empty()) {
     out += "<p class=\"hint\">No gradient was recorded, so there is nothing to draw.</p>\n";
   } else {
