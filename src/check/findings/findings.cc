@@ -148,7 +148,7 @@ void Findings::add(const std::string& kind, const std::string& severity, const s
     return;
   }
   first_[key] = list_.size();
-  list_.push_back({kind, severity, cause, name, message, step, rank});
+  list_.push_back({kind, severity, cause, name, message, step, rank, 0, {}});
 }
 
 std::vector<Finding> Findings::take() {
