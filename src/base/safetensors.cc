@@ -105,7 +105,7 @@ struct Entry {
 
 class File {
  public:
-  File(const std::string& path, int fd, uint64_t size) : path_(path), fd_(fd), size_(size) {}
+  File(const std::string& path, int fd, uint64_t size, uint64_t base) : path_(path), fd_(fd), size_(size), base_(base) {}
   File(const File&) = delete;
   File& operator=(const File&) = delete;
   ~File() { ::close(fd_); }
@@ -114,7 +114,7 @@ class File {
   void read(void* dst, uint64_t offset, uint64_t n) const {
     auto* p = static_cast<char*>(dst);
     while (n > 0) {
-      const ssize_t got = ::pread(fd_, p, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(offset));
+      const ssize_t got = ::pread(fd_, p, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(base_ + offset));
       if (got < 0 && errno == EINTR) continue;
       if (got < 0) throw error(fmt::format("read failed at byte {}: {}", offset, std::strerror(errno)));
       if (got == 0) throw error(fmt::format("the file shrank while it was read: no bytes at {} of {}", offset, size_));
@@ -128,7 +128,7 @@ class File {
  private:
   std::string path_;
   int fd_;
-  uint64_t size_;
+  uint64_t size_, base_;  // the bytes read: [base_, base_ + size_) of the file
 };
 
 }  // namespace
@@ -159,7 +159,7 @@ std::string save(const std::string& path, const TensorMap& tensors) {
   return write_file_atomic(path, out);
 }
 
-TensorMap load(const std::string& path, LoadInfo* info, const std::string& f64_prefix) {
+TensorMap load(const std::string& path, LoadInfo* info, const std::string& f64_prefix, Range range) {
   const auto fail = [&](const std::string& what) { return FormatError(one_line(path + ": " + what)); };
   // Only a regular file has a size to bound every read by: a directory, /dev/zero or a fifo is refused
   // before it is opened (opening a fifo would wait for a writer), and again after, in case it was swapped.
@@ -179,7 +179,14 @@ TensorMap load(const std::string& path, LoadInfo* info, const std::string& f64_p
   }
   if (!S_ISREG(st.st_mode)) ::close(fd);
   regular(st);
-  const File file(path, fd, static_cast<uint64_t>(st.st_size));
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  if (range.length != UINT64_MAX && (range.offset > file_size || range.length > file_size - range.offset)) {
+    ::close(fd);
+    throw fail(fmt::format("truncated: bytes {} to {} asked for, the file has {}", range.offset,
+                           range.offset + range.length, file_size));
+  }
+  const File file(path, fd, range.length == UINT64_MAX ? file_size : range.length,
+                  range.length == UINT64_MAX ? 0 : range.offset);
   const uint64_t size = file.size();
 
   if (size < 8) throw fail(fmt::format("truncated: {} bytes, less than the 8-byte header length", size));

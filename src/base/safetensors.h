@@ -51,6 +51,12 @@ struct LoadInfo {
 };
 // Throws FormatError("<path>: <what is wrong>"). Tensors are F32; F64 ones are read, into info->f64, only where
 // their name begins with a non-empty f64_prefix (a trace's weighted sums, "wsum/"), and info is given.
-TensorMap load(const std::string& path, LoadInfo* info = nullptr, const std::string& f64_prefix = "");
+// The bytes of one safetensors file inside a larger one (a record of a trace's steps.log): `length` bytes from
+// `offset`; the default is the whole file.
+struct Range {
+  uint64_t offset = 0;
+  uint64_t length = UINT64_MAX;
+};
+TensorMap load(const std::string& path, LoadInfo* info = nullptr, const std::string& f64_prefix = "", Range range = {});
 
 }  // namespace ddplab::safetensors

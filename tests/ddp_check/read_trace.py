@@ -19,10 +19,28 @@ import torch
 KINDS = {"local", "prior", "grad", "grad_step", "param_before", "param_after", "state", "buffer"}
 
 
-def read_safetensors(path):
-    """({name: tensor}, metadata dict) of a file, checking the header and the tiling of the data."""
-    with open(path, "rb") as f:
-        raw = f.read()
+def steps_log(rank_dir):
+    """{step: its record's bytes} of rank_dir/steps.log (the whole-run steps), {} where there is none."""
+    out, path = {}, os.path.join(rank_dir, "steps.log")
+    if not os.path.exists(path):
+        return out
+    raw = open(path, "rb").read()
+    at = 0
+    while len(raw) - at >= 16:
+        n, step = struct.unpack("<QQ", raw[at:at + 16])
+        if n > len(raw) - at - 16:
+            break  # cut short
+        assert step not in out and all(step > s for s in out), (path, step)
+        out[step] = raw[at + 16:at + 16 + n]
+        at += 16 + n
+    return out
+
+
+def read_safetensors(path, raw=None):
+    """({name: tensor}, metadata dict) of a file (or of its bytes), checking the header and the tiling of the data."""
+    if raw is None:
+        with open(path, "rb") as f:
+            raw = f.read()
     if len(raw) < 8:
         raise ValueError("%s: truncated" % path)
     (n,) = struct.unpack("<Q", raw[:8])
@@ -71,10 +89,10 @@ def load_run(run_dir):
             assert all(0 <= i < np_ for i in g["params"]), d
         if m.get("first_ready_order") is not None:
             assert sorted(set(m["first_ready_order"])) == sorted(m["first_ready_order"]), d
-        steps = {}
+        steps, log = {}, steps_log(d)
         for s in m["steps"]:
             p = os.path.join(d, "step%06d.safetensors" % s)
-            tensors, meta = read_safetensors(p)
+            tensors, meta = read_safetensors(p, None if os.path.exists(p) else log[s])
             assert meta["step"] == s and meta["rank"] == r and meta["run_id"] == m["run_id"], p
             for name, t in tensors.items():
                 kind, rest = name.split("/", 1)

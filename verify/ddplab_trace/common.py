@@ -20,6 +20,9 @@ FULL_STEPS = 10
 # Reckoned from the parameter count, the same on every rank, so that every rank switches at the same step (FSDP2,
 # whose shards differ by rank, keeps FULL_STEPS).
 FULL_BYTES = 192 << 20
+# After its first FULL_STEPS listed steps a rank rewrites manifest.json (and data.json) at most once a this many
+# seconds, not after every step; a rank killed outright leaves the steps of its last second unlisted.
+MANIFEST_SECONDS = 1.0
 
 try:  # only to know whether Tensor.numpy() works
     import numpy

@@ -205,6 +205,7 @@ class _Manifest:
     def _write_manifest(self, complete):
         if self._nowhere:
             return
+        self._manifest_at = time.monotonic()
         text = json.dumps(self._manifest(complete), indent=1).encode("utf-8") + b"\n"
         # data.json: rewritten with every manifest while small; past a million indices only when an iteration
         # began or the indices grew by a quarter since the last write (so the writes stay linear in the run).

@@ -154,9 +154,12 @@ class _Record:
                 # yet, so every .grad is as the step found it (for each parameter, as it was when the step's
                 # first backward reached it).
                 self._prior_taken = True
+                fl = self._flat_whole()
+                if fl is not None:
+                    self._prior_flat(fl)
                 whole = self._whole_run()
                 sample = self._sampling()
-                for j, p in enumerate(self._params):
+                for j, p in enumerate(self._params if fl is None else ()):
                     if p.grad is None:
                         continue
                     if sample is not None:
@@ -174,7 +177,10 @@ class _Record:
                     raise _Unrecordable("the gradient of '%s' is %s %s (found mid-run), and the trace format holds "
                                         "dense float32 only" % (self._names[i], str(grad.layout).replace("torch.", ""),
                                                                 _dtype_name(grad.dtype)))
-                if self._whole_run():  # no copy: whether it is finite, a flag left on its device until the write
+                fl = self._flat_whole()
+                if fl is not None:  # laid flat: its sums, flags and sample at the step's write
+                    self._local_flat(fl, len(self._locals) - 1, i, grad)
+                elif self._whole_run():  # no copy: whether it is finite, a flag left on its device until the write
                     k = len(self._locals) - 1
                     if self._wsumming():  # its weighted sums; their S is finite exactly where the gradient is
                         ws = self._wsum.setdefault("local/%d" % k, {})[i] = _wsums(grad)
@@ -217,7 +223,12 @@ class _Record:
     def _sampling(self):
         """This whole-run step's sample (made at its first use), or None: a step recorded whole, or FSDP2's shards."""
         if self._sample is None and self._whole_run() and self._fsdp is None:
-            self._sample = _Sample(self._step, self._params)
+            fl = self._flat_whole()
+            if fl is None:
+                self._sample = _Sample(self._step, self._params)
+            else:
+                from .flat import _FlatSample  # numpy's, which flat.py needs
+                self._sample = _FlatSample(fl, self._step)
         return self._sample
 
     def _full_step(self):
@@ -282,6 +293,9 @@ class _Record:
             self._stop_for(e, "after-DDP callback")
 
     def _after_ddp_body(self):
+        fl = self._flat_whole()
+        if fl is not None:
+            return self._after_ddp_flat(fl)
         if self._wsumming():  # the weighted sums of .grad after DDP, which also flag a NaN or an infinity
             ws = self._wsum["grad"] = {i: _wsums(p.grad, absolute=False)
                                        for i, p in enumerate(self._params) if p.grad is not None}

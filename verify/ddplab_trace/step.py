@@ -2,10 +2,11 @@
 
 import json
 import os
+import time
 
 import torch
 
-from .common import _cpu_copy, _dtype_name, _jsonable, _number, _tensor_bytes, _why
+from .common import FULL_STEPS, MANIFEST_SECONDS, _cpu_copy, _dtype_name, _jsonable, _number, _tensor_bytes, _why
 from .digests import WSUM_COLUMNS, _digest, _nonfinite
 from .sample import SLOTS
 from .spies import _JOIN_EVENTS
@@ -25,6 +26,55 @@ class _Step:
         follows = not self.full and self._last_after_step == self._step - 1 and self._last_after_crc is not None
         whole = self._whole_run()
         sample = self._sampling()
+        fl = self._flat_whole()
+        if fl is not None:
+            params, grads = self._before_flat(fl, follows)
+        else:
+            params, grads = self._before_tensors(follows, whole, sample)
+        # The state before this step is what the optimizer left after the previous one: a digest where ddp_check
+        # predicted that step (it replays the optimizer from the first recorded step's state).
+        state_digest = (follows and self._digest_params()) or whole
+        state, steps, skipped, flat_state = [], {}, [], []
+        versions = self._state_versions() if whole else None
+        saved_step, saved = getattr(self, "_saved_versions", (None, None))
+        changed = ([k for k in versions if saved.get(k) != versions[k]] + [k for k in saved if k not in versions]
+                   if whole and saved_step == self._step - 1 else [])
+        for i, p in enumerate(self._params):
+            st = opt.state.get(p) if hasattr(opt.state, "get") else None
+            if not st:
+                continue
+            for k, v in st.items():
+                if k == "step":
+                    steps[self._names[i]] = _number(v)
+                elif isinstance(v, torch.Tensor) and v.dim() > 0:
+                    if v.dtype != torch.float32 or v.layout != torch.strided:
+                        skipped.append({"name": self._names[i], "key": str(k), "dtype": _dtype_name(v.dtype)})
+                    elif fl is not None:
+                        flat_state.append((i, k, v))
+                    else:
+                        if sample is not None:
+                            sample.take("state/%s" % k, i, v)
+                        state.append(("state/%s/%s" % (self._names[i], k), _digest(v) if state_digest else _cpu_copy(v)))
+        if flat_state:
+            state = [("state/%s/%s" % (self._names[i], k), d) for i, k, d in self._state_flat(fl, flat_state, "state")]
+        lr = [float(_number(g["lr"])) for g in opt.param_groups]
+        # Every hyperparameter as step() will read it (a scheduler or a loop may have changed momentum, betas,
+        # weight_decay, ... since DDPTrace was made): per group, the keys whose value differs from the manifest's.
+        groups = []
+        for g, first in zip(opt.param_groups, self._groups):
+            now = {k: _jsonable(v) for k, v in g.items() if k != "params"}
+            groups.append({k: v for k, v in now.items() if first.get(k, None) != v})
+        bufs = [("buffer/" + n, _cpu_copy(b)) for n, b in self._float_buffers]
+        ints = {}
+        for n, b in self._int_buffers:
+            ints[n] = int(b.item()) if b.numel() == 1 else b.detach().cpu().tolist()
+        self._before = {"params": params, "grads": grads, "state": state, "steps": steps, "lr": lr, "groups": groups,
+                        "state_changed": changed,
+                        "num_groups": len(opt.param_groups),
+                        "buffers": bufs, "ints": ints, "skipped": skipped}
+
+    def _before_tensors(self, follows, whole, sample):
+        """_snapshot_before's parameters and .grad, tensor by tensor: "previous", "grad", digests or copies."""
         if sample is not None:
             sample.take_all("param_before", enumerate(self._params))
         if follows and self._params and all(_digest(p) == self._last_after_crc[i] for i, p in enumerate(self._params)):
@@ -53,44 +103,7 @@ class _Step:
             self._note_nonfinite("param_before", _nonfinite((self._names[i], t) for i, t in params.items()))
         if grads != "grad" and not whole:
             self._note_nonfinite("grad_step", _nonfinite((self._names[i], t) for i, t in grads.items()))
-        # The state before this step is what the optimizer left after the previous one: a digest where ddp_check
-        # predicted that step (it replays the optimizer from the first recorded step's state).
-        state_digest = (follows and self._digest_params()) or whole
-        state, steps, skipped = [], {}, []
-        versions = self._state_versions() if whole else None
-        saved_step, saved = getattr(self, "_saved_versions", (None, None))
-        changed = ([k for k in versions if saved.get(k) != versions[k]] + [k for k in saved if k not in versions]
-                   if whole and saved_step == self._step - 1 else [])
-        for i, p in enumerate(self._params):
-            st = opt.state.get(p) if hasattr(opt.state, "get") else None
-            if not st:
-                continue
-            for k, v in st.items():
-                if k == "step":
-                    steps[self._names[i]] = _number(v)
-                elif isinstance(v, torch.Tensor) and v.dim() > 0:
-                    if v.dtype != torch.float32 or v.layout != torch.strided:
-                        skipped.append({"name": self._names[i], "key": str(k), "dtype": _dtype_name(v.dtype)})
-                        continue
-                    key = "state/%s/%s" % (self._names[i], k)
-                    if sample is not None:
-                        sample.take("state/%s" % k, i, v)
-                    state.append((key, _digest(v) if state_digest else _cpu_copy(v)))
-        lr = [float(_number(g["lr"])) for g in opt.param_groups]
-        # Every hyperparameter as step() will read it (a scheduler or a loop may have changed momentum, betas,
-        # weight_decay, ... since DDPTrace was made): per group, the keys whose value differs from the manifest's.
-        groups = []
-        for g, first in zip(opt.param_groups, self._groups):
-            now = {k: _jsonable(v) for k, v in g.items() if k != "params"}
-            groups.append({k: v for k, v in now.items() if first.get(k, None) != v})
-        bufs = [("buffer/" + n, _cpu_copy(b)) for n, b in self._float_buffers]
-        ints = {}
-        for n, b in self._int_buffers:
-            ints[n] = int(b.item()) if b.numel() == 1 else b.detach().cpu().tolist()
-        self._before = {"params": params, "grads": grads, "state": state, "steps": steps, "lr": lr, "groups": groups,
-                        "state_changed": changed,
-                        "num_groups": len(opt.param_groups),
-                        "buffers": bufs, "ints": ints, "skipped": skipped}
+        return params, grads
 
     def _wsum_tensors(self):
         """[("wsum/<kind>", float64 [parameters, 3])]: each parameter's weighted sums S and A and its sum of
@@ -100,7 +113,10 @@ class _Step:
         for kind in sorted(self._wsum):
             got = self._wsum[kind]
             vals = torch.full((len(self._params), 3), float("nan"), dtype=torch.float64)
-            if got:
+            if isinstance(got, tuple):  # laid flat (flat_steps.py): [parameters, 3] and which it holds
+                rows, present = got
+                vals[torch.from_numpy(present)] = torch.from_numpy(rows[present])
+            elif got:
                 vals[list(got)] = torch.stack(list(got.values())).cpu()  # one transfer from a GPU
             out.append(("wsum/" + kind, vals))
         return out
@@ -212,7 +228,10 @@ class _Step:
             self._stop(_why(e, "step writer"), at_step=step)
             return False
         self._steps.append(step)
-        self._write_manifest_safe(False)
+        # The manifest lists it now for the first FULL_STEPS steps, then at most once a MANIFEST_SECONDS: a
+        # rewrite costs more than a small model's step (close(), a stop and the exit handler always write).
+        if len(self._steps) <= FULL_STEPS or time.monotonic() - self._manifest_at >= MANIFEST_SECONDS:
+            self._write_manifest_safe(False)
         return True
 
     def _write_step(self):
@@ -229,7 +248,13 @@ class _Step:
         if self._local_finite:  # whole-run steps: the flags cross to the host once per step
             ok = torch.stack([f.to("cpu") for _, f in self._local_finite]).tolist()
             self._note_nonfinite("local", [n for (n, _), good in zip(self._local_finite, ok) if not good])
-        self._note_nonfinite("param_after", _nonfinite(zip(names, self._params)))
+        fl = self._flat_whole()
+        flat_after = None
+        if fl is not None:  # laid flat: the local gradients' sums and flags, the parameters' digests and flags
+            self._locals_flat_done(fl)
+            flat_after = self._after_flat(fl)
+        else:
+            self._note_nonfinite("param_after", _nonfinite(zip(names, self._params)))
         elided = {}
         crc = {}  # digests of what ddp_check predicts, in place of the tensors (whole-run steps: of every tensor)
 
@@ -260,7 +285,7 @@ class _Step:
             for i in range(len(names)):
                 keep("param_before/" + names[i], b["params"][i])
         if self._digest_params():
-            after_crc = [_digest(p) for p in self._params]
+            after_crc = flat_after if flat_after is not None else [_digest(p) for p in self._params]
             for i in range(len(names)):
                 crc["param_after/" + names[i]] = after_crc[i]
         else:
@@ -280,10 +305,11 @@ class _Step:
                 tensors.append(("outside/" + name, _cpu_copy(p)))
         sample = self._sample
         if sample is not None:  # what the step left, for the replay of the sample
-            sample.take_all("param_after", enumerate(self._params))
-            for i, k, v in self._state_tensors():
-                if k != "step" and v.dtype == torch.float32:
-                    sample.take("state_after/%s" % k, i, v)
+            if fl is None:  # (laid flat: taken by _after_flat)
+                sample.take_all("param_after", enumerate(self._params))
+                for i, k, v in self._state_tensors():
+                    if k != "step" and v.dtype == torch.float32:
+                        sample.take("state_after/%s" % k, i, v)
             sampled, absent = sample.kinds()
             tensors.extend(sampled)
         tensors.extend(self._wsum_tensors())
@@ -329,8 +355,11 @@ class _Step:
         if self._bytes + total > self.max_bytes:
             self._stop("size bound %d bytes reached" % self.max_bytes, " (use every=K or max_bytes=...)")
             return
-        path = os.path.join(self.dir, "step%06d.safetensors" % self._step)
-        self._writer.submit(path, [head] + [_tensor_bytes(t) for _, t in tensors], total)
+        chunks = [head] + [_tensor_bytes(t) for _, t in tensors]
+        if self._whole_run():  # a few KiB: appended to steps.log (a file per step costs more than the step)
+            self._writer.append(os.path.join(self.dir, "steps.log"), self._step, chunks, total)
+        else:
+            self._writer.submit(os.path.join(self.dir, "step%06d.safetensors" % self._step), chunks, total)
         self._in_flight = self._step
         self._written += 1
         self._bytes += total

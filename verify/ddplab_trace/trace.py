@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from .common import DEFAULT_MAX_BYTES, _OPEN, _PENDING_STOP, _Unrecordable, _dtype_name, _jsonable, _why
 from .data import _DataSpy
+from .flat_steps import _FlatSteps
 from .digests import _digest, _sqrt_is_ieee
 from .hand import _HandSync, _hooks_first
 from .hooks import _HookInfo
@@ -27,7 +28,7 @@ def _held_trace(rank_dir):
     """The first trace file rank_dir already holds ("manifest.json", a step file), or None."""
     try:
         held = sorted(f for f in os.listdir(rank_dir)
-                      if f == "manifest.json" or (f.startswith("step") and f.endswith(".safetensors")))
+                      if f in ("manifest.json", "steps.log") or (f.startswith("step") and f.endswith(".safetensors")))
     except OSError:
         return None
     return os.path.join(rank_dir, held[0]) if held else None
@@ -83,7 +84,7 @@ _EXIT_HOOKED = []
 
 # The recorder.
 # ---------------------------------------------------------------------------------------------------------
-class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
+class DDPTrace(_Record, _FlatSteps, _Step, _Manifest, _DataSpy, _HandSync):
     """Records a DDP run for ddp_check. See the module docstring and docs/trace_format.md."""
 
     def __init__(self, ddp_model, optimizer, run_dir, every=1, max_bytes=DEFAULT_MAX_BYTES, full=False,
@@ -179,6 +180,7 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         self._data_count = 0
         self._data_truncated = False
         self._data_written = (-1, 0)  # (epoch records, indices) at the last data.json write
+        self._manifest_at = 0.0       # time.monotonic() at the last manifest write
         self._nonfinite_first = None  # the first NaN/inf seen, any step: {"step", "kind", "name"}
         self._outside = []           # (name, parameter): the module's float32 parameters DDP does not reduce
         self._outside_info = []      # their manifest entries
@@ -472,6 +474,10 @@ class DDPTrace(_Record, _Step, _Manifest, _DataSpy, _HandSync):
         self._closed = True
         if self in _OPEN:
             _OPEN.remove(self)
+        try:
+            self._writer.close()  # steps.log (its last record was waited for)
+        except Exception:
+            pass
         for h in self._handles:
             h.remove()
         self._handles = []

@@ -4,6 +4,7 @@ import errno
 import json
 import mmap
 import os
+import struct
 import threading
 
 import torch
@@ -21,6 +22,37 @@ def _write_atomically(path, chunks):
 
 
 _PAGE = 4096
+SYNC_BYTES = 1 << 20  # step files up to this size are written in the training's thread, without a thread start
+
+
+def _write_now(path, chunks):
+    """Writes chunks to path (temporary name, then rename); returns the error, None when it is whole."""
+    d, base = os.path.split(path)
+    tmp = os.path.join(d, "." + base + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for c in chunks:
+                view = memoryview(c).cast("B")
+                while len(view):
+                    view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return None
+    except Exception as e:  # raised by wait(), as a thread's error is; no half-written file left
+        _remove_quietly(tmp)
+        return e
+    except BaseException:  # an interrupt: the script's, passed on
+        _remove_quietly(tmp)
+        raise
+
+
+def _remove_quietly(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 class _StepWriter:
@@ -40,6 +72,7 @@ class _StepWriter:
         self._turn = 0
         self._thread = None
         self._result = None  # (path, error) of the write in flight, set by the thread
+        self._log = None     # steps.log's descriptor, once a whole-run step was appended
 
     def _arena(self, size):
         need = (size + _PAGE - 1) // _PAGE * _PAGE
@@ -52,7 +85,11 @@ class _StepWriter:
         return a
 
     def submit(self, path, chunks, total):
-        """Copies the chunks (bytes-likes) into a staging buffer now, and writes them to `path` in the thread."""
+        """Copies the chunks (bytes-likes) into a staging buffer now, and writes them to `path` in the thread; a
+        file of at most SYNC_BYTES is written now, in the caller's thread (starting a thread costs more)."""
+        if total <= SYNC_BYTES:
+            self._result = (path, _write_now(path, chunks))
+            return
         arena = self._arena(total)
         view = memoryview(arena)
         off = 0
@@ -64,12 +101,40 @@ class _StepWriter:
         self._thread = threading.Thread(target=self._run, args=(path, arena, total), name="ddplab_trace writer")
         self._thread.start()
 
+    def append(self, log_path, step, chunks, total):
+        """Appends one record to the rank's steps.log: a 16-byte frame (the record's byte count and its step,
+        little-endian uint64 each) and the step file's bytes, in one writev. A record cut short (the process
+        killed mid-write) is never listed in the manifest, and ddp_check ignores it."""
+        try:
+            if self._log is None:
+                self._log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0),
+                                    0o644)
+            parts = [struct.pack("<QQ", total, step)] + [memoryview(c).cast("B") for c in chunks]
+            n = os.writev(self._log, parts)
+            if n != 16 + total:  # a short write (a full disk, a signal): the rest, or the error that stopped it
+                rest = b"".join(bytes(p) for p in parts)[n:]
+                while rest:
+                    rest = rest[os.write(self._log, rest):]
+            self._result = (log_path, None)
+        except Exception as e:
+            self._result = (log_path, e)
+
+    def close(self):
+        """Closes steps.log (after the write in flight)."""
+        try:
+            self.wait()
+        finally:
+            fd, self._log = self._log, None
+            if fd is not None:
+                os.close(fd)
+
     def wait(self):
         """Waits for the write in flight; returns its path, or raises what went wrong in it. None when idle."""
         t, self._thread = self._thread, None
-        if t is None:
+        if t is not None:
+            t.join()
+        if self._result is None:
             return None
-        t.join()
         path, error = self._result
         self._result = None
         if error is not None:

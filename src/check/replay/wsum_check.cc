@@ -12,7 +12,7 @@ double wsum_bound(int64_t n, int64_t world_size, int64_t terms, double scale, do
   const double m = static_cast<double>(world_size + terms + 2);
   const double scaled = scale * (1.0 + std::ldexp(1.0, -23)) * abs_sum;
   return gamma(m, std::ldexp(1.0, -24)) * scaled +
-         gamma(static_cast<double>(n) / 1021.0 + 1100.0 + static_cast<double>(world_size), std::ldexp(1.0, -53)) * 4.0 * scaled +
+         gamma(static_cast<double>(n) + 1100.0 + static_cast<double>(world_size), std::ldexp(1.0, -53)) * 4.0 * scaled +
          2.0 * static_cast<double>(n) * static_cast<double>(world_size) * std::ldexp(1.0, -149);
 }
 

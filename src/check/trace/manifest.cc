@@ -305,6 +305,7 @@ Run open_run(const std::string& dir_in) {
   if (!is_dir(dir)) fail(dir, "is not a directory (give the RUN_DIR that DDPTrace wrote)");
   if (!is_dir(dir + "/rank0")) fail(dir, "has no rank0/ (empty, or not a directory DDPTrace wrote)");
   Manifest first = parse_manifest(dir + "/rank0/manifest.json");
+  read_steps_log(dir + "/rank0", &first);
   run.ranks.reserve(static_cast<size_t>(first.world_size));  // m0 below must not move
   run.ranks.push_back(std::move(first));
   const Manifest& m0 = run.ranks[0];
@@ -314,6 +315,7 @@ Run open_run(const std::string& dir_in) {
     const std::string rd = fmt::format("{}/rank{}", dir, r);
     if (!is_dir(rd)) fail(rd, fmt::format("missing: the run has world_size {} but rank {} left no trace", m0.world_size, r));
     Manifest m = parse_manifest(rd + "/manifest.json");
+    read_steps_log(rd, &m);
     const auto differs = [&](const std::string& what) {
       fail(m.path, "its " + what + " differs from rank 0's (" + m0.path + "): a manifest of another run?");
     };

@@ -130,6 +130,10 @@ struct Manifest {
   int rank = 0, world_size = 0;
   int64_t every = 1;
   std::vector<int64_t> steps;
+  // rank<r>/steps.log, where the whole-run steps are: each step's record (read_steps_log). A step listed in
+  // `steps` is read from its own file where it has one, else from here.
+  std::string log_path;
+  std::map<int64_t, safetensors::Range> log;
   DdpOptions ddp;
   std::vector<TensorInfo> params, buffers;
   std::string optimizer_class;
@@ -300,6 +304,11 @@ Run open_run(const std::string& dir);
 
 // rank's record of `step`, its tensors checked against the manifest's shapes. Throws TraceError.
 StepRecord read_step(const Run& run, int rank, int64_t step);
+// Indexes <rank dir>/steps.log into m->log, where it exists: records of a 16-byte frame (byte count, step; little-
+// endian uint64) and a step file's bytes, steps ascending. A last record cut short (the process killed while it
+// wrote) is left out. A rank whose manifest is not complete (killed, or its manifest last written before its
+// last steps) also lists the whole records after its last listed step.
+void read_steps_log(const std::string& rank_dir, Manifest* m);
 
 // The step file's path.
 std::string step_path(const std::string& dir, int rank, int64_t step);

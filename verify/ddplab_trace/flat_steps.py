@@ -1,0 +1,132 @@
+"""DDPTrace's whole-run steps laid flat (flat.py): where record.py and step.py take each tensor's digest,
+weighted sums, NaN/inf flag and sample one by one, these take them for every parameter of a kind at once."""
+
+import numpy as np
+import torch
+
+from .common import _HAVE_NUMPY
+from .digests import _digest
+
+
+class _FlatSteps:
+    """The flat path of a whole-run step of DDP (not FSDP2's shards) on a small CPU model."""
+
+    def _flat_whole(self):
+        """The flat layout where this step is laid flat, else None (the per-tensor path)."""
+        if not self._wsumming():
+            return None
+        fl = getattr(self, "_flat", None)
+        if fl is None:
+            fl = False
+            if _HAVE_NUMPY:
+                from .flat import _Flat, _flat_layout_ok
+                if _flat_layout_ok(self._params):
+                    fl = _Flat(self._params)
+            self._flat = fl
+        return fl or None
+
+    def _flat_names(self, mask, prefix=""):
+        return [prefix + self._names[i] for i in np.flatnonzero(mask)]
+
+    def _prior_flat(self, fl):
+        """The step's first backward reached its first parameter: every .grad as the step found it."""
+        b = fl.buf("prior")
+        b.put_all((j, p.grad) for j, p in enumerate(self._params) if p.grad is not None)
+        if not b.present.any():
+            return
+        self._sampling().put("prior", b)
+        zero = fl.bits_zero(b.a) & b.present  # every bit zero (+0.0): named, not digested
+        self._prior_zero.extend(np.flatnonzero(zero).tolist())
+        keep = b.present & ~zero
+        digests = fl.digests(b.a)
+        for j in np.flatnonzero(keep).tolist():
+            self._prior[j] = digests[j]
+        self._wsum["prior"] = (fl.wsums(b.a), keep)
+
+    def _local_flat(self, fl, k, i, grad):
+        """Backward k's local gradient of parameter i, as its hook sees it."""
+        b = fl.buf("local/%d" % k)
+        if getattr(self, "_flat_local_at", None) != (self._step, k):  # the backward's first: last step's are gone
+            self._flat_local_at = (self._step, k)
+            b.present[:] = False
+        b.put(i, grad)
+
+    def _locals_flat_done(self, fl):
+        """At the step's write: each backward's local gradients, their weighted sums, flags and sample."""
+        for k, bw in enumerate(self._backwards):
+            b = fl.buf("local/%d" % k)
+            if not bw["ready"]:
+                continue
+            ws = fl.wsums(b.a)
+            self._wsum["local/%d" % k] = (ws, b.present.copy())
+            bad = b.present & ~np.isfinite(ws[:, 0])
+            if bad.any():  # in the order the hooks saw them, as the per-tensor path names them
+                self._note_nonfinite("local", ["%d/%s" % (k, self._names[i]) for i in bw["ready"] if bad[i]])
+            self._sampling().put("local/%d" % k, b)
+
+    def _after_ddp_flat(self, fl):
+        """.grad after DDP: its weighted sums (S also its NaN/inf flag), digests and sample."""
+        b = fl.buf("grad")
+        b.put_all((i, p.grad) for i, p in enumerate(self._params) if p.grad is not None)
+        ws = fl.wsums(b.a, absolute=False)
+        self._wsum["grad"] = (ws, b.present.copy())
+        self._note_nonfinite("grad", self._flat_names(b.present & ~np.isfinite(ws[:, 0])))
+        digests = fl.digests(b.a)
+        self._grad_crc = {i: digests[i] for i in np.flatnonzero(b.present).tolist()}
+        self._flat_grad_step = self._step
+        self._sampling().put("grad", b)
+        self._grad_snap = None
+
+    def _before_flat(self, fl, follows):
+        """Before optimizer.step(): (params, grads) as _snapshot_before keeps them ("previous", "grad" or
+        {i: digest}), the parameters and .grad laid flat."""
+        pb = fl.buf("param_before")
+        pb.put_all(enumerate(self._params))
+        self._sampling().put("param_before", pb)
+        digests = fl.digests(pb.a)
+        if follows and digests == list(self._last_after_crc):
+            params = "previous"
+        else:  # changed outside the step: its digests, and whether it is finite
+            self._note_nonfinite("param_before", self._flat_names(~fl.finite(pb.a)))
+            params = dict(enumerate(digests))
+        gs = fl.buf("grad_step")
+        gs.put_all((i, p.grad) for i, p in enumerate(self._params) if p.grad is not None)
+        self._sampling().put("grad_step", gs)
+        gb = fl.bufs.get("grad")
+        same = (self._grad_crc is not None and getattr(self, "_flat_grad_step", None) == self._step
+                and gs.present.any() and np.array_equal(gs.present, gb.present)
+                and np.array_equal(gs.a.view(np.uint32), gb.a.view(np.uint32)))
+        if same:
+            return params, "grad"
+        self._note_nonfinite("grad_step", self._flat_names(gs.present & ~fl.finite(gs.a)))
+        digests = fl.digests(gs.a)
+        return params, {i: digests[i] for i in np.flatnonzero(gs.present).tolist()}
+
+    def _state_flat(self, fl, entries, prefix):
+        """entries [(i, key, tensor)] of float32 state: digests [(i, key, digest)] and the sample as
+        `prefix`/<key>; a tensor not shaped as its parameter is digested alone (its slots absent)."""
+        bufs, out = {}, []
+        for i, k, v in entries:
+            b = bufs.get(k)
+            if b is None:
+                b = bufs[k] = fl.buf("%s/%s" % (prefix, k))
+                b.present[:] = False
+            if tuple(v.shape) == fl.shapes[i] and v.is_contiguous():
+                b.put(i, v)
+                out.append((i, k, None))
+            else:
+                out.append((i, k, _digest(v)))
+        digests = {k: fl.digests(b.a) for k, b in bufs.items()} if prefix == "state" else {}
+        for k, b in bufs.items():
+            self._sampling().put("%s/%s" % (prefix, k), b)
+        return [(i, k, d if d is not None or prefix != "state" else digests[k][i]) for i, k, d in out]
+
+    def _after_flat(self, fl):
+        """After optimizer.step(): the parameters' digests and flags, and what the step left for the sample."""
+        pa = fl.buf("param_after")
+        pa.put_all(enumerate(self._params))
+        self._note_nonfinite("param_after", self._flat_names(~fl.finite(pa.a)))
+        self._sampling().put("param_after", pa)
+        self._state_flat(fl, [(i, k, v) for i, k, v in self._state_tensors()
+                              if k != "step" and v.dtype == torch.float32], "state_after")
+        return fl.digests(pa.a)
