@@ -138,8 +138,30 @@ class _FlatSample:
     """A whole-run step's sample from flat buffers: the same slots and values as sample.py's _Sample."""
 
     def __init__(self, layout, step):
+        self.layout = layout
         self.owner, self.index = layout.slots(step)
         self.values = {}  # kind -> (values [SLOTS] float32, absent slots)
+        self._by_param = None
+
+    def put_tensors(self, kind, tensors):
+        """[(i, tensor)] not laid flat (the optimizer's state after the step): each one's sampled elements read
+        where it is; a tensor not of its parameter's size (or not listed) leaves its slots absent."""
+        if self._by_param is None:
+            starts = np.array(self.layout.starts, dtype=np.int64)
+            self._by_param = {int(i): (np.flatnonzero(self.owner == i), self.index[self.owner == i] - starts[i])
+                              for i in np.unique(self.owner)}
+        vals = np.zeros(SLOTS, dtype=np.float32)
+        have = np.zeros(len(self.layout.sizes), dtype=bool)
+        for i, t in tensors:
+            sel = self._by_param.get(i)
+            if t.numel() != self.layout.sizes[i]:
+                continue
+            have[i] = True
+            if sel is not None:
+                vals[sel[0]] = t.detach().reshape(-1).numpy()[sel[1]]
+        missing = ~have[self.owner]
+        vals[missing] = 0.0
+        self.values[kind] = (vals, np.flatnonzero(missing).tolist())
 
     def put(self, kind, buf):
         vals = buf.a[self.index]

@@ -25,8 +25,8 @@ class _FlatSteps:
             self._flat = fl
         return fl or None
 
-    def _flat_names(self, mask, prefix=""):
-        return [prefix + self._names[i] for i in np.flatnonzero(mask)]
+    def _flat_names(self, mask):
+        return [self._names[i] for i in np.flatnonzero(mask)]
 
     def _prior_flat(self, fl):
         """The step's first backward reached its first parameter: every .grad as the step found it."""
@@ -83,12 +83,16 @@ class _FlatSteps:
         pb = fl.buf("param_before")
         pb.put_all(enumerate(self._params))
         self._sampling().put("param_before", pb)
-        digests = fl.digests(pb.a)
-        if follows and digests == list(self._last_after_crc):
+        pa = fl.bufs.get("param_after")
+        if follows and pa is not None and getattr(self, "_flat_after_step", None) == self._step - 1:
+            same = np.array_equal(pb.a.view(np.uint32), pa.a.view(np.uint32))  # as the last step left them
+        else:
+            same = follows and fl.digests(pb.a) == list(self._last_after_crc)
+        if same:
             params = "previous"
         else:  # changed outside the step: its digests, and whether it is finite
             self._note_nonfinite("param_before", self._flat_names(~fl.finite(pb.a)))
-            params = dict(enumerate(digests))
+            params = dict(enumerate(fl.digests(pb.a)))
         gs = fl.buf("grad_step")
         gs.put_all((i, p.grad) for i, p in enumerate(self._params) if p.grad is not None)
         self._sampling().put("grad_step", gs)
@@ -102,31 +106,37 @@ class _FlatSteps:
         digests = fl.digests(gs.a)
         return params, {i: digests[i] for i in np.flatnonzero(gs.present).tolist()}
 
-    def _state_flat(self, fl, entries, prefix):
-        """entries [(i, key, tensor)] of float32 state: digests [(i, key, digest)] and the sample as
-        `prefix`/<key>; a tensor not shaped as its parameter is digested alone (its slots absent)."""
+    def _state_flat(self, fl, entries):
+        """entries [(i, key, tensor)] of the float32 state before the step: digests [(i, key, digest)] and the
+        sample as state/<key>; a tensor not shaped as its parameter is digested alone (its slots absent)."""
         bufs, out = {}, []
         for i, k, v in entries:
             b = bufs.get(k)
             if b is None:
-                b = bufs[k] = fl.buf("%s/%s" % (prefix, k))
+                b = bufs[k] = fl.buf("state/%s" % k)
                 b.present[:] = False
             if tuple(v.shape) == fl.shapes[i] and v.is_contiguous():
                 b.put(i, v)
                 out.append((i, k, None))
             else:
                 out.append((i, k, _digest(v)))
-        digests = {k: fl.digests(b.a) for k, b in bufs.items()} if prefix == "state" else {}
+        digests = {k: fl.digests(b.a) for k, b in bufs.items()}
         for k, b in bufs.items():
-            self._sampling().put("%s/%s" % (prefix, k), b)
-        return [(i, k, d if d is not None or prefix != "state" else digests[k][i]) for i, k, d in out]
+            self._sampling().put("state/%s" % k, b)
+        return [(i, k, digests[k][i] if d is None else d) for i, k, d in out]
 
     def _after_flat(self, fl):
         """After optimizer.step(): the parameters' digests and flags, and what the step left for the sample."""
         pa = fl.buf("param_after")
         pa.put_all(enumerate(self._params))
         self._note_nonfinite("param_after", self._flat_names(~fl.finite(pa.a)))
-        self._sampling().put("param_after", pa)
-        self._state_flat(fl, [(i, k, v) for i, k, v in self._state_tensors()
-                              if k != "step" and v.dtype == torch.float32], "state_after")
+        sample = self._sampling()
+        sample.put("param_after", pa)
+        by_key = {}
+        for i, k, v in self._state_tensors():
+            if k != "step" and v.dtype == torch.float32:
+                by_key.setdefault(k, []).append((i, v))
+        for k, items in by_key.items():
+            sample.put_tensors("state_after/%s" % k, items)
+        self._flat_after_step = self._step
         return fl.digests(pa.a)

@@ -4,7 +4,7 @@
 import torch
 
 from .common import FULL_BYTES, FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
-from .digests import _digest, _finite_flag, _fingerprint, _first_tensor, _nonfinite, _wsums
+from .digests import _digest, _finite_flag, _fingerprints, _first_tensor, _nonfinite, _wsums
 from .hooks import _HookInfo
 from .sample import _Sample
 from .writer import _all_bits_zero
@@ -80,11 +80,7 @@ class _Record:
                     xc = xc.cpu()
                 if _nonfinite([("x", xc)]):
                     self._note_nonfinite("input", [len(self._inputs)])
-                if xc.dim() == 0:
-                    fps.append(_fingerprint(xc))
-                else:
-                    for j in range(xc.shape[0]):
-                        fps.append(_fingerprint(xc[j]))
+                fps = _fingerprints(xc)
             self._inputs.append(fps)
 
     def _module_pre_hook(self, module, args):

@@ -56,7 +56,7 @@ class _Step:
                             sample.take("state/%s" % k, i, v)
                         state.append(("state/%s/%s" % (self._names[i], k), _digest(v) if state_digest else _cpu_copy(v)))
         if flat_state:
-            state = [("state/%s/%s" % (self._names[i], k), d) for i, k, d in self._state_flat(fl, flat_state, "state")]
+            state = [("state/%s/%s" % (self._names[i], k), d) for i, k, d in self._state_flat(fl, flat_state)]
         lr = [float(_number(g["lr"])) for g in opt.param_groups]
         # Every hyperparameter as step() will read it (a scheduler or a loop may have changed momentum, betas,
         # weight_decay, ... since DDPTrace was made): per group, the keys whose value differs from the manifest's.
@@ -112,11 +112,13 @@ class _Step:
         out = []
         for kind in sorted(self._wsum):
             got = self._wsum[kind]
-            vals = torch.full((len(self._params), 3), float("nan"), dtype=torch.float64)
-            if isinstance(got, tuple):  # laid flat (flat_steps.py): [parameters, 3] and which it holds
+            if isinstance(got, tuple):  # laid flat (flat_steps.py): [parameters, 3] of its own, and which it holds
                 rows, present = got
-                vals[torch.from_numpy(present)] = torch.from_numpy(rows[present])
-            elif got:
+                rows[~present] = float("nan")
+                out.append(("wsum/" + kind, torch.from_numpy(rows)))
+                continue
+            vals = torch.full((len(self._params), 3), float("nan"), dtype=torch.float64)
+            if got:
                 vals[list(got)] = torch.stack(list(got.values())).cpu()  # one transfer from a GPU
             out.append(("wsum/" + kind, vals))
         return out
