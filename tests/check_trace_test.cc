@@ -610,6 +610,56 @@ TEST(CheckTrace, BadFsdpManifestsGetOneLine) {
   refused("full_shape", [](json& m) { m["fsdp"]["params"][0]["shape"] = {41, 12}; }, "differs from rank 0's");
 }
 
+// A step's file moved into its rank's steps.log, as the recorder appends a whole-run step: a frame (the record's
+// byte count and its step, little-endian uint64 each), then the file's bytes.
+void to_steps_log(const std::string& dir, int rank, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/rank%d/step%06d.safetensors", rank, static_cast<int>(step));
+  const std::string bytes = slurp(dir + name);
+  std::string frame(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    frame[static_cast<size_t>(i)] = static_cast<char>((bytes.size() >> (8 * i)) & 0xff);
+    frame[static_cast<size_t>(8 + i)] = static_cast<char>((static_cast<uint64_t>(step) >> (8 * i)) & 0xff);
+  }
+  std::ofstream(dir + "/rank" + std::to_string(rank) + "/steps.log", std::ios::binary | std::ios::app) << frame << bytes;
+  fs::remove(dir + name);
+}
+
+// The whole-run steps in steps.log read as their own files are: the same sample and sums. A last record cut
+// short (killed while writing) is left out; a rank whose manifest was not completed picks up the whole records
+// after its last listed step (the manifest is rewritten at most once a second); steps out of order are refused.
+TEST(CheckTrace, WholeRunStepsAreReadFromStepsLog) {
+  const auto whole = [](const std::string& name) { return make_trace(testing::temp_dir() + "/" + name, false, false, true); };
+  const auto expect_whole_step = [](const std::string& dir, const char* label) {
+    const check::CheckResult r = check::check_run(check::open_run(dir));
+    std::printf("%s: %s", label, check::format_text(r).c_str());
+    EXPECT_FALSE(r.problems()) << label;
+    EXPECT_EQ(r.sampled.steps, 1) << label;
+    EXPECT_EQ(r.sampled.exact, 8) << label;
+    EXPECT_EQ(r.wsum.within, 4) << label;
+  };
+  const std::string log = whole("log");
+  for (int r = 0; r < 2; ++r) to_steps_log(log, r, 2);
+  expect_whole_step(log, "steps.log");
+  std::ofstream(log + "/rank1/steps.log", std::ios::binary | std::ios::app) << std::string("\x10\x27\0\0\0\0\0\0\x03", 9);
+  expect_whole_step(log, "a record cut short");
+
+  const std::string killed = whole("killed");
+  for (int r = 0; r < 2; ++r) {
+    to_steps_log(killed, r, 2);
+    json m = json::parse(slurp(killed + "/rank" + std::to_string(r) + "/manifest.json"));
+    m["steps"] = {0, 1};
+    m["complete"] = false;
+    write(killed + "/rank" + std::to_string(r) + "/manifest.json", m.dump());
+  }
+  expect_whole_step(killed, "listed up to step 1, not completed");
+
+  const std::string unordered = whole("unordered");
+  to_steps_log(unordered, 1, 2);
+  to_steps_log(unordered, 1, 1);
+  expect_refused(unordered, "unordered", "steps.log holds ascending steps");
+}
+
 // The fuzzer: mutations of a valid trace's manifest (JSON-level) and step files (byte- and JSON-level).
 TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
   constexpr int kCases = 1500;
@@ -628,13 +678,19 @@ TEST(CheckTrace, FuzzedTracesEndInTraceErrorOrAResult) {
     fs::copy(fsdp ? fsdp_trace() : hand ? hand_trace() : base, dir, fs::copy_options::recursive);
     for (const auto& e : fs::recursive_directory_iterator(dir))
       fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
+    // One case in four of the others: the whole-run step in steps.log, which is then what is mutated.
+    const bool in_log = which == 2;
+    if (in_log) to_steps_log(dir, 0, 2);
     // Half the hand-written cases first make each rank's optimizer a ZeRO-1 share ("optimizer"."sharded").
     if (hand && fuzz::pick(rng, 2) == 0) give_shares(dir);
     // The FSDP2 run has no step 2 (the whole-run step is the hand-made run's).
-    const std::string file =
-        dir + (fsdp || hand ? files[static_cast<size_t>(fuzz::pick(rng, 4))] : fuzz::pick(rng, files));
+    const std::string file = dir + (in_log                ? std::string("/rank0/steps.log")
+                                    : fsdp || hand ? files[static_cast<size_t>(fuzz::pick(rng, 4))]
+                                                   : fuzz::pick(rng, files));
     std::string bytes = slurp(file), what;
-    if (file.find("manifest") != std::string::npos) {
+    if (in_log) {
+      what = fuzz::mutate_bytes(rng, bytes, 24 + fuzz::split(bytes.substr(16)).header.size());  // frame, header
+    } else if (file.find("manifest") != std::string::npos) {
       fuzz::Parts p{bytes, ""};
       what = fuzz::mutate_header(rng, p, fuzz::pick(rng, 2) == 0);
       bytes = p.header;

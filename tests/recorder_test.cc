@@ -91,6 +91,8 @@ TEST_P(Faults, TheDigestIsAsDefined) {
   EXPECT_NE(r.out.find("digests as defined"), std::string::npos);
   // The whole-run mode's NaN/inf flag, all-zero test, torch's version counter under .data, the sample's slots.
   EXPECT_NE(r.out.find("whole-run flags and sample checked"), std::string::npos);
+  // A small model's whole-run steps laid flat (flat.py): what the per-tensor functions give.
+  EXPECT_NE(r.out.find("flat layout as per tensor"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Torches, Faults, ::testing::Values("torch1.13", "torch2"),

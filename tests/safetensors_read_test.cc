@@ -39,6 +39,33 @@ TEST(Safetensors, ChecksumIsVerifiedWherePresent) {
             std::string::npos);
 }
 
+// A Range reads one file's bytes inside a larger one (a record of a trace's steps.log) as the file itself is
+// read; a range past the end is refused, and a range cut short is a file whose data ends early.
+TEST(Safetensors, RangeReadsAFileInsideAnother) {
+  const std::string path = write_file("one.st", "");
+  ASSERT_EQ(safetensors::save(path, {{"w", {{2}, {1.0f, 2.0f}}}, {"b", {{1}, {-3.0f}}}}), "");
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string joined = write_file("joined.log", std::string(37, 'x') + bytes + std::string(11, 'y'));
+  const safetensors::TensorMap got = safetensors::load(joined, nullptr, "", {37, bytes.size()});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got.at("w").data, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(got.at("b").shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ(got.at("b").data, (std::vector<float>{-3.0f}));
+  const auto refused = [&](safetensors::Range r) {
+    try {
+      safetensors::load(joined, nullptr, "", r);
+    } catch (const safetensors::FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused({37, bytes.size() + 12}).find("truncated: bytes 37 to"), std::string::npos);
+  EXPECT_NE(refused({UINT64_MAX - 4, 8}).find("truncated"), std::string::npos);
+  EXPECT_NE(refused({37, bytes.size() - 1}).find("go past the end of the data"), std::string::npos);
+  EXPECT_NE(refused({36, bytes.size()}), "accepted");
+}
+
 TEST(Safetensors, ReadsStandardFilesWithoutChecksum) {
   // Refused before with "no __metadata__ checksum". Values written here, by hand, in the data order
   // b then a (the header's order does not matter), the header padded with spaces as safetensors does.

@@ -124,6 +124,56 @@ def weighted_sums():
     return bad
 
 
+def flat_layout():
+    """The whole-run steps of a small CPU model laid flat (flat.py): the same digests (by definition), the
+    weighted sums to float64's rounding, the flags, and the same sample as the per-tensor functions, for
+    parameters of every length class (one float, odd, under and over 1021 words) with some absent; and the
+    batch's fingerprints from one buffer as per sample."""
+    bad = []
+    g = torch.Generator().manual_seed(3)
+    shapes = [(128, 32), (1,), (3, 5, 7), (2047,), (4099,), (10, 128), (10,)]
+    params = [torch.randn(*s, generator=g) for s in shapes]
+    params[1].fill_(float("nan"))
+    params[6].zero_()
+    layout = T._Flat(params)
+    buf = layout.buf("x")
+    buf.put_all(enumerate(params))
+    if layout.digests(buf.a) != [by_definition(p) for p in params]:
+        bad.append("flat digests")
+    ws = layout.wsums(buf.a)
+    for i, p in enumerate(params):
+        want = T._wsums(p).numpy()
+        if not (np.isnan(want[0]) and np.isnan(ws[i, 0])) and (
+                abs(ws[i, 0] - want[0]) > 1e-12 * want[1] or abs(ws[i, 1] - want[1]) > 1e-12 * want[1]
+                or abs(ws[i, 2] - want[2]) > 1e-4 * want[2]):
+            bad.append("flat weighted sums of parameter %d: %r against %r" % (i, ws[i].tolist(), want.tolist()))
+    if layout.finite(buf.a).tolist() != [i != 1 for i in range(len(params))]:
+        bad.append("flat NaN flags")
+    if layout.bits_zero(buf.a).tolist() != [i == 6 for i in range(len(params))]:
+        bad.append("flat all-zero test")
+    for step in (0, 1, 17, 98765):
+        here = [(i, p) for i, p in enumerate(params) if i != 2]  # parameter 2 without this tensor
+        ref = T._Sample(step, params)
+        ref.take_all("x", here)
+        ref.take_all("y", here)
+        flat = T._FlatSample(layout, step)
+        buf.put_all(here)
+        flat.put("x", buf)
+        flat.put_tensors("y", here)
+        (rk, ra), (fk, fa) = ref.kinds(), flat.kinds()
+        same = ra == fa and [k for k, _ in rk] == [k for k, _ in fk] and all(
+            torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)) for (_, a), (_, b) in zip(rk, fk))
+        if not same:
+            bad.append("flat sample at step %d" % step)
+    for x in (torch.randn(5, 3, 2, generator=g), torch.arange(12).view(4, 3), torch.randn(4, 3, generator=g).t(),
+              torch.tensor(2.0), torch.randn(3, 2, generator=g).bfloat16()):
+        want = [T._fingerprint(x)] if x.dim() == 0 else [T._fingerprint(x[j]) for j in range(x.shape[0])]
+        if T._fingerprints(x) != want:
+            bad.append("fingerprints of a %s %s batch" % (x.dtype, list(x.shape)))
+    print("flat layout as per tensor" if not bad else "flat layout: %d bad" % len(bad))
+    return bad
+
+
 def main():
     g = torch.Generator().manual_seed(0)
     bad = []
@@ -155,6 +205,7 @@ def main():
         print("fixed n=%d fold64 %d" % (n, d))
     bad += flags_and_sample()
     bad += weighted_sums()
+    bad += flat_layout()
     for b in bad:
         print("FAIL " + b)
     print("digests as defined" if not bad else "%d mismatches" % len(bad))

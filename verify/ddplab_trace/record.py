@@ -3,11 +3,24 @@
 
 import torch
 
-from .common import FULL_BYTES, FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
+from .common import _HAVE_NUMPY, FULL_BYTES, FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
 from .digests import _digest, _finite_flag, _fingerprints, _first_tensor, _nonfinite, _wsums
 from .hooks import _HookInfo
 from .sample import _Sample
 from .writer import _all_bits_zero
+
+
+def _input_nonfinite(x):
+    """Whether a batch holds a NaN or an infinity: a float32 batch's float64 sum is finite exactly where its
+    elements are (one numpy call); any other, _nonfinite's."""
+    if _HAVE_NUMPY and x.dtype == torch.float32 and x.numel():
+        try:
+            import numpy as np
+            with np.errstate(all="ignore"):
+                return not np.isfinite(np.add.reduce(x.reshape(-1).numpy(), dtype=np.float64))
+        except Exception:
+            pass
+    return bool(_nonfinite([("x", x)]))
 
 
 class _Record:
@@ -78,7 +91,7 @@ class _Record:
                 xc = x.detach()
                 if xc.device.type != "cpu":
                     xc = xc.cpu()
-                if _nonfinite([("x", xc)]):
+                if _input_nonfinite(xc):
                     self._note_nonfinite("input", [len(self._inputs)])
                 fps = _fingerprints(xc)
             self._inputs.append(fps)
