@@ -62,7 +62,7 @@ TEST_P(Faults, EachFaultStopsTheRecordingNotTheRun) {
   ASSERT_EQ(r.status, 0) << tail(r.err);
   EXPECT_NE(r.out.find("cases hold"), std::string::npos);
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
-  for (const char* c : {"parameter_hook", "unknown_tensor_kind", "disk_full", "unwritable_run_dir", "dataloader_index_spy",
+  for (const char* c : {"parameter_hook", "unknown_tensor_kind", "disk_full", "disk_full_log", "unwritable_run_dir", "dataloader_index_spy",
                         "join_spy", "averaging_spy", "close", "closure_raises", "comm_hook_kinds", "zero_grad_wrapper",
                         "model_unwrap"})
     EXPECT_NE(r.out.find(std::string("ok   ") + c + " "), std::string::npos) << c;

@@ -194,38 +194,40 @@ def half_locals():
 
 def failing_sample():
     """The whole-run mode from step 2 on (FULL_STEPS 1: the least the recorder keeps whole is 2 steps), and the
-    sample's gather failing in its first whole-run step (the prior's or a local gradient's, in the parameter hook)."""
+    sample's gather failing in its first whole-run step (per tensor, in the parameter hook; laid flat, at the
+    prior's in the hook or at the step's write)."""
     def inject():
         full, take = T.FULL_STEPS, T._Sample.__dict__["take"]
+        put, put_tensors = T._FlatSample.__dict__["put"], T._FlatSample.__dict__["put_tensors"]
         T.FULL_STEPS = 1
 
-        def bad(self, kind, i, t):
+        def bad(self, *args):
             raise RuntimeError("injected fault")
 
-        T._Sample.take = bad
+        T._Sample.take = T._FlatSample.put = T._FlatSample.put_tensors = bad  # per tensor, and laid flat
 
         def undo():
             T.FULL_STEPS = full
-            T._Sample.take = take
+            T._Sample.take, T._FlatSample.put, T._FlatSample.put_tensors = take, put, put_tensors
         return undo
     return inject
 
 
 def failing_wsums():
-    """The whole-run mode from step 2 on, and its weighted sums failing there (a local gradient's, in the
-    parameter hook)."""
+    """The whole-run mode from step 2 on, and its weighted sums failing there (per tensor, a local gradient's in
+    the parameter hook; laid flat, at the step's write or after DDP)."""
     def inject():
-        full, wsums = T.FULL_STEPS, T._wsums
+        full, wsums, flat = T.FULL_STEPS, T._wsums, T._Flat.__dict__["wsums"]
         T.FULL_STEPS = 1
 
-        def bad(t, absolute=True):
+        def bad(*args, **kwargs):
             raise RuntimeError("injected fault")
 
-        T._wsums = bad
+        T._wsums = T._Flat.wsums = bad  # per tensor, and laid flat
 
         def undo():
             T.FULL_STEPS = full
-            T._wsums = wsums
+            T._wsums, T._Flat.wsums = wsums, flat
         return undo
     return inject
 
@@ -238,8 +240,26 @@ def failing_digests(original):
     return _digest
 
 
+def log_full_once():
+    """The disk is full when the first whole-run step is appended to steps.log (FULL_STEPS 1: from step 2)."""
+    def inject():
+        full, original = T.FULL_STEPS, T._StepWriter.__dict__["_append_write"]
+        T.FULL_STEPS = 1
+
+        def _append_write(self, parts, total):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "steps.log")
+
+        T._StepWriter._append_write = _append_write
+
+        def undo():
+            T.FULL_STEPS = full
+            T._StepWriter._append_write = original
+        return undo
+    return inject
+
+
 def disk_full_once():
-    """The disk is full when step 1's file is written (by the recorder's writer thread)."""
+    """The disk is full when step 1's file is written (a small one: in the training's thread)."""
     def inject():
         original = T._StepWriter.__dict__["_write"]
         fired = []
@@ -298,8 +318,9 @@ CASES = [
     ("close", {}, fail_method("_detach", at_step=0), (STEPS, "close()"), STEPS),
     ("unknown_tensor_kind", {}, half_locals(), (1, "unknown tensor kind"), 1),
     ("disk_full", {}, disk_full_once(), (1, "No space left on device"), 1),
-    ("whole_run_sample", {}, failing_sample(), (2, "parameter hook"), 2),
-    ("whole_run_wsum", {}, failing_wsums(), (2, "parameter hook"), 2),
+    ("whole_run_sample", {}, failing_sample(), (2, "injected fault"), 2),
+    ("whole_run_wsum", {}, failing_wsums(), (2, "injected fault"), 2),
+    ("disk_full_log", {}, log_full_once(), (2, "No space left on device"), 2),
     # the digests of what ddp_check predicts, taken from step 1 on (the first step keeps every value)
     ("digest", {}, fail_function("_digest", failing_digests), (1, "after-DDP callback"), 1),
     ("unwritable_run_dir", {"after": unwritable_dir, "before_close": writable_again}, None, (0, "cannot write"), 0),
@@ -334,9 +355,15 @@ CASES = [
 
 
 def step_metadata(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        return json.loads(json.loads(f.read(n))["__metadata__"]["ddplab"])
+    """A step's metadata, from its file or (a whole-run step) its record in steps.log."""
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            raw = f.read()
+    else:
+        from read_trace import steps_log
+        raw = steps_log(os.path.dirname(path))[int(os.path.basename(path)[4:10])]
+    n = int.from_bytes(raw[:8], "little")
+    return json.loads(json.loads(raw[8:8 + n])["__metadata__"]["ddplab"])
 
 
 def check_clean(name, cfg, rank_dir, manifest, data, errors_seen, reference):

@@ -1,4 +1,5 @@
-"""Step files: safetensors bytes, written whole by a thread of their own (temporary name, then rename)."""
+"""Step files: safetensors bytes, written whole (temporary name, then rename) by a thread of their own, or
+appended to steps.log."""
 
 import errno
 import json
@@ -25,36 +26,6 @@ _PAGE = 4096
 SYNC_BYTES = 1 << 20  # step files up to this size are written in the training's thread, without a thread start
 
 
-def _write_now(path, chunks):
-    """Writes chunks to path (temporary name, then rename); returns the error, None when it is whole."""
-    d, base = os.path.split(path)
-    tmp = os.path.join(d, "." + base + ".tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            for c in chunks:
-                view = memoryview(c).cast("B")
-                while len(view):
-                    view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        return None
-    except Exception as e:  # raised by wait(), as a thread's error is; no half-written file left
-        _remove_quietly(tmp)
-        return e
-    except BaseException:  # an interrupt: the script's, passed on
-        _remove_quietly(tmp)
-        raise
-
-
-def _remove_quietly(path):
-    try:
-        os.remove(path)
-    except OSError:
-        pass
-
-
 class _StepWriter:
     """Writes step files off the training thread, and past the page cache where the file system allows.
 
@@ -64,7 +35,9 @@ class _StepWriter:
     the training reuses its own buffers at the next backward) and written from a thread with O_DIRECT, while
     the training goes on. At most one write is in flight; the next step's submit, and close(), wait for it.
     A file system that refuses O_DIRECT (tmpfs) gets buffered writes from the same thread. The thread is not
-    a daemon: a script that ends without close() still finishes its last file (temporary name, then rename)."""
+    a daemon: a script that ends without close() still finishes its last file (temporary name, then rename).
+    A small file (SYNC_BYTES) is written buffered in the caller's thread, and a whole-run step is appended to
+    steps.log (append): starting a thread, or creating a file, costs more than a small model's step."""
 
     def __init__(self):
         self._direct = hasattr(os, "O_DIRECT")
@@ -87,8 +60,8 @@ class _StepWriter:
     def submit(self, path, chunks, total):
         """Copies the chunks (bytes-likes) into a staging buffer now, and writes them to `path` in the thread; a
         file of at most SYNC_BYTES is written now, in the caller's thread (starting a thread costs more)."""
-        if total <= SYNC_BYTES:
-            self._result = (path, _write_now(path, chunks))
+        if total <= SYNC_BYTES:  # buffered, from one bytes object
+            self._run(path, b"".join(memoryview(c).cast("B") for c in chunks), total)
             return
         arena = self._arena(total)
         view = memoryview(arena)
@@ -110,14 +83,17 @@ class _StepWriter:
                 self._log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0),
                                     0o644)
             parts = [struct.pack("<QQ", total, step)] + [memoryview(c).cast("B") for c in chunks]
-            n = os.writev(self._log, parts)
-            if n != 16 + total:  # a short write (a full disk, a signal): the rest, or the error that stopped it
-                rest = b"".join(bytes(p) for p in parts)[n:]
-                while rest:
-                    rest = rest[os.write(self._log, rest):]
+            self._append_write(parts, 16 + total)
             self._result = (log_path, None)
         except Exception as e:
             self._result = (log_path, e)
+
+    def _append_write(self, parts, total):
+        n = os.writev(self._log, parts)
+        if n != total:  # a short write (a full disk, a signal): the rest, or the error that stopped it
+            rest = b"".join(bytes(p) for p in parts)[n:]
+            while rest:
+                rest = rest[os.write(self._log, rest):]
 
     def close(self):
         """Closes steps.log (after the write in flight)."""
@@ -159,7 +135,8 @@ class _StepWriter:
                 pass
 
     def _write(self, tmp, arena, total):
-        if not (self._direct and self._write_direct(tmp, arena, total)):
+        # O_DIRECT from a page-aligned staging buffer (an mmap); a small file's bytes are written buffered
+        if not (self._direct and isinstance(arena, mmap.mmap) and self._write_direct(tmp, arena, total)):
             with open(tmp, "wb") as f:
                 with memoryview(arena) as v:
                     f.write(v[:total])
