@@ -130,7 +130,7 @@ const Case kCases[] = {
     {"no_set_epoch", "same-order-every-epoch", "", 0, 2, "", 1},
     {"overlapping", "overlapping-data", "random-split-per-rank", -1, 0, "", 1},  // per-rank permutations of one base
     {"broadcast_buffers_off", "buffers-differ", "", 1, 0, "1.running_mean", 0},
-    {"clip_grad", "grads-changed-before-step", "", 0, 0, "0.weight", 0},
+    {"clip_grad", "grads-changed-before-step", "one-factor", 0, 0, "0.weight", 0},
     {"unused", "unused-parameters", "", 0, 0, "aux_head.weight", 0},
     {"static_graph_unused", "unused-parameters", "", 0, 0, "aux_head.weight", 0, "", "", false, true, "",
      "would have raised|is needed"},
@@ -186,8 +186,15 @@ const Case kCases[] = {
     {"long_run", nullptr, "", -1, -1, "", 0, "", "whole_run_clean"},
     {"long_run", "replicas-diverged", "gradients-changed", 1, 150, "2.weight", 1, "--flip-grad 150:1",
      "whole_run_flip_grad_one_rank"},
-    {"long_run", "grads-changed-before-step", "", -1, 170, "2.weight", 0, "--flip-grad 170:all",
+    // The lowest bit alike on every rank: that .grad changed, by no more than rounding (the weighted sums).
+    {"long_run", "grads-changed-before-step", "rounding", -1, 170, "2.weight", 0, "--flip-grad 170:all",
      "whole_run_flip_grad_every_rank"},
+    // A clip at every step is one factor on every parameter; a bit flipped alike on every rank after the clip is
+    // named at its step and parameter, apart from the clip's note (the weighted sums of .grad at the step).
+    {"long_run", "grads-changed-before-step", "one-factor", -1, 0, "0.weight", 0, "--clip 0.05", "whole_run_clip",
+     false, true, "", "not by one factor"},
+    {"long_run", "grads-changed-before-step", "edited", -1, 170, "2.weight", 0, "--clip 0.05 --flip-grad 170:all:high",
+     "whole_run_clip_flip_every_rank", false, true, "grads-changed-before-step/one-factor"},
     {"long_run", "replicas-diverged", "outside-step", 2, 121, "2.weight", 1, "--flip-param 120:2",
      "whole_run_flip_param"},
     {"long_run", "replicas-diverged", "optimizer-state", 0, 131, "2.weight", 1, "--flip-state 130:0",
@@ -476,10 +483,11 @@ std::vector<std::tuple<std::string, Case>> all_cases() {
     for (const Case& c : kCases) {
       if (c.torch2_only && std::string(torch) == "torch1.13") continue;
       if (kTorch113Only.count(c.script) && std::string(torch) == "torch2") continue;
-      // The whole run under torch 2.x: the clean run and one flip (the rest: torch 1.13's, the same recorder code).
+      // The whole run under torch 2.x: the clean run, a few flips and the clip (torch 2.x clips with foreach
+      // kernels), the rest torch 1.13's (the same recorder code).
       if (std::string(c.script) == "long_run" && std::string(torch) == "torch2" &&
           std::string(c.label) != "whole_run_clean" && std::string(c.label) != "whole_run_flip_grad_one_rank" &&
-          std::string(c.label) != "whole_run_flip_local")
+          std::string(c.label) != "whole_run_flip_local" && std::string(c.label) != "whole_run_clip_flip_every_rank")
         continue;
       // The run-health mistakes at 2 ranks: the recorder's probes are the 3-rank cases' (both torches); one torch
       // checks the 2-rank findings (a torch-2-only case keeps its torch).

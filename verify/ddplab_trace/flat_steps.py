@@ -102,7 +102,9 @@ class _FlatSteps:
                 and np.array_equal(gs.a.view(np.uint32), gb.a.view(np.uint32)))
         if same:
             return params, "grad"
-        self._note_nonfinite("grad_step", self._flat_names(gs.present & ~fl.finite(gs.a)))
+        ws = fl.wsums(gs.a)  # against .grad after DDP's: one factor (a clip) or another change (wsum_check.h)
+        self._wsum["grad_step"] = (ws, gs.present.copy())
+        self._note_nonfinite("grad_step", self._flat_names(gs.present & ~np.isfinite(ws[:, 0])))
         digests = fl.digests(gs.a)
         return params, {i: digests[i] for i in np.flatnonzero(gs.present).tolist()}
 

@@ -7,7 +7,7 @@ import time
 import torch
 
 from .common import FULL_STEPS, MANIFEST_SECONDS, _cpu_copy, _dtype_name, _jsonable, _number, _tensor_bytes, _why
-from .digests import WSUM_COLUMNS, _digest, _nonfinite
+from .digests import WSUM_COLUMNS, _digest, _nonfinite, _wsums
 from .sample import SLOTS
 from .spies import _JOIN_EVENTS
 from .writer import _bits_equal, _safetensors_parts
@@ -97,6 +97,8 @@ class _Step:
         if not same and whole:
             self._note_nonfinite("grad_step", _nonfinite((self._names[i], g) for i, g in live.items()))
             grads = {i: _digest(g) for i, g in live.items()}
+            if self._wsumming():  # against .grad after DDP's: one factor (a clip) or another change
+                self._wsum["grad_step"] = {i: _wsums(g) for i, g in live.items()}
         else:
             grads = "grad" if same else {i: _cpu_copy(g) for i, g in live.items()}
         if params != "previous" and not whole:

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "src/check/replay/step_compare.h"
+#include "src/check/replay/wsum_check.h"
 
 namespace ddplab::check {
 namespace {
@@ -349,28 +350,50 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
       synced += rec.backwards[k].sync;
       late_backward = late_backward || (synced && !rec.backwards[k].sync);
     }
-    if (!changed_digest.empty() && !late_backward)
-      add("grads-changed-before-step", "note", "", step, rec.rank, changed_digest,
-          fmt::format("step {}, rank {}: .grad was changed between backward and optimizer.step() (first '{}'; a "
-                      "whole-run step keeps digests only, so not by how much): clip_grad_norm_, a rescale, or code "
-                      "that edits gradients",
-                      step, rec.rank, changed_digest));
+    // Each kind of change its own finding (cause), so that a clip repeated at every step does not hide the one
+    // step where something else changed .grad too: that step is named, its repeats listed apart.
+    const auto changed = [&](const std::string& how, const std::string& name, double factor, const std::string& seen) {
+      const std::string what = fmt::format("step {}, rank {}: .grad was", step, rec.rank);
+      add("grads-changed-before-step", "note", how, step, rec.rank, name,
+          how == "rounding" && !seen.empty()  // the sums see a change no larger than rounding, not what it is
+              ? fmt::format("{} changed between backward and optimizer.step(), by no more than rounding (first '{}'{}): "
+                            "the already averaged gradients all-reduced and divided again, a round trip through "
+                            "another dtype, or an edit of a few last bits", what, name, seen)
+          : how == "rounding"
+              ? fmt::format("{} changed between backward and optimizer.step() by rounding only (first '{}'; a factor "
+                            "of 1 up to a few ulps): the already averaged gradients all-reduced and divided again, "
+                            "or a round trip through another dtype", what, name)
+          : how == "one-factor"
+              ? fmt::format("{} scaled by {:.6g} between backward and optimizer.step() (first '{}'{}): "
+                            "clip_grad_norm_, or a manual rescale such as loss scaling", what, factor, name, seen)
+          : how == "edited"
+              ? fmt::format("{} changed between backward and optimizer.step(), not by one factor (first '{}'{}): "
+                            "clip_grad_value_, or code that edits gradients (after a clip too)", what, name, seen)
+              : fmt::format("{} changed between backward and optimizer.step() (first '{}'; a whole-run step keeps "
+                            "digests only, so not by how much): clip_grad_norm_, a rescale, or code that edits "
+                            "gradients", what, name));
+    };
+    if (!changed_digest.empty() && !late_backward) {
+      // The weighted sums of .grad after DDP and at the step tell one factor on every parameter from any other
+      // change (wsum_check.h), where the step kept both.
+      const OneFactor fit = fit_one_factor(m, rec);
+      if (!fit.known)
+        changed("digests", changed_digest, 0.0, "");
+      else if (fit.worst != SIZE_MAX)
+        changed("edited", m.params[fit.worst].name, 0.0,
+                fmt::format("; the weighted sums: '{}' is {:.3g} times farther from the factor {:.6g} the step "
+                            "fits than rounding allows", m.params[fit.worst].name, fit.ratio, fit.factor));
+      else
+        changed(std::abs(fit.factor - 1.0) < 1e-5 ? "rounding" : "one-factor", changed_digest, fit.factor,
+                std::abs(fit.factor - 1.0) < 1e-5 ? "; the weighted sums: a factor of 1 within rounding"
+                                                  : "; one factor on every parameter, by the weighted sums");
+    }
     if (!first.empty() && !late_backward) {
       const double factor = gg > 0 ? gs / gg : 0.0;
       const bool uniform = gg > 0 && std::abs(ss - factor * factor * gg) <= 1e-6 * ss + 1e-30;
       if (uniform) factors.push_back({rec.rank, factor});
       const bool rounding = uniform && std::abs(factor - 1.0) < 1e-5;  // a factor of 1 up to rounding
-      add("grads-changed-before-step", "note", "", step, rec.rank, first,
-          rounding ? fmt::format("step {}, rank {}: .grad was changed between backward and optimizer.step() by "
-                                 "rounding only (first '{}'; a factor of 1 up to a few ulps): the already averaged "
-                                 "gradients all-reduced and divided again, or a round trip through another dtype",
-                                 step, rec.rank, first)
-          : uniform ? fmt::format("step {}, rank {}: .grad was scaled by {:.6g} between backward and optimizer.step() "
-                                "(first '{}'): clip_grad_norm_, or a manual rescale such as loss scaling",
-                                step, rec.rank, factor, first)
-                  : fmt::format("step {}, rank {}: .grad was changed between backward and optimizer.step() (first '{}'), "
-                                "not by one factor: clip_grad_value_, or code that edits gradients",
-                                step, rec.rank, first));
+      changed(rounding ? "rounding" : uniform ? "one-factor" : "edited", first, factor, "");
     }
     for (size_t k = 0; k < rec.backwards.size(); ++k) {
       std::set<size_t> ready(rec.backwards[k].ready.begin(), rec.backwards[k].ready.end());

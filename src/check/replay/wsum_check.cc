@@ -133,6 +133,50 @@ void check_wsum(const Manifest& m, const GradReplay& replay, const std::vector<c
   }
 }
 
+OneFactor fit_one_factor(const Manifest& m, const StepRecord& rec) {
+  OneFactor out;
+  auto g = rec.wsum.find("grad"), s = rec.wsum.find("grad_step");
+  if (g == rec.wsum.end() || s == rec.wsum.end()) return out;
+  const auto both = [&](size_t i) {
+    return std::isfinite(g->second[i][0]) && std::isfinite(s->second[i][0]) && std::isfinite(s->second[i][1]);
+  };
+  // The factor: the median of the parameters' own ratios, where a sum is not mostly cancellation (so that one
+  // edited parameter does not move it); else a least-squares fit over all of them.
+  std::vector<std::pair<double, size_t>> ratios;
+  double gs = 0.0, gg = 0.0;
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    if (!both(i)) continue;
+    gs += g->second[i][0] * s->second[i][0], gg += g->second[i][0] * g->second[i][0];
+    if (g->second[i][0] != 0.0 && std::fabs(s->second[i][0]) > 1e-3 * s->second[i][1])
+      ratios.push_back({s->second[i][0] / g->second[i][0], i});
+  }
+  out.known = true;
+  // Each S_step = c S_grad + e with |e| <= 2^-24 A_step (the product's rounding) + the float64 sums' rounding;
+  // c taken from parameter q carries q's e / S_grad_q, which moves parameter i's residual by that times S_grad_i.
+  const double u = std::ldexp(1.0, -24);
+  const auto own = [&](size_t i) {
+    const double a = s->second[i][1], n = static_cast<double>(m.params[i].numel);
+    return 2.0 * u * a + (n + 1100.0) * std::ldexp(1.0, -53) * 8.0 * a + n * std::ldexp(1.0, -149);
+  };
+  size_t q = SIZE_MAX;
+  if (!ratios.empty()) {
+    std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() / 2), ratios.end());
+    out.factor = ratios[ratios.size() / 2].first, q = ratios[ratios.size() / 2].second;
+  } else {
+    out.factor = gg > 0.0 ? gs / gg : 0.0;
+  }
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    if (!both(i) || i == q) continue;
+    double bound = 2.0 * own(i);
+    if (q != SIZE_MAX) bound += 2.0 * own(q) * std::fabs(g->second[i][0] / g->second[q][0]);
+    else bound += 2.0 * u * s->second[i][1];
+    const double diff = std::fabs(s->second[i][0] - out.factor * g->second[i][0]);
+    const double ratio = bound > 0.0 ? diff / bound : (diff > 0.0 ? INFINITY : 0.0);
+    if (ratio > 1.0 && (out.worst == SIZE_MAX || ratio > out.ratio)) out.worst = i, out.ratio = ratio;
+  }
+  return out;
+}
+
 std::pair<double, double> wsum_norms(const StepRecord& rec) {
   const auto norm = [&](const char* kind) {
     auto it = rec.wsum.find(kind);

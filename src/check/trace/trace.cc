@@ -73,8 +73,9 @@ void read_wsum(const json& meta, const Manifest& m, const std::map<std::string, 
       const int64_t k = parse_int("backward index of '" + it->first + "'", kind.substr(6));
       if (k < 0 || static_cast<size_t>(k) >= rec->backwards.size())
         fail(rec->path, fmt::format("tensor '{}' names backward {}, but the step has {}", it->first, k, rec->backwards.size()));
-    } else if (kind != "prior" && kind != "grad") {
-      fail(rec->path, "tensor '" + it->first + "' is of no weighted-sum kind ddp_check knows (prior, local/<k>, grad)");
+    } else if (kind != "prior" && kind != "grad" && kind != "grad_step") {
+      fail(rec->path, "tensor '" + it->first + "' is of no weighted-sum kind ddp_check knows (prior, local/<k>, grad, "
+                      "grad_step)");
     }
     std::vector<std::array<double, 3>>& out = rec->wsum[kind];
     for (size_t i = 0; i < m.params.size(); ++i) out.push_back({t.data[3 * i], t.data[3 * i + 1], t.data[3 * i + 2]});

@@ -2,8 +2,10 @@
 with one bit flipped on purpose: the silent data corruption a learner cannot find by hand. An MLP, SGD with
 momentum, DistributedSampler, 3 ranks, one step per batch over as many epochs as --steps needs.
 
-  --flip-grad STEP:RANK     after backward and before optimizer.step(), the lowest mantissa bit of one element
-                            of '2.weight'.grad flipped on RANK (all: on every rank, the same element)
+  --flip-grad STEP:RANK[:high]  after backward and before optimizer.step() (after the clip, with --clip), the
+                            lowest mantissa bit (high: the highest) of one element of '2.weight'.grad flipped on
+                            RANK (all: on every rank, the same element)
+  --clip MAX_NORM           clip_grad_norm_(ddp.parameters(), MAX_NORM) at every step
   --flip-param STEP:RANK    after optimizer.step(), the same bit of one element of '2.weight' itself
   --flip-state STEP:RANK    after optimizer.step(), the same bit of one element of its momentum buffer
   --nan-input STEP:RANK     a NaN in the batch of RANK at STEP (the run goes on, on NaN)
@@ -68,16 +70,16 @@ def flip_local_hook(model, spec, rank, steps):
     weight.register_hook(hook)
 
 
-def flip(t):  # the lowest mantissa bit of element [3, 5]: a value wrong in its last place
+def flip(t, high=False):  # the lowest mantissa bit of element [3, 5]: a value wrong in its last place
     with torch.no_grad():
         v = t.view(torch.int32)
-        v[3, 5] ^= 1
+        v[3, 5] ^= (1 << 22) if high else 1
 
 
 def when(spec, step, rank):
     if not spec:
         return False
-    at, who = spec.split(":")
+    at, who = spec.split(":")[:2]
     return int(at) == step and (who == "all" or int(who) == rank)
 
 
@@ -106,8 +108,10 @@ def main(rank, world_size, args):
                 x[0, 0] = float("nan")
             optimizer.zero_grad()
             nn.functional.mse_loss(ddp(x), y).backward()
+            if args.clip:
+                torch.nn.utils.clip_grad_norm_(ddp.parameters(), float(args.clip))
             if when(args.flip_grad, step, rank):
-                flip(model[2].weight.grad)
+                flip(model[2].weight.grad, args.flip_grad.endswith(":high"))
             optimizer.step()
             if when(args.flip_param, step, rank):
                 flip(model[2].weight)
@@ -125,7 +129,7 @@ def main(rank, world_size, args):
 
 
 def extra(p):
-    for f in ("--flip-grad", "--flip-param", "--flip-state", "--nan-input", "--flip-in-step", "--flip-local"):
+    for f in ("--flip-grad", "--flip-param", "--flip-state", "--nan-input", "--flip-in-step", "--flip-local", "--clip"):
         p.add_argument(f, default="")
 
 
