@@ -149,6 +149,7 @@ const Case kCases[] = {
     {"run_health", nullptr, "", -1, -1, "", 0, "--mistake frozen --world-size 2", "health_frozen_ws2"},
     {"run_health", "nonfinite", "uninitialised", 0, 0, "2.weight", 1, "--mistake nan_init", "health_nan_init"},
     {"run_health", "nonfinite", "uninitialised", 0, 0, "2.weight", 1, "--mistake nan_init --world-size 2", "health_nan_init_ws2"},
+    {"run_health", "uninitialised-parameters", "", 0, 0, "2.weight", 1, "--mistake garbage_init", "health_garbage_init"},
     {"run_health", "nonfinite", "input", 1, 2, "", 1, "--mistake nan_input", "health_nan_input"},
     {"run_health", "nonfinite", "input", 1, 2, "", 1, "--mistake nan_input --world-size 2", "health_nan_input_ws2"},
     // The clean counterpart of a NaN: every rank skips the step whose averaged gradient is not finite (GradScaler's

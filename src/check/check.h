@@ -20,7 +20,8 @@ namespace ddplab::check {
 // grad-not-as-predicted, step-not-as-predicted (sample: a whole-run step's sampled element), not-all-reduced, uneven-steps, optimizer-misses-parameters,
 // nothing-trains, same-data-on-all-ranks, same-order-every-epoch, overlapping-data,
 // validation-overlaps-training, buffers-differ, grads-changed-before-step, unused-parameters,
-// buckets-not-as-predicted, model-averaging, recording-stopped, not-checked, nonfinite; under FSDP2 also
+// buckets-not-as-predicted, model-averaging, recording-stopped, not-checked, nonfinite, uninitialised-parameters;
+// grads-changed-before-step's causes one-factor | rounding | edited | digests; under FSDP2 also
 // changed-outside-step (outside-step; on every rank alike in a whole-run step, parameters | optimizer-state: a
 // note), not-reduced (gradient-sync-off | before-step) and
 // grads-changed-before-step (per-rank: a problem).

@@ -73,6 +73,21 @@ void Health::step(const std::vector<const StepRecord*>& recs, const std::vector<
       if (first_.step >= 0) break;
     }
   }
+  // Each rank's first recorded step: a parameter holding values no initialiser draws (and how many are all zeros).
+  for (size_t r = 0; r < recs.size() && huge_.step < 0; ++r) {
+    if (!recs[r] || prev[r]) continue;
+    Huge h;
+    for (const TensorInfo& p : m.params) {
+      const safetensors::Tensor* t = recs[r]->find("param_before", p.name);
+      if (!t || t->data.empty()) continue;
+      double most = 0;
+      for (const float v : t->data)
+        if (std::isfinite(v)) most = std::max(most, static_cast<double>(std::fabs(v)));
+      if (most > 1e30 && most > h.value) h = {step, recs[r]->rank, p.name, most, 0};
+      h.zero_params += all_zero(t->data);
+    }
+    if (h.step >= 0) huge_ = h;
+  }
   if (!bad_after.empty() && bad_params_step_ < 0) bad_params_step_ = step, bad_params_ranks_ = bad_after;
   if (static_cast<int>(bad_after.size()) == ws && all_bad_step_ < 0) all_bad_step_ = step;
 
@@ -229,6 +244,17 @@ void Health::after_run(Findings& found) {
       what = fmt::format("the batch fed to forward {} on {} holds NaN or inf: a corrupt sample, or preprocessing that "
                          "divides by zero (normalising by a zero std). Its loss and its local gradients are NaN, and "
                          "DDP's all-reduce adds them into every rank's gradient", n, who);
+    } else if (huge_.step >= 0 && huge_.step <= first_.step && first_.stage != "input") {
+      cause = "uninitialised";
+      what = fmt::format("{} '{}' holds NaN or inf on {}, and at step {} '{}' on rank {} held values up to {:.3g}, far "
+                         "beyond anything an initialiser draws{}: parameters never initialised (model.to_empty() or "
+                         "torch.empty(...) without an init_ call, or reset_parameters() not run; their memory is "
+                         "whatever was there). The forward overflows from there",
+                         first_.stage == "local" ? "the local gradient" : "the tensor (" + first_.stage + ")",
+                         first_.stage == "local" ? n.substr(n.find('/') + 1) : n, who, huge_.step, huge_.name,
+                         huge_.rank, huge_.value,
+                         huge_.zero_params ? fmt::format(" ({} of the rank's parameters held only zeros)", huge_.zero_params)
+                                           : std::string());
     } else if (first_.stage == "local") {
       cause = "overflow";
       what = fmt::format("the local gradient '{}' on {} holds NaN or inf although the rank's input and parameters "
@@ -264,6 +290,17 @@ void Health::after_run(Findings& found) {
               first_.stage == "input" ? "" : (first_.stage == "local" ? n.substr(n.find('/') + 1) : n),
               fmt::format("step {}: {}{}", first_.step, what, then));
   }
+
+  // Values no initialiser draws, though nothing became NaN (a saturating layer after them: tanh(inf) is 1).
+  if (huge_.step >= 0 && first_.step < 0 && unrecorded.step < 0)
+    found.add("uninitialised-parameters", "problem", "", huge_.step, huge_.rank, huge_.name,
+              fmt::format("step {}, rank {}: '{}' holds values up to {:.3g}, far beyond anything an initialiser draws{}: "
+                          "parameters never initialised (model.to_empty() or torch.empty(...) without an init_ call, or "
+                          "reset_parameters() not run; their memory is whatever was there). Nothing became NaN, but "
+                          "what passes through them saturates or overflows",
+                          huge_.step, huge_.rank, huge_.name, huge_.value,
+                          huge_.zero_params ? fmt::format(" ({} of the rank's parameters held only zeros)", huge_.zero_params)
+                                            : std::string()));
 
   // The parameters DDP does not reduce, changed during the run.
   for (const OutsideParam& o : m.outside_params) {

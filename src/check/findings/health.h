@@ -35,8 +35,18 @@ class Health {
     int differ_rank = -1, base_rank = -1;
     double maxdiff = 0;
   };
+  // A parameter whose values at its rank's first recorded step are far beyond anything an initialiser draws
+  // (|x| > 1e30, finite): memory never initialised (to_empty(), torch.empty without an init_).
+  struct Huge {
+    int64_t step = -1;
+    int rank = -1;
+    std::string name;
+    double value = 0;
+    int zero_params = 0;  // of that rank's parameters, how many hold only zeros then
+  };
   const Run& run_;
   First first_;
+  Huge huge_;
   std::vector<int> first_ranks_, bad_params_ranks_;
   int64_t bad_params_step_ = -1, all_bad_step_ = -1, grads_not_cleared_step_ = -1;
   std::vector<std::map<std::string, uint32_t>> outside_first_;  // [rank]: name -> its first recorded digest

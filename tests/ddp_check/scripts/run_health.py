@@ -7,6 +7,9 @@ intact but the run broken (issue 50): ddp_check must say what went wrong, at its
   none            the clean counterpart: no problem finding
   nan_init        a layer whose weight was never initialised (torch.empty, filled here with NaN so that the run
                   is the same on every machine): NaN from step 0
+  garbage_init    a layer never initialised whose memory held zeros and huge values (what model.to_empty() leaves:
+                  here half its columns 3e38, the rest 0, the same on every machine); its tanh saturates, so nothing
+                  becomes NaN, and the layer is dead
   nan_input       rank 1's batch at step 2 holds a NaN (a corrupt sample): it spreads through the all-reduce to
                   every rank's weights
   overflow        from step 1 a hand-written softmax over logits / 0.01 (a temperature): exp of a logit past 88.7
@@ -42,6 +45,10 @@ def main(rank, world_size, args):
     model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3))
     if args.mistake == "nan_init":
         model[2].weight = nn.Parameter(torch.empty(64, 64).fill_(float("nan")))  # torch.empty, never initialised
+    if args.mistake == "garbage_init":
+        w = torch.zeros(64, 64)
+        w[:, :32] = 3e38
+        model[2].weight = nn.Parameter(w)
     if args.mistake in ("unfreeze", "frozen"):
         model[0].requires_grad_(False)  # frozen before DDP(): DDP's reducer leaves it out for good
     ddp = DDP(model)
@@ -87,7 +94,7 @@ def main(rank, world_size, args):
 
 def options(p):
     p.add_argument("--mistake", default="none",
-                   choices=["none", "nan_init", "nan_input", "nan_skipped", "overflow", "unfreeze", "frozen", "added_after", "no_zero_grad",
+                   choices=["none", "nan_init", "garbage_init", "nan_input", "nan_skipped", "overflow", "unfreeze", "frozen", "added_after", "no_zero_grad",
                             "module_call", "second_backward"])
 
 
