@@ -87,11 +87,11 @@ CheckResult sample() {
     r.ddp_norm.push_back(ddp);
   }
   r.findings = {
-      {"unused-parameters", "note", "", "head.bias", "'head.bias' got no gradient", 2, -1},
-      {"overlapping-data", "problem", "sampler", "", "step 9: 5 samples were trained on by more than one rank", 9, -1},
+      {"unused-parameters", "note", "", "head.bias", "'head.bias' got no gradient", 2, -1, 0, {}},
+      {"overlapping-data", "problem", "sampler", "", "step 9: 5 samples were trained on by more than one rank", 9, -1, 0, {}},
       {"grad-not-as-predicted", "problem", "", "fc.weight", "step 7, rank 1: 'fc.weight'.grad is <b>not</b> DDP's average",
-       7, 1},
-      {"optimizer-misses-parameters", "problem", "some", "", "the optimizer holds 1 of 2 parameters", -1, -1},
+       7, 1, 0, {}},
+      {"optimizer-misses-parameters", "problem", "some", "", "the optimizer holds 1 of 2 parameters", -1, -1, 0, {}},
   };
   r.first_divergence.step = 7;
   r.first_divergence.rank = 1;
@@ -212,7 +212,7 @@ TEST(DdpCheckReport, CleanRunAndNoIndices) {
 // step is compared allclose (pip's torch: MKL's sqrt) says in the legend and the hint why amber is expected.
 TEST(DdpCheckReport, NothingTrainsIsRedAndExpectedAmberIsExplained) {
   CheckResult r = sample();
-  r.findings = {{"nothing-trains", "problem", "zero-gradients", "", "every gradient is exactly 0", -1, -1}};
+  r.findings = {{"nothing-trains", "problem", "zero-gradients", "", "every gradient is exactly 0", -1, -1, 0, {}}};
   r.first_divergence = {};
   for (StepLine& l : r.lines) l.replicas_equal = true;
   std::string page = check::format_html(r);
@@ -245,7 +245,7 @@ TEST(DdpCheckReport, LongRunStaysSmall) {
     r.local_norm.push_back({1.0 + std::sin(i * 0.01), 1.1, 1.2, 1.3});
     r.ddp_norm.push_back({1.0, 1.0, 1.0, 1.0});
   }
-  r.findings = {{"step-not-as-predicted", "problem", "", "w", "step 12345, rank 2", 12345, 2}};
+  r.findings = {{"step-not-as-predicted", "problem", "", "w", "step 12345, rank 2", 12345, 2, 0, {}}};
   const std::string page = check::format_html(r);
   EXPECT_LE(count(page, "class=\"cell\""), 5u * 240);
   EXPECT_GE(count(page, "class=\"cell\""), 5u * 200);
