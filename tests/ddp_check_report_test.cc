@@ -208,6 +208,39 @@ TEST(DdpCheckReport, CleanRunAndNoIndices) {
   EXPECT_NE(empty.find("</html>"), std::string::npos);
 }
 
+// The strip's key stays inside its figure: with the whole-run entry (six, wider than the 960-px figure) it wraps
+// onto a second row and the figure grows by it; every word's end (7.5 px a character at its 12-px font, more than
+// it takes) lies within the figure's width, every row within its height.
+TEST(DdpCheckReport, StripKeyStaysInsideTheFigure) {
+  for (const bool whole : {false, true}) {
+    CheckResult r = sample();
+    r.step_exact = false;  // the longest wording of "close"
+    for (StepLine& l : r.lines) l.whole_run = whole;
+    const std::string page = check::format_html(r);
+    const size_t fig = page.find("<svg id=\"steps-figure\"");
+    ASSERT_NE(fig, std::string::npos);
+    const std::string svg = page.substr(fig, page.find("</svg>", fig) - fig);
+    double width = 0, height = 0;
+    ASSERT_EQ(std::sscanf(svg.c_str() + svg.find("viewBox=\"") + 9, "0 0 %lf %lf", &width, &height), 2);
+    size_t words = 0, rows_seen = 0;
+    double last_y = -1;
+    for (size_t at = svg.find("class=\"legend\">"); at != std::string::npos; at = svg.find("class=\"legend\">", at + 1)) {
+      const size_t tag = svg.rfind("<text x=\"", at);
+      double x = 0, y = 0;
+      ASSERT_EQ(std::sscanf(svg.c_str() + tag, "<text x=\"%lf\" y=\"%lf\"", &x, &y), 2);
+      const size_t begin = at + 15, end = svg.find("</text>", begin);
+      const double chars = static_cast<double>(end - begin);
+      EXPECT_LE(x + 7.5 * chars, width) << svg.substr(begin, end - begin) << (whole ? " (whole run)" : "");
+      EXPECT_LE(y + 4, height);
+      rows_seen += y != last_y && y > last_y;
+      last_y = std::max(last_y, y);
+      ++words;
+    }
+    EXPECT_EQ(words, whole ? 6u : 5u);
+    EXPECT_EQ(rows_seen, whole ? 2u : 1u);
+  }
+}
+
 // A run whose arithmetic is exact but that trains nothing is red throughout, not green; a run whose optimizer
 // step is compared allclose (pip's torch: MKL's sqrt) says in the legend and the hint why amber is expected.
 TEST(DdpCheckReport, NothingTrainsIsRedAndExpectedAmberIsExplained) {

@@ -81,6 +81,9 @@ std::vector<std::pair<size_t, size_t>> columns(size_t n) {
   return out;
 }
 
+// A key entry's width: its swatch, and its words at the legend's 12-px font (7.5 px a character, generous).
+static double key_width(const char* word) { return 40 + 7.5 * static_cast<double>(std::string(word).size()); }
+
 std::string step_strip(const CheckResult& r, const Finding* problem) {
   const size_t ws = static_cast<size_t>(std::max(r.world_size, 0));
   const double width = 960, left = 110, right = 24, top = 46;
@@ -89,7 +92,23 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
   const auto cols = columns(r.lines.size());
   const double cw = pw / static_cast<double>(std::max<size_t>(cols.size(), 1));
   const double strip_h = lane * static_cast<double>(ws + 1), axis_y = top + strip_h;
-  const double height = axis_y + 42 + 26;
+  // The key, laid out first: its entries wrap onto a second row rather than run past the figure's right edge
+  // (six entries with the whole-run one are wider than the figure).
+  std::vector<std::pair<const char*, const char*>> key = {
+      {kExact, "exact"}, {kClose, r.step_exact ? "close, not exact" : "close (expected: see below)"},
+      {kDifferent, "different or a problem"}, {kAbsent, "did not take part"}, {kUnchecked, "not checked"}};
+  if (std::any_of(r.lines.begin(), r.lines.end(), [](const StepLine& l) { return l.whole_run; }))
+    key.insert(key.begin() + 1, {kWholeRun, r.sharded ? "whole run: shards as left" : "whole run: digests, sample exact"});
+  std::vector<std::pair<double, int>> at;  // each entry's x and row
+  double kx = left, row = 0;
+  for (const auto& entry : key) {
+    const double w = key_width(entry.second);
+    if (kx > left && kx + w > width - right) kx = left, ++row;
+    at.push_back({kx, static_cast<int>(row)});
+    kx += w;
+  }
+  const int rows = at.empty() ? 1 : at.back().second + 1;
+  const double height = axis_y + 42 + 26 + 20.0 * (rows - 1);
   std::string out = fmt::format(
       "<svg id=\"steps-figure\" class=\"chart\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" height=\"{1}\" role=\"img\" "
       "aria-label=\"every step of every rank against DDP's prediction\">\n",
@@ -171,19 +190,12 @@ std::string step_strip(const CheckResult& r, const Finding* problem) {
         esc(marker_label(*problem)), esc(problem->message));
   }
   // The key.
-  double kx = left;
-  const double ky = height - 16;
-  std::vector<std::pair<const char*, const char*>> key = {
-      {kExact, "exact"}, {kClose, r.step_exact ? "close, not exact" : "close (expected: see below)"},
-      {kDifferent, "different or a problem"}, {kAbsent, "did not take part"}, {kUnchecked, "not checked"}};
-  if (std::any_of(r.lines.begin(), r.lines.end(), [](const StepLine& l) { return l.whole_run; }))
-    key.insert(key.begin() + 1, {kWholeRun, r.sharded ? "whole run: shards as left" : "whole run: digests, sample exact"});
-  for (const auto& [fill, word] : key) {
+  for (size_t e = 0; e < key.size(); ++e) {
+    const double kx = at[e].first, ky = axis_y + 52 + 20.0 * at[e].second;
     out += fmt::format(
         "<rect class=\"key\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"13\" height=\"13\" fill=\"{}\" stroke=\"#888\"/>"
         "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">{}</text>\n",
-        kx, ky - 10, fill, kx + 18, ky, word);
-    kx += 40 + 7.5 * static_cast<double>(std::string(word).size());
+        kx, ky - 10, key[e].first, kx + 18, ky, key[e].second);
   }
   return out + "</svg>\n";
 }
