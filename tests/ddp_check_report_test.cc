@@ -241,6 +241,20 @@ TEST(DdpCheckReport, StripKeyStaysInsideTheFigure) {
   }
 }
 
+// A finding that repeats lists its steps on the page (the first 20, then how many more), as --json lists them all.
+TEST(DdpCheckReport, RepeatingFindingListsItsSteps) {
+  CheckResult r = sample();
+  r.findings = {{"grads-changed-before-step", "note", "one-factor", "0.weight", "step 3, rank 0: .grad was scaled", 3, 0,
+                 25, {}},
+                {"unused-parameters", "note", "", "head.bias", "'head.bias' got no gradient", 2, -1, 1, {9}}};
+  for (int64_t s = 4; s < 29; ++s) r.findings[0].repeat_steps.push_back(s);
+  const std::string page = check::format_html(r);
+  EXPECT_NE(page.find("again at steps 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23 and 5 more"),
+            std::string::npos);
+  EXPECT_NE(page.find("again at step 9</small>"), std::string::npos);
+  EXPECT_EQ(count(page, "class=repeats"), 2u);
+}
+
 // A run whose arithmetic is exact but that trains nothing is red throughout, not green; a run whose optimizer
 // step is compared allclose (pip's torch: MKL's sqrt) says in the legend and the hint why amber is expected.
 TEST(DdpCheckReport, NothingTrainsIsRedAndExpectedAmberIsExplained) {

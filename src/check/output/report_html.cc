@@ -119,10 +119,18 @@ std::string format_html(const CheckResult& r) {
     out += fmt::format("<p>None: every rank did what {}'s semantics say.</p>\n", who);
   } else {
     out += "<table><tr><th class=l>severity</th><th class=l>kind</th><th class=l>where</th><th class=l>what</th></tr>\n";
-    for (const Finding& f : r.findings)
-      out += fmt::format("<tr class={}><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>\n",
+    for (const Finding& f : r.findings) {
+      // A finding that repeats: the steps it repeats at (the first 20 here; --json lists them all).
+      std::string again;
+      for (size_t k = 0; k < f.repeat_steps.size() && k < 20; ++k)
+        again += fmt::format("{}{}", k ? ", " : "", f.repeat_steps[k]);
+      if (!again.empty())
+        again = fmt::format("<br><small class=repeats>again at step{} {}{}</small>", f.repeat_steps.size() == 1 ? "" : "s",
+                            again, f.repeats > 20 ? fmt::format(" and {} more", f.repeats - 20) : std::string());
+      out += fmt::format("<tr class={}><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}{}</td></tr>\n",
                          f.severity == "problem" ? "bad" : "note", esc(f.severity), esc(kind_cause(f)), esc(where(f)),
-                         esc(f.message));
+                         esc(f.message), again);
+    }
     out += "</table>\n";
   }
   out += "</section>\n";
