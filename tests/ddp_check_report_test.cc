@@ -255,6 +255,20 @@ TEST(DdpCheckReport, RepeatingFindingListsItsSteps) {
   EXPECT_EQ(count(page, "class=repeats"), 2u);
 }
 
+// Under accumulation the whole-run steps keep no norm of a rank's own gradient: the page says from which step the
+// ranks' lines stop, where they do, and nothing where they go on.
+TEST(DdpCheckReport, NormLinesThatStopAreExplained) {
+  CheckResult r = sample();
+  EXPECT_EQ(check::format_html(r).find("the ranks' own lines stop"), std::string::npos);
+  for (size_t i = 5; i < r.lines.size(); ++i) {
+    r.lines[i].whole_run = true;
+    for (double& v : r.local_norm[i]) v = NAN;
+  }
+  const std::string page = check::format_html(r);
+  EXPECT_NE(page.find("From step " + std::to_string(r.lines[5].step) + " the ranks&#39; own lines stop"), std::string::npos)
+      << page.substr(page.find("id=\"norms\""), 2000);
+}
+
 // A run whose arithmetic is exact but that trains nothing is red throughout, not green; a run whose optimizer
 // step is compared allclose (pip's torch: MKL's sqrt) says in the legend and the hint why amber is expected.
 TEST(DdpCheckReport, NothingTrainsIsRedAndExpectedAmberIsExplained) {

@@ -102,6 +102,22 @@ std::string norm_chart(const CheckResult& r, const Finding* problem, std::string
         "{}); DDP did not leave the same average on every rank.",
         base >= 0 ? fmt::format("rank {}'s", base) : "the lowest rank's", odd.size() > 1 ? "s" : "", who);
   }
+  // The ranks' own lines stop where whole-run steps keep no norm of a rank's gradient: a step of several
+  // backwards (accumulation) keeps each micro-batch's sums, and a sum's norm cannot be had from its parts'.
+  bool had_local = false;
+  for (size_t i = 0; i < n; ++i) {
+    bool local = false;
+    for (size_t k = 0; k < ws; ++k) local = local || std::isfinite(at(r.local_norm, i, k));
+    if (local) had_local = true;
+    if (had_local && !local && r.lines[i].whole_run && std::isfinite(ddp[i])) {
+      *note += fmt::format(
+          " From step {} the ranks' own lines stop: a whole-run step keeps each backward's sums, and where a step "
+          "has several (gradient accumulation, no_sync) or carries .grad from before, the norm of the rank's "
+          "accumulated gradient cannot be had from them; the bold line goes on.",
+          r.lines[i].step);
+      break;
+    }
+  }
   const double width = 960, height = 360, left = 76, right = 236, top = 34, bottom = 50;
   const double pw = width - left - right, ph = height - top - bottom;
   const std::vector<double> yt = ticks(0, hi > 0 ? hi : 1, 6);
