@@ -38,10 +38,11 @@ class _FlatSteps:
         zero = fl.bits_zero(b.a) & b.present  # every bit zero (+0.0): named, not digested
         self._prior_zero.extend(np.flatnonzero(zero).tolist())
         keep = b.present & ~zero
-        digests = fl.digests(b.a)
-        for j in np.flatnonzero(keep).tolist():
-            self._prior[j] = digests[j]
-        self._wsum["prior"] = (fl.wsums(b.a), keep)
+        if keep.any():  # (all zeros, as zero_grad(set_to_none=False) leaves them: named only)
+            digests = fl.digests(b.a)
+            for j in np.flatnonzero(keep).tolist():
+                self._prior[j] = digests[j]
+            self._wsum["prior"] = (fl.wsums(b.a), keep)
 
     def _local_flat(self, fl, k, i, grad):
         """Backward k's local gradient of parameter i, as its hook sees it."""
