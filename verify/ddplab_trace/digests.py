@@ -64,6 +64,19 @@ def _nonfinite(named):
     return [n for (n, _), ok in zip(named, flags) if not ok]
 
 
+def _input_nonfinite(x):
+    """Whether a batch holds a NaN or an infinity: a float32 batch's float64 sum is finite exactly where its
+    elements are (one numpy call); any other, _nonfinite's."""
+    if _HAVE_NUMPY and x.dtype == torch.float32 and x.numel():
+        try:
+            import numpy as np
+            with np.errstate(all="ignore"):
+                return not np.isfinite(np.add.reduce(x.reshape(-1).numpy(), dtype=np.float64))
+        except Exception:
+            pass
+    return bool(_nonfinite([("x", x)]))
+
+
 def _first_tensor(obj, depth=0):
     if isinstance(obj, torch.Tensor):
         return obj

@@ -3,24 +3,11 @@
 
 import torch
 
-from .common import _HAVE_NUMPY, FULL_BYTES, FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
-from .digests import _digest, _finite_flag, _fingerprints, _first_tensor, _nonfinite, _wsums
+from .common import FULL_BYTES, FULL_STEPS, _Unrecordable, _cpu_copy, _dtype_name
+from .digests import _digest, _finite_flag, _fingerprints, _first_tensor, _input_nonfinite, _nonfinite, _wsums
 from .hooks import _HookInfo
 from .sample import _Sample
 from .writer import _all_bits_zero
-
-
-def _input_nonfinite(x):
-    """Whether a batch holds a NaN or an infinity: a float32 batch's float64 sum is finite exactly where its
-    elements are (one numpy call); any other, _nonfinite's."""
-    if _HAVE_NUMPY and x.dtype == torch.float32 and x.numel():
-        try:
-            import numpy as np
-            with np.errstate(all="ignore"):
-                return not np.isfinite(np.add.reduce(x.reshape(-1).numpy(), dtype=np.float64))
-        except Exception:
-            pass
-    return bool(_nonfinite([("x", x)]))
 
 
 class _Record:
@@ -166,19 +153,8 @@ class _Record:
                 fl = self._flat_whole()
                 if fl is not None:
                     self._prior_flat(fl)
-                whole = self._whole_run()
-                sample = self._sampling()
-                for j, p in enumerate(self._params if fl is None else ()):
-                    if p.grad is None:
-                        continue
-                    if sample is not None:
-                        sample.take("prior", j, p.grad)
-                    if not self.full and _all_bits_zero(p.grad):  # every bit zero (+0.0): named, not copied
-                        self._prior_zero.append(j)
-                    else:
-                        self._prior[j] = _digest(p.grad) if whole else _cpu_copy(p.grad)
-                        if self._wsumming():
-                            self._wsum.setdefault("prior", {})[j] = _wsums(p.grad)
+                else:
+                    self._prior_tensors()
             if grad is not None:
                 if self._fsdp is not None and grad.dtype in (torch.bfloat16, torch.float16):
                     grad = grad.float()  # FSDP2 under a 16-bit reduce_dtype: exact in float32; ddp_check reduces in it
@@ -200,6 +176,22 @@ class _Record:
                         self._sample.take("local/%d" % k, i, grad)
                 else:
                     self._locals[-1][i] = self._keep_local(len(self._locals) - 1, i, grad)
+
+    def _prior_tensors(self):
+        """Every .grad as the step found it, tensor by tensor (flat_steps.py _prior_flat: laid flat)."""
+        whole = self._whole_run()
+        sample = self._sampling()
+        for j, p in enumerate(self._params):
+            if p.grad is None:
+                continue
+            if sample is not None:
+                sample.take("prior", j, p.grad)
+            if not self.full and _all_bits_zero(p.grad):  # every bit zero (+0.0): named, not copied
+                self._prior_zero.append(j)
+            else:
+                self._prior[j] = _digest(p.grad) if whole else _cpu_copy(p.grad)
+                if self._wsumming():
+                    self._wsum.setdefault("prior", {})[j] = _wsums(p.grad)
 
     def _keep_local(self, k, i, grad):
         """A CPU copy of a local gradient: into the buffer kept for it (written before the next step reuses it)."""

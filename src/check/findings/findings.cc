@@ -352,6 +352,7 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
     }
     // Each kind of change its own finding (cause), so that a clip repeated at every step does not hide the one
     // step where something else changed .grad too: that step is named, its repeats listed apart.
+    const auto near_one = [](double factor) { return std::abs(factor - 1.0) < 1e-5; };  // 1 up to rounding
     const auto changed = [&](const std::string& how, const std::string& name, double factor, const std::string& seen) {
       const std::string what = fmt::format("step {}, rank {}: .grad was", step, rec.rank);
       add("grads-changed-before-step", "note", how, step, rec.rank, name,
@@ -383,16 +384,16 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
         changed("edited", m.params[fit.worst].name, 0.0,
                 fmt::format("; the weighted sums: '{}' is {:.3g} times farther from the factor {:.6g} the step "
                             "fits than rounding allows", m.params[fit.worst].name, fit.ratio, fit.factor));
+      else if (near_one(fit.factor))
+        changed("rounding", changed_digest, fit.factor, "; the weighted sums: a factor of 1 within rounding");
       else
-        changed(std::abs(fit.factor - 1.0) < 1e-5 ? "rounding" : "one-factor", changed_digest, fit.factor,
-                std::abs(fit.factor - 1.0) < 1e-5 ? "; the weighted sums: a factor of 1 within rounding"
-                                                  : "; one factor on every parameter, by the weighted sums");
+        changed("one-factor", changed_digest, fit.factor, "; one factor on every parameter, by the weighted sums");
     }
     if (!first.empty() && !late_backward) {
       const double factor = gg > 0 ? gs / gg : 0.0;
       const bool uniform = gg > 0 && std::abs(ss - factor * factor * gg) <= 1e-6 * ss + 1e-30;
       if (uniform) factors.push_back({rec.rank, factor});
-      const bool rounding = uniform && std::abs(factor - 1.0) < 1e-5;  // a factor of 1 up to rounding
+      const bool rounding = uniform && near_one(factor);
       changed(rounding ? "rounding" : uniform ? "one-factor" : "edited", first, factor, "");
     }
     for (size_t k = 0; k < rec.backwards.size(); ++k) {

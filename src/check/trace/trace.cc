@@ -116,17 +116,18 @@ StepRecord read_step_fields(const Run& run, int rank, int64_t step) {
   rec.step = step;
   const Manifest& m = run.ranks[static_cast<size_t>(rank)];
   struct stat st {};
+  std::string file = rec.path;  // the step's own file, or steps.log and its record's bytes there
   safetensors::Range range;
   if (::stat(rec.path.c_str(), &st) != 0) {
     auto in_log = m.log.find(step);
     if (in_log == m.log.end())
       fail(rec.path, fmt::format("missing: the manifest lists step {} for rank {}", step, rank));
-    range = in_log->second;
+    file = m.log_path, range = in_log->second;
     rec.path = fmt::format("{} (the record of step {})", m.log_path, step);
   }
   safetensors::LoadInfo info;
   try {
-    rec.tensors = safetensors::load(range.length == UINT64_MAX ? rec.path : m.log_path, &info, "wsum/", range);
+    rec.tensors = safetensors::load(file, &info, "wsum/", range);
   } catch (const safetensors::FormatError& e) {
     throw TraceError(e.what());
   }
