@@ -472,8 +472,37 @@ void Findings::per_step(const std::vector<const StepRecord*>& present) {
 // each lag d (0: the same step; d > 0: the same stream of batches, one rank d draws ahead, e.g. an evaluation
 // batch drawn first). Chance is measured from the run itself: how often the two ranks' batches coincide at all
 // the other lags (the same pool and batch size, no shared seed), scaled to the lag's number of step pairs. A lag
-// above chance by a margin no Poisson count reaches is a problem. Also, for the data line, how many samples two
+// above chance by a margin no Poisson count reaches is a problem; one that chance gives less than once in
+// a thousand runs (kNoteTail), below that margin, a note with the expected count. Also, for the data line, how many samples two
 // ranks drew at the same step against the same chance.
+namespace {
+
+constexpr double kNoteTail = 1e-3;
+
+// P(X >= k) for X ~ Poisson(lambda): the terms from k up, in logs (k! overflows a double past 170).
+double poisson_tail(double lambda, int64_t k) {
+  if (lambda <= 0) return k <= 0 ? 1.0 : 0.0;
+  double sum = 0;
+  for (int64_t i = k; i < k + 1000; ++i) {
+    const double term = std::exp(-lambda + static_cast<double>(i) * std::log(lambda) - std::lgamma(i + 1.0));
+    sum += term;
+    if (static_cast<double>(i) > lambda && term < sum * 1e-12) break;
+  }
+  return std::min(sum, 1.0);
+}
+
+}  // namespace
+
+// The first step at which rank b's batch at s + lag was rank a's at s (-1: none).
+int64_t Findings::first_coincidence(int a, int b, int64_t lag) const {
+  const auto& B = batches_[static_cast<size_t>(b)];
+  for (const auto& [step, fps] : batches_[static_cast<size_t>(a)]) {
+    auto it = B.find(step + lag);
+    if (!fps.empty() && it != B.end() && it->second == fps) return std::max(step, step + lag);
+  }
+  return -1;
+}
+
 std::string Findings::same_batches(const std::string& advice, std::string* coincided) {
   const int ws = run_.world_size();
   constexpr size_t kMaxOccurrences = 64;  // of one batch or sample: past that, every pair is the same anyway
@@ -505,7 +534,7 @@ std::string Findings::same_batches(const std::string& advice, std::string* coinc
     int64_t lag, same, pairs;
     double expected;
   };
-  std::vector<Pair> found;
+  std::vector<Pair> found, above_chance;
   double same_samples = 0, expected_samples = 0;
   for (int a = 0; a < ws; ++a)
     for (int b = a + 1; b < ws; ++b) {
@@ -537,8 +566,24 @@ std::string Findings::same_batches(const std::string& advice, std::string* coinc
       const double expected = p * static_cast<double>(n_best);
       if (best_n >= 2 && static_cast<double>(best_n) > expected + 4 * std::sqrt(expected) + 2)
         found.push_back({a, b, best, best_n, n_best, expected});
+      else if (best_n >= 2 && poisson_tail(expected, best_n) < kNoteTail)
+        above_chance.push_back({a, b, best, best_n, n_best, expected});
     }
   if (found.empty()) {
+    if (!above_chance.empty()) {  // the pair whose count chance explains least
+      const Pair& f = *std::min_element(above_chance.begin(), above_chance.end(), [](const Pair& x, const Pair& y) {
+        return poisson_tail(x.expected, x.same) < poisson_tail(y.expected, y.same);
+      });
+      add("same-batches-above-chance", "note", "", first_coincidence(f.a, f.b, f.lag), f.b, "",
+          fmt::format("ranks {} and {} were fed the very same batch at {} of {} steps{}, about {:.2g} expected by "
+                      "chance (measured from how often their batches coincide at other steps; so many or more by "
+                      "chance: p = {:.1g}): too few to call a mistake, more than independent draws give. A seed or "
+                      "a shard the two ranks share at some steps does this. {}",
+                      f.a, f.b, f.same, f.pairs,
+                      f.lag == 0 ? "" : fmt::format(" (rank {}'s batch at step s + {} being rank {}'s at step s)",
+                                                    f.lag > 0 ? f.b : f.a, std::abs(f.lag), f.lag > 0 ? f.a : f.b),
+                      f.expected, poisson_tail(f.expected, f.same), advice));
+    }
     *coincided = fmt::format("{:.0f} sample{} coincided between two ranks at the same step, about {:.1f} expected "
                              "from independent draws (the rate at which their samples coincide across different steps)",
                              same_samples, same_samples == 1 ? "" : "s", expected_samples);
@@ -552,14 +597,7 @@ std::string Findings::same_batches(const std::string& advice, std::string* coinc
                                                        p.lag > 0 ? p.b : p.a, std::abs(p.lag), p.lag > 0 ? p.a : p.b),
                          p.expected);
   const Pair& f = found[0];
-  int64_t first = -1;
-  for (const auto& [step, fps] : batches_[static_cast<size_t>(f.a)]) {
-    auto it = batches_[static_cast<size_t>(f.b)].find(step + f.lag);
-    if (!fps.empty() && it != batches_[static_cast<size_t>(f.b)].end() && it->second == fps) {
-      first = std::max(step, step + f.lag);
-      break;
-    }
-  }
+  const int64_t first = first_coincidence(f.a, f.b, f.lag);
   const bool shifted = std::any_of(found.begin(), found.end(), [](const Pair& p) { return p.lag != 0; });
   add("same-data-on-ranks", "problem", shifted ? "shifted" : "", first, f.b, "",
       fmt::format("step {}: some ranks were fed the very same batches{}, far more often than independent draws allow "

@@ -76,6 +76,7 @@ class Findings {
   // Pairs of ranks fed the same batches at the same steps, beyond what independent draws give; the verdict.
   // coincided: how many samples two ranks drew at the same step, and how many chance gives (when none is found).
   std::string same_batches(const std::string& advice, std::string* coincided);
+  int64_t first_coincidence(int a, int b, int64_t lag) const;
   std::vector<int64_t> identical_steps_;  // steps whose inputs were the same on every rank
   int64_t steps_with_inputs_ = 0;
   bool diverged_ = false;

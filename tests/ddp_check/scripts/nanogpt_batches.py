@@ -3,6 +3,8 @@ stream with torch.randint, and each rank seeds torch.manual_seed(1337 + seed_off
 (train.py). Clean; --same-seed gives every rank seed_offset 0, the mistake: every rank draws the same windows.
 --rank0-eval: rank 0 alone draws an evaluation batch first (nanoGPT's master process estimating the loss), so
 with --same-seed its batches differ from the others' while ranks 1 and 2 still draw the same ones.
+--coincide N: ranks 1 and 2 draw the same windows (a generator they share) at N steps, every other step, and
+their own elsewhere: more than chance gives, fewer than a shared seed does.
 A tiny language model (Embedding, Linear over the window), AdamW, 3 ranks.
 
     python3 nanogpt_batches.py --out RUN_DIR [--same-seed] [...the common options]
@@ -36,8 +38,8 @@ def main(rank, world_size, args):
     seed_offset = 0 if args.same_seed else rank
     torch.manual_seed(1337 + seed_offset)
 
-    def get_batch():
-        ix = torch.randint(len(data) - BLOCK, (BATCH,))
+    def get_batch(shared=None):
+        ix = torch.randint(len(data) - BLOCK, (BATCH,), generator=shared)
         x = torch.stack([data[i:i + BLOCK] for i in ix])
         y = torch.stack([data[i + 1:i + 1 + BLOCK] for i in ix])
         return x, y
@@ -48,8 +50,9 @@ def main(rank, world_size, args):
         with torch.no_grad():
             x, y = get_batch()
             F.cross_entropy(model(x).view(-1, VOCAB), y.view(-1))
-    for _ in range(args.steps):
-        x, y = get_batch()
+    for step in range(args.steps):
+        alike = rank in (1, 2) and step % 2 == 1 and step // 2 < args.coincide
+        x, y = get_batch(torch.Generator().manual_seed(99 + step) if alike else None)
         loss = F.cross_entropy(model(x).view(-1, VOCAB), y.view(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -62,6 +65,7 @@ def main(rank, world_size, args):
 def options(p):
     p.add_argument("--same-seed", action="store_true", help="seed_offset 0 on every rank (the mistake)")
     p.add_argument("--rank0-eval", action="store_true", help="rank 0 draws an evaluation batch first")
+    p.add_argument("--coincide", type=int, default=0, help="ranks 1 and 2 draw alike at this many steps")
 
 
 if __name__ == "__main__":
