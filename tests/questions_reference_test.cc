@@ -65,13 +65,28 @@ TEST(QuestionsReference, DdpOptions) {
                        "gradient all-reduces (267786+295936 floats))",
                        "answer: gradient_as_bucket_view=True: 8 of 8 .grad tensors are views into the buckets all-reduced "
                        "(default: 0), so each rank keeps one copy of the 563722 gradient floats instead of two (2.25 MB "
-                       "less); the same all-reduces, and 1691166 of 1691166 floats bitwise equal to the default run's",
+                       "less); the same all-reduces, and 1691166 of 1691166 floats bitwise equal to the default run's "
+                       "with zero_grad(set_to_none=True)",
+                       "answer: gradient_as_bucket_view=True with zero_grad(set_to_none=False) (torch 1.13's default "
+                       "zero_grad()): at world_size 3 ",
+                       "floats end in other bits than the default run's with the same zero_grad, at world_size 2 0 of "
+                       "1127444",
                        "answer: find_unused_parameters=True on a model that uses every parameter: iteration 1 runs 2 "
                        "gradient all-reduces (268298+295424 floats) and one of 8 used-flags"});
     // At 3 ranks the layout decides each element's ring chunk: some floats move (how many depends on the kernels).
     EXPECT_GT(captured(out, "against 25: .* at world_size 3 (\\d+) of 1691166"), 0) << out;
     EXPECT_GT(captured(out, "static_graph=True: .* at world_size 3 (\\d+) of 1691166"), 0) << out;
     EXPECT_GT(captured(out, "find_unused_parameters=True on .* at world_size 3 (\\d+) of 1691166"), 0) << out;
+    // .grad kept as its bucket slot is divided in place by 3: some floats move (7767 on torch 1.13 here).
+    EXPECT_GT(captured(out, "set_to_none=False\\) .* at world_size 3 (\\d+) of 1691166"), 0) << out;
+    // The first rebuilt bucket under an explicit bucket_cap_mb=25: 1 MiB on torch 1.13, the cap on torch 2.x.
+    const bool v113 = py == "/usr/bin/python3";
+    expect_lines(out, {v113 ? "answer: bucket_cap_mb=25 given (the default's value): from iteration 1 2 gradient "
+                              "all-reduces (267786+295936 floats) (not given: 2 gradient all-reduces (267786+295936 "
+                              "floats)): torch 1.13.0a0 closes the first rebuilt bucket at 1 MiB whatever the cap"
+                            : "answer: bucket_cap_mb=25 given (the default's value): from iteration 1 1 gradient "
+                              "all-reduce (563722 floats) (not given: 2 gradient all-reduces (267786+295936 floats)): "
+                              "torch 2."});
   }
 }
 
@@ -141,18 +156,58 @@ TEST(QuestionsReference, RankZeroOnlyWork) {
 
 // Question 17: state_dict keys, the load error and its fix, map_location, and an exact resume.
 TEST(QuestionsReference, Checkpoints) {
-  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
-  expect_lines(run_script("checkpoint_keys.py"),
-               {"fact: ddp.state_dict() keys: module.0.weight", "Unexpected key(s) in state_dict: \"module.0.weight\"",
+  if (torches().empty()) GTEST_SKIP() << "no python here imports torch";
+  for (const std::string& py : torches()) {
+    SCOPED_TRACE(py);
+    const std::string out = run_script("checkpoint_keys.py", py);
+    expect_lines(out, {"fact: ddp.state_dict() keys: module.0.weight", "Unexpected key(s) in state_dict: \"module.0.weight\"",
                 "fact: consume_prefix_in_state_dict_if_present(sd, \"module.\") then strict load: <All keys matched "
                 "successfully>, equal=True",
                 "fact: map_location='cpu': devices=['cpu'] equal=True",
                 "answer: torch.load puts every tensor back on the device its file names (cuda:0 for a GPU run's "
                 "checkpoint",
-                "fact: resume with optimizer state == uninterrupted (torch.equal, all params and buffers, both ranks): "
-                "True",
-                "fact: resume without optimizer state == uninterrupted (torch.equal, all params and buffers, both "
-                "ranks): False"});
+                "fact: world_size 2: resume with optimizer state == uninterrupted (torch.equal, all params and "
+                "buffers, every rank): True (0 values differ)",
+                "fact: world_size 2: resume without optimizer state == uninterrupted (torch.equal, all params and "
+                "buffers, every rank): False",
+                "fact: world_size 3: resume without optimizer state == uninterrupted (torch.equal, all params and "
+                "buffers, every rank): False",
+                "fact: world_size 3: resume with optimizer state == uninterrupted with DDP(model) built again at "
+                "epoch 1 (torch.equal, all params and buffers, every rank): True (0 values differ)",
+                "answer: a run resumed from model, optimizer state and sampler epoch equals the uninterrupted run bit "
+                "for bit at world_size 2 (True); at world_size 3 "});
+    // At 3 ranks the resumed run's first iteration adds in another order: some values move (48 on torch 1.13 here).
+    EXPECT_GT(captured(out, "world_size 3: resume with optimizer state == uninterrupted \\(torch.equal, all params "
+                            "and buffers, every rank\\): False \\((\\d+) values differ"), 0) << out;
+  }
+}
+
+// Questions 1, 13, 16 and 26: the loss-logging idiom, DDP(init_sync=False), BatchNorm's buffers after the last step,
+// zero_grad's default, each under both torches at 3 ranks.
+TEST(QuestionsReference, ReplicaFacts) {
+  if (torches().empty()) GTEST_SKIP() << "no python here imports torch";
+  for (const std::string& py : torches()) {
+    SCOPED_TRACE(py);
+    const bool v113 = py == "/usr/bin/python3";
+    const std::string out = run_script("replica_facts.py", py);
+    expect_lines(out, {"answer: dist.all_reduce(loss.detach()) / world_size raises TypeError: unsupported operand "
+                       "type(s) for /: 'NoneType' and 'int': all_reduce returns None; by then rank 0's loss reads "
+                       "4.80167 instead of its own 1.45586, the sum of the 3 ranks' losses (4.80167)",
+                       "dist.all_reduce(logged); logged /= world_size gives 1.60056 on every rank (the mean of the "
+                       "ranks' losses: 1.60056) and leaves loss alone",
+                       "so after the last training step each rank's BatchNorm running_mean is its own (up to 0.039 "
+                       "apart here, the parameters 0); the next forward through DDP (eval mode here) makes them 0 apart",
+                       v113 ? "answer: DDP(model, init_sync=False) on torch 1.13.0a0: TypeError: "
+                              "DistributedDataParallel.__init__() got an unexpected keyword argument 'init_sync'"
+                            : "answer: DDP(model, init_sync=False) on torch 2.",
+                       v113 ? "answer: optimizer.zero_grad() on torch 1.13.0a0 means set_to_none=False"
+                            : "means set_to_none=True: .grad becomes None"});
+    if (!v113) {  // the replicas start apart and stay apart; DDP(model) makes them equal
+      EXPECT_NE(out.find("skips the constructor's broadcast: ranks seeded apart start with weights up to 0.801 apart "
+                         "and are still 0.801 apart after 3 steps"), std::string::npos) << out;
+      EXPECT_NE(out.find("DDP(model) leaves them 0 apart"), std::string::npos) << out;
+    }
+  }
 }
 
 // Question 11: reentrant activation checkpointing under DDP, torch's error and the fixes.

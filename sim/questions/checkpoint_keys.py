@@ -1,16 +1,19 @@
 #!/usr/bin/python3
 """Checkpointing a DDP model: state_dict keys, strict-load errors, the fixes, map_location, exact resume.
 
-Real torch DDP (CPU, gloo, 2 ranks forked by torch.multiprocessing.start_processes, fresh file://
-rendezvous, 5 s timeout per collective, 60 s for the script). Model Linear(4,8)-BatchNorm1d(8)-ReLU-Linear(8,1).
+Real torch DDP (CPU, gloo, 2 and 3 ranks forked by torch.multiprocessing.start_processes, fresh file://
+rendezvous, 5 s timeout per collective, 90 s for the script). Model Linear(4,8)-BatchNorm1d(8)-ReLU-Linear(8,1).
   keys:    DDP(model).state_dict() keys carry "module."; ddp.module.state_dict() keys do not.
   strict:  the first lines of the error from loading one into the other with strict=True; the fixes.
   map:     a checkpoint whose storages are tagged 'cuda:0' (written by a tagger registered for this demo, as
            if saved on a GPU) loaded on this CPU-only machine without / with map_location.
-  resume:  2 ranks, DistributedSampler(shuffle=True) + set_epoch, SGD(momentum=0.9), 3 epochs; a run
+  resume:  2 and 3 ranks, DistributedSampler(shuffle=True) + set_epoch, SGD(momentum=0.9), 3 epochs; a run
            stopped after epoch 1 (rank 0 saves ddp.module.state_dict(), optimizer.state_dict(), epoch),
-           resumed in fresh processes, equals the uninterrupted run bit for bit; without the optimizer
-           state (momentum buffers) it does not.
+           resumed in fresh processes, against the uninterrupted run: at 2 ranks bit for bit; at 3 the new
+           DDP's first iteration all-reduces in the model-order bucket layout (DDP rebuilds it in gradient-ready
+           order after its first iteration), so the last bits move, and the uninterrupted run that builds
+           DDP(model) again at the same epoch equals the resumed one; without the optimizer state (momentum
+           buffers) neither equals.
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/checkpoint_keys.py
 """
@@ -84,10 +87,11 @@ def keys_and_map(work):
     return out
 
 
-def train(rank, work, start, stop, resume, with_opt):
+def train(rank, work, start, stop, resume, with_opt, rewrap_at=None):
+    ws = dist.get_world_size()
     ds = TensorDataset(torch.randn(48, 4, generator=torch.Generator().manual_seed(1)),
                        torch.randn(48, 1, generator=torch.Generator().manual_seed(2)))
-    sampler = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=3)
+    sampler = DistributedSampler(ds, num_replicas=ws, rank=rank, shuffle=True, seed=3)
     loader = DataLoader(ds, batch_size=6, sampler=sampler)
     ddp = DDP(make_model())
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
@@ -98,6 +102,8 @@ def train(rank, work, start, stop, resume, with_opt):
             opt.load_state_dict(ck['optimizer'])
         assert ck['epoch'] + 1 == start
     for epoch in range(start, stop):
+        if epoch == rewrap_at:  # as a resume does: a new DDP, its first iteration in model order
+            ddp = DDP(ddp.module)
         sampler.set_epoch(epoch)
         for x, y in loader:
             opt.zero_grad()
@@ -110,44 +116,67 @@ def train(rank, work, start, stop, resume, with_opt):
     return ddp.module.state_dict()
 
 
-def worker(rank, work, phase):
+def worker(rank, work, phase, ws):
     torch.set_num_threads(1)
-    dist.init_process_group('gloo', init_method=f'file://{work}/init.{phase}', rank=rank, world_size=2,
+    dist.init_process_group('gloo', init_method=f'file://{work}/init.{phase}{ws}', rank=rank, world_size=ws,
                             timeout=datetime.timedelta(seconds=5))
-    if phase == 'first':  # the uninterrupted run, then the run that stops after epoch 1
-        facts = keys_and_map(work)  # on both ranks: DDP's constructor is a collective
-        if rank == 0:
-            with open(f'{work}/facts.json', 'w') as f:
-                json.dump(facts, f)
-        torch.save(train(rank, work, 0, EPOCHS, False, True), f'{work}/full.{rank}.pt')
-        train(rank, work, 0, 1, False, True)
+    work_ws = f'{work}/ws{ws}'
+    if phase == 'first':  # the uninterrupted run (also re-wrapped at epoch 1), then the run that stops after epoch 1
+        if ws == 2:
+            facts = keys_and_map(work)  # on every rank: DDP's constructor is a collective
+            if rank == 0:
+                with open(f'{work}/facts.json', 'w') as f:
+                    json.dump(facts, f)
+        torch.save(train(rank, work_ws, 0, EPOCHS, False, True), f'{work_ws}/full.{rank}.pt')
+        torch.save(train(rank, work_ws, 0, EPOCHS, False, True, rewrap_at=1), f'{work_ws}/rewrapped.{rank}.pt')
+        train(rank, work_ws, 0, 1, False, True)
     else:  # fresh processes: resume from the checkpoint, with and without the optimizer state
-        torch.save(train(rank, work, 1, EPOCHS, True, True), f'{work}/resumed.{rank}.pt')
-        torch.save(train(rank, work, 1, EPOCHS, True, False), f'{work}/noopt.{rank}.pt')
+        torch.save(train(rank, work_ws, 1, EPOCHS, True, True), f'{work_ws}/resumed.{rank}.pt')
+        torch.save(train(rank, work_ws, 1, EPOCHS, True, False), f'{work_ws}/noopt.{rank}.pt')
     dist.barrier()
     dist.destroy_process_group()
 
 
 def main():
-    work, deadline = tempfile.mkdtemp(prefix='checkpoint_keys.'), time.monotonic() + 60
+    work, deadline = tempfile.mkdtemp(prefix='checkpoint_keys.'), time.monotonic() + 90
     try:
-        for phase in ('first', 'resume'):  # fork: the parent runs no torch op before both
-            ctx = mp.start_processes(worker, args=(work, phase), nprocs=2, join=False, start_method='fork')
+        for ws, phase in ((2, 'first'), (2, 'resume'), (3, 'first'), (3, 'resume')):  # fork: no torch op in the parent
+            os.makedirs(f'{work}/ws{ws}', exist_ok=True)
+            ctx = mp.start_processes(worker, args=(work, phase, ws), nprocs=ws, join=False, start_method='fork')
             while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
                 if time.monotonic() > deadline:
                     for p in ctx.processes:
                         p.kill()
-                    print('fact: FAILED (60 s deadline)')
+                    print('fact: FAILED (90 s deadline)')
                     return 1
         print('\n'.join(json.load(open(f'{work}/facts.json'))))
-        sd = {n: [torch.load(f'{work}/{n}.{r}.pt') for r in (0, 1)] for n in ('full', 'resumed', 'noopt')}
         same = lambda a, b: all(torch.equal(a[k], b[k]) for k in a)  # noqa: E731
-        for n in ('full', 'resumed'):
-            print(f"fact: {n} run, rank 0 vs rank 1: params equal={same(*[{k: v for k, v in d.items() if 'running' not in k and 'num_b' not in k} for d in sd[n]])}"
-                  f", BatchNorm buffers equal={same(*[{k: v for k, v in d.items() if 'running' in k} for d in sd[n]])}")
-        for n in ('resumed', 'noopt'):
-            print(f"fact: resume {'with' if n == 'resumed' else 'without'} optimizer state == uninterrupted "
-                  f"(torch.equal, all params and buffers, both ranks): {same(sd[n][0], sd['full'][0]) and same(sd[n][1], sd['full'][1])}")
+        differ = lambda a, b: sum(int((a[k] != b[k]).sum()) for k in a if a[k].is_floating_point())  # noqa: E731
+        results = {}
+
+        def same_all(n, against, ws):
+            return all(same(a, b) for a, b in zip(results[ws][n], results[ws][against]))
+
+        for ws in (2, 3):
+            sd = {n: [torch.load(f'{work}/ws{ws}/{n}.{r}.pt') for r in range(ws)]
+                  for n in ('full', 'rewrapped', 'resumed', 'noopt')}
+            for n in ('full', 'resumed'):
+                print(f"fact: world_size {ws}, {n} run, rank 0 vs rank 1: params equal={same(*[{k: v for k, v in d.items() if 'running' not in k and 'num_b' not in k} for d in sd[n][:2]])}"
+                      f", BatchNorm buffers equal={same(*[{k: v for k, v in d.items() if 'running' in k} for d in sd[n][:2]])}")
+            for n, against in (('resumed', 'full'), ('noopt', 'full'), ('resumed', 'rewrapped')):
+                what = {'resumed': 'resume with optimizer state', 'noopt': 'resume without optimizer state'}[n]
+                print(f"fact: world_size {ws}: {what} == {'uninterrupted' if against == 'full' else 'uninterrupted with DDP(model) built again at epoch 1'} "
+                      f"(torch.equal, all params and buffers, every rank): {all(same(a, b) for a, b in zip(sd[n], sd[against]))}"
+                      f" ({sum(differ(a, b) for a, b in zip(sd[n], sd[against]))} values differ)")
+            if ws == 3:
+                print(f"answer: a run resumed from model, optimizer state and sampler epoch equals the uninterrupted "
+                      f"run bit for bit at world_size 2 ({same_all('resumed', 'full', 2)}); at world_size 3 "
+                      f"{sum(differ(a, b) for a, b in zip(sd['resumed'], sd['full']))} values end in other bits, "
+                      f"because the new DDP all-reduces its first iteration in the model-order bucket layout "
+                      f"(the uninterrupted run rebuilt it after its first iteration): the uninterrupted run that "
+                      f"builds DDP(model) again at the same epoch equals the resumed one "
+                      f"({all(same(a, b) for a, b in zip(sd['resumed'], sd['rewrapped']))})")
+            results[ws] = sd
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

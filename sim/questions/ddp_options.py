@@ -29,9 +29,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from forwarding_pg import ForwardingPG
 
 STEPS = 4
-RUNS = [  # name, world_size, DDP keyword arguments
-    ('default', 3, {}), ('again', 3, {}), ('cap1', 3, {'bucket_cap_mb': 1}),
+KEEP = {'set_to_none': False}  # zero_grad(set_to_none=False): torch 1.13's default zero_grad(), .grad kept as zeros
+RUNS = [  # name, world_size, DDP keyword arguments (and the zero_grad's, after '_zero')
+    ('default', 3, {}), ('again', 3, {}), ('cap1', 3, {'bucket_cap_mb': 1}), ('cap25', 3, {'bucket_cap_mb': 25}),
     ('static_graph', 3, {'static_graph': True}), ('bucket_view', 3, {'gradient_as_bucket_view': True}),
+    ('default_keep', 3, {'_zero': KEEP}), ('bucket_view_keep', 3, {'gradient_as_bucket_view': True, '_zero': KEEP}),
+    ('default_keep_ws2', 2, {'_zero': KEEP}),
+    ('bucket_view_keep_ws2', 2, {'gradient_as_bucket_view': True, '_zero': KEEP}),
     ('find_unused', 3, {'find_unused_parameters': True}), ('default_ws2', 2, {}), ('cap1_ws2', 2, {'bucket_cap_mb': 1})]
 
 
@@ -55,6 +59,8 @@ def wchar():
 
 
 def train(rank, pg, kwargs):
+    kwargs = dict(kwargs)
+    zero = kwargs.pop('_zero', {'set_to_none': True})
     pg = NotingPG(pg)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 512), nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 10))
@@ -67,7 +73,7 @@ def train(rank, pg, kwargs):
         pg.sent = []
         dist.barrier(group=pg.pg)  # not noted, and outside the bytes counted
         before = wchar()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(**zero)
         nn.functional.mse_loss(ddp(x), y).backward()
         sent = wchar() - before
         views = sum(any(lo <= p.grad.data_ptr() < hi for _, lo, hi in pg.sent) for p in model.parameters())
@@ -149,16 +155,28 @@ def main():
     print(f"answer: bucket_cap_mb=1 against 25: from iteration 1 {layout('cap1', 1)} instead of "
           f"{layout('default', 1)} (iteration 0: {layout('cap1', 0)} either way), the same bytes; at world_size 3 "
           f"{d} of {total} floats end in other bits, at world_size 2 {d2} of {total2}", flush=True)
+    first = '1 MiB whatever the cap' if layout('cap25', 1) == layout('default', 1) else 'the cap when one is given'
+    print(f"answer: bucket_cap_mb=25 given (the default's value): from iteration 1 {layout('cap25', 1)} (not given: "
+          f"{layout('default', 1)}): torch {torch.__version__.split('+')[0]} closes the first rebuilt bucket at "
+          f"{first}", flush=True)
     d, total = differing(res['default'], res['static_graph'])
     print(f"answer: static_graph=True: iteration 1 runs {layout('static_graph', 1)} (default: {layout('default', 1)}), "
           f"the rebuilt layout from iteration 2 ({layout('static_graph', 2)}; iteration 0: {layout('static_graph', 0)}); at world_size 3 {d} of {total} floats "
           f"end in other bits than the default run's", flush=True)
     d, total = differing(res['default'], res['bucket_view'])
+    dk, totalk = differing(res['default_keep'], res['bucket_view_keep'])
+    d2, total2 = differing(res['default_keep_ws2'], res['bucket_view_keep_ws2'])
     views = res['bucket_view'][0]['iters'][-1]['views']
     print(f"answer: gradient_as_bucket_view=True: {views} of {len(res['default'][0]['params'])} .grad tensors are "
           f"views into the buckets all-reduced (default: {res['default'][0]['iters'][-1]['views']}), so each rank "
           f"keeps one copy of the {floats} gradient floats instead of two ({mb(4 * floats)} less); the same "
-          f"all-reduces, and {total - d} of {total} floats bitwise equal to the default run's", flush=True)
+          f"all-reduces, and {total - d} of {total} floats bitwise equal to the default run's with "
+          f"zero_grad(set_to_none=True)", flush=True)
+    print(f"answer: gradient_as_bucket_view=True with zero_grad(set_to_none=False) (torch 1.13's default "
+          f"zero_grad()): at world_size 3 {dk} of {totalk} floats end in other bits than the default run's with the "
+          f"same zero_grad, at world_size 2 {d2} of {total2}: the .grad kept from the last step is its bucket "
+          f"slot, so DDP averages it in place, a division by world_size, instead of multiplying a copy by "
+          f"float(1/world_size), and x / 3 is not always x * float(1/3) (x / 2 always is x * 0.5)", flush=True)
     d, total = differing(res['default'], res['find_unused'])
     print(f"answer: find_unused_parameters=True on a model that uses every parameter: iteration 1 runs "
           f"{layout('find_unused', 1)} (default: {layout('default', 1)}): buckets cut by size from iteration 0 and never "

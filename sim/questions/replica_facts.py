@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""What stays equal across DDP's replicas and what does not, measured on the installed torch (1.13 or 2.x).
+
+Real torch DDP (CPU, gloo, 3 ranks forked by torch.multiprocessing.start_processes, fresh file:// rendezvous, 5 s
+timeout per collective, 60 s for the script), each rank on its own batches:
+  loss:      the logging idiom `dist.all_reduce(loss.detach()) / world_size`: what it raises, and what it has
+             done to `loss` by then (detach() shares the loss's storage); the idiom that works.
+  init_sync: DDP(model, init_sync=False) on ranks seeded apart (manual_seed(rank)): whether the replicas start
+             and stay different (torch 2.x), or what torch 1.13 says of the keyword.
+  buffers:   Linear-BatchNorm1d, broadcast_buffers=True (the default), 3 SGD steps: the ranks' running_mean after
+             the last step, and after one more forward through DDP (eval mode, no_grad).
+  zero_grad: the default of Optimizer.zero_grad's set_to_none on this torch.
+
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/replica_facts.py
+"""
+import datetime
+import inspect
+import json
+import os
+import shutil
+import tempfile
+import time
+
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+WORLD = 3
+
+
+def spread(t):
+    """max |t on any rank - t on rank 0| (every rank gets it)."""
+    t = t.detach().clone()
+    lo, hi = t.clone(), t.clone()
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    return float((hi - lo).max())
+
+
+def loss_idiom(rank):
+    torch.manual_seed(0)
+    ddp = DDP(nn.Linear(4, 1))
+    g = torch.Generator().manual_seed(10 + rank)
+    x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+    loss = nn.functional.mse_loss(ddp(x), y)
+    own = float(loss.detach())
+    losses = [torch.zeros(()) for _ in range(WORLD)]
+    dist.all_gather(losses, loss.detach().clone())
+    try:
+        logged = dist.all_reduce(loss.detach()) / WORLD
+        raised = f'no error ({logged})'
+    except Exception as e:  # noqa: BLE001
+        raised = f'{type(e).__name__}: {str(e).splitlines()[0]}'
+    overwritten = float(loss.detach())
+    try:
+        loss.backward()
+        backward = 'loss.backward() still runs'
+    except Exception as e:  # noqa: BLE001
+        backward = f'loss.backward() raises {type(e).__name__}'
+    total = float(sum(losses))
+    mean = loss_fixed(rank)
+    return {'raised': raised, 'own': own, 'overwritten': overwritten, 'sum': total, 'backward': backward,
+            'fixed': mean, 'mean': total / WORLD}
+
+
+def loss_fixed(rank):
+    """The idiom that works: all-reduce a copy, then divide; the loss itself is left alone."""
+    torch.manual_seed(0)
+    ddp = DDP(nn.Linear(4, 1))
+    g = torch.Generator().manual_seed(10 + rank)
+    x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+    loss = nn.functional.mse_loss(ddp(x), y)
+    logged = loss.detach().clone()
+    dist.all_reduce(logged)
+    logged /= WORLD
+    return float(logged)
+
+
+def init_sync(rank):
+    torch.manual_seed(rank)  # each rank its own initial weights
+    model = nn.Linear(4, 4)
+    try:
+        ddp = DDP(model, init_sync=False)
+    except TypeError as e:
+        return {'error': str(e).splitlines()[0]}
+    start = spread(model.weight)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(10 + rank)
+    for _ in range(3):
+        opt.zero_grad()
+        nn.functional.mse_loss(ddp(torch.randn(8, 4, generator=g)), torch.randn(8, 4, generator=g)).backward()
+        opt.step()
+    torch.manual_seed(rank)
+    synced = nn.Linear(4, 4)
+    DDP(synced)
+    return {'start': start, 'after': spread(model.weight), 'default': spread(synced.weight)}
+
+
+def buffers(rank):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6))
+    ddp = DDP(model)  # broadcast_buffers=True
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(20 + rank)
+    for _ in range(3):
+        opt.zero_grad()
+        ddp(torch.randn(8, 4, generator=g)).square().mean().backward()
+        opt.step()
+    after_step = spread(model[1].running_mean)
+    ddp.eval()
+    with torch.no_grad():
+        ddp(torch.randn(8, 4, generator=g))
+    return {'after_step': after_step, 'after_forward': spread(model[1].running_mean),
+            'params': spread(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))}
+
+
+def worker(rank, work):
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=5))
+    out = {'loss': loss_idiom(rank), 'init_sync': init_sync(rank), 'buffers': buffers(rank)}
+    if rank == 0:
+        with open(f'{work}/out.json', 'w') as f:
+            json.dump(out, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    work, deadline = tempfile.mkdtemp(prefix='replica_facts.'), time.monotonic() + 60
+    try:
+        ctx = mp.start_processes(worker, args=(work,), nprocs=WORLD, join=False, start_method='fork')
+        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    p.kill()
+                print('fact: FAILED (60 s deadline)')
+                return 1
+        r = json.load(open(f'{work}/out.json'))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    version = torch.__version__.split('+')[0]
+    L = r['loss']
+    print(f"fact: torch {version}, world_size {WORLD}, rank 0")
+    print(f"answer: dist.all_reduce(loss.detach()) / world_size raises {L['raised']}: all_reduce returns None; "
+          f"by then rank 0's loss reads {L['overwritten']:.6g} instead of its own {L['own']:.6g}, the sum of the "
+          f"{WORLD} ranks' losses ({L['sum']:.6g}): detach() shares the loss's storage and the all-reduce writes "
+          f"in place ({L['backward']})")
+    print(f"answer: to log the mean loss, all-reduce a copy and divide it: logged = loss.detach().clone(); "
+          f"dist.all_reduce(logged); logged /= world_size gives {L['fixed']:.6g} on every rank (the mean of the "
+          f"ranks' losses: {L['mean']:.6g}) and leaves loss alone")
+    s = r['init_sync']
+    if 'error' in s:
+        print(f"answer: DDP(model, init_sync=False) on torch {version}: TypeError: {s['error']}: DDP's constructor "
+              f"always broadcasts rank 0's parameters and buffers here")
+    else:
+        print(f"answer: DDP(model, init_sync=False) on torch {version} skips the constructor's broadcast: ranks seeded "
+              f"apart start with weights up to {s['start']:.3g} apart and are still {s['after']:.3g} apart after 3 "
+              f"steps (every rank adds the same averaged gradient to its own weights); DDP(model) leaves them "
+              f"{s['default']:.3g} apart")
+    b = r['buffers']
+    print(f"answer: broadcast_buffers=True (the default) copies rank 0's buffers to every rank at the start of each "
+          f"forward through DDP, so after the last training step each rank's BatchNorm running_mean is its own "
+          f"(up to {b['after_step']:.3g} apart here, the parameters {b['params']:.3g}); the next forward through "
+          f"DDP (eval mode here) makes them {b['after_forward']:.3g} apart: save rank 0's")
+    default = inspect.signature(torch.optim.Optimizer.zero_grad).parameters['set_to_none'].default
+    print(f"answer: optimizer.zero_grad() on torch {version} means set_to_none={default}"
+          f"{': .grad becomes None' if default else ': .grad is kept and filled with zeros'}")
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
