@@ -59,11 +59,11 @@ int run(int argc, char** argv) {
   if (cfg.is_gpt()) throw UsageError("ddp_questions runs the sequential models (--model mlp, cnn or a spec), not gpt");
   cfg.threads = threads_from_flags(flags);
   // These topics compare DDP over several ranks with one device: at one rank there is nothing to compare, and an
-  // answer built from it would say "1 times fewer steps" (accumulation's question holds on one rank; fsdp refuses
-  // in its own check).
+  // answer built from it would say "1 times fewer steps" or "replicas drift apart (0 and 0)"; fsdp refuses
+  // in its own check.
   const std::string name = topic->name;
   if (cfg.world_size < 2 && (name == "loss-scale" || name == "batch-size" || name == "lr-scaling" || name == "evaluation" ||
-                              name == "speed"))
+                              name == "speed" || name == "accumulation"))
     throw UsageError(name + " compares DDP over several ranks with one device: --world-size 1 has nothing to compare "
                             "(give 2 to 64)");
   if (topic->check != nullptr) topic->check(cfg);
