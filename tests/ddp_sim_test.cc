@@ -452,10 +452,31 @@ TEST(DdpSim, LiveUnusedBranchIsTorchs) {
   const size_t at = t.err.find(indices);
   ASSERT_NE(at, std::string::npos) << t.err;
   EXPECT_EQ(t.err.substr(at + indices.size() + 1, 5), ": 2 3") << t.err;
+  // The names only under TORCH_DISTRIBUTED_DEBUG=DETAIL (torch 1.13; torch 2.x's DETAIL on Gloo is not run here).
+  EXPECT_EQ(t.err.find("Parameters which did not receive grad"), std::string::npos) << t.err;
+  std::vector<std::string> detail = {"/usr/bin/env", "TORCH_DISTRIBUTED_DEBUG=DETAIL"};
+  detail.insert(detail.end(), cmd.begin(), cmd.end());
+  const CommandResult d = testing::run_command(detail);
+  EXPECT_NE(d.err.find("Parameters which did not receive grad for rank 0: 2.bias, 2.weight"), std::string::npos)
+      << d.err;
+  const std::string torch2 = "/opt/ddplab-torch2/bin/python";
+  if (testing::run_command({torch2, "-c", "import torch"}).status == 0) {  // the same indices, no names
+    std::vector<std::string> cmd2 = cmd;
+    cmd2[0] = torch2;
+    const CommandResult t2 = testing::run_command(cmd2);
+    EXPECT_NE(t2.status, 0);
+    const size_t at2 = t2.err.find(indices);
+    ASSERT_NE(at2, std::string::npos) << t2.err;
+    EXPECT_EQ(t2.err.substr(at2 + indices.size() + 1, 5), ": 2 3") << t2.err;
+    EXPECT_EQ(t2.err.find("Parameters which did not receive grad"), std::string::npos) << t2.err;
+  }
   const CommandResult r = ddp_sim(args);
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("Expected to have finished reduction in the prior iteration"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("Parameter indices which did not receive grad for rank 0: 2 3."), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Parameter indices which did not receive grad for rank 0: 2 3. Those are 2.weight, 2.bias "
+                       "(torch prints the indices; their names only under TORCH_DISTRIBUTED_DEBUG=DETAIL)"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Parameters which did not receive grad"), std::string::npos) << r.err;  // not torch's text
   EXPECT_NE(r.out.find("training stopped on DDP's error"), std::string::npos) << r.out;
   const CommandResult w = testing::run_command({"/usr/bin/python3", "sim/ddp_reference.py", "--world-size", "2",
                                                 "--find-unused-parameters", "true", "--epochs", "1"});
