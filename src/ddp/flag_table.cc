@@ -202,7 +202,7 @@ const std::vector<FlagSpec>& flag_table() {
                   "                            --bucket-cap-mb in reverse order; --average says how; the run is then\n"
                   "                            compared with DDP(model)'s [{def}]\n"))),
       double_flag("bucket-cap-mb", &Config::bucket_cap_mb, 1e-6, 1e6,
-                  "  --bucket-cap-mb MB        bucket size cap; the first bucket is 1 MiB [{def}]\n"),
+                  "  --bucket-cap-mb MB        bucket size cap; the first rebuilt bucket is 1 MiB (torch 1.13) [{def}]\n"),
       int_flag("no-sync", &Config::no_sync, 1, 1 << 20,
                "  --no-sync K               all-reduce every K micro-batches (no_sync in between) [{def}]\n"),
       later(choice_flag("no-sync-loss", &Config::no_sync_loss, choice_names().no_sync_loss,

@@ -1,5 +1,6 @@
-"""Clean run: bucket_cap_mb=0.001, so that DDP's rebuilt buckets are several. DDP's first bucket is 1 MiB
-whatever the cap (dist._DEFAULT_FIRST_BUCKET_BYTES), so the head (ready first) holds 1 MiB of weights."""
+"""Clean run: bucket_cap_mb=0.001, so that DDP's rebuilt buckets are several. Under torch 1.13 the first rebuilt
+bucket is 1 MiB whatever the cap (dist._DEFAULT_FIRST_BUCKET_BYTES), so the head (ready first) holds 1 MiB of
+weights; newer torch closes it at the cap given, like the others (docs/questions.md, question 20)."""
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP

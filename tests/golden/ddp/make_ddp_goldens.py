@@ -33,7 +33,7 @@ GRID = {
                           '--lr', '0.05', '--batch-size', '4'],
     'nosync': ['--no-sync', '2', '--epochs', '2', '--batch-size', '4'],
     'adam': ['--optimizer', 'adam', '--lr', '0.02', '--layers', '8,16,4', '--activation', 'relu', '--epochs', '2'],
-    # Several buckets need > 1 MiB of parameters (the first bucket is 1 MiB whatever bucket_cap_mb says): too
+    # Several buckets need > 1 MiB of parameters (torch 1.13's first bucket is 1 MiB whatever bucket_cap_mb says): too
     # big for a golden file. tests/ddp_sim_test.cc checks that case live against this script instead.
     'short_batches': ['--samples', '50', '--batch-size', '5', '--epochs', '2', '--momentum', '0.5',
                       '--layers', '6,16,2', '--activation', 'relu', '--sampler-seed', '7'],
