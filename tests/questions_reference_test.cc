@@ -210,6 +210,65 @@ TEST(QuestionsReference, ReplicaFacts) {
   }
 }
 
+// Question 32: ranks with different batch sizes, under both torches at 3 ranks.
+TEST(QuestionsReference, UnevenBatches) {
+  if (torches().empty()) GTEST_SKIP() << "no python here imports torch";
+  for (const std::string& py : torches()) {
+    SCOPED_TRACE(py);
+    const std::string out = run_script("uneven_batches.py", py);
+    expect_lines(out, {"answer: with batches of 2, 4, 26 samples on 3 ranks, DDP's .grad is the mean of the ranks' "
+                       "mean-loss gradients: each rank weighs 1/3 whatever its batch, so each of rank 0's 2 samples "
+                       "counts 5.33 times as much as in the mean over all 32; against one device's gradient of that "
+                       "mean its relative error is 0.375, against (1/3) x the sum of the ranks' own gradients ",
+                       "answer: the fix: each rank's loss as the sum of its samples' losses x world_size / N",
+                       "answer: at equal batches (8, 8, 8) DDP's average is the mean over all samples already"});
+    // Rounding only where the page says so (the digits depend on the kernels).
+    for (const char* pattern : {"own gradients ([0-9.e+-]+)", "relative error ([0-9.e+-]+) against one device",
+                                "samples already: relative error ([0-9.e+-]+)"}) {
+      std::smatch m;
+      const std::string p = pattern;
+      ASSERT_TRUE(std::regex_search(out, m, std::regex(p))) << p << "\n" << out;
+      EXPECT_LT(std::stod(m[1].str()), 1e-6) << p << "\n" << out;
+    }
+  }
+}
+
+// Question 34: world size 2 against 4 at one global batch, under both torches: rounding without BatchNorm, a
+// different model with it.
+TEST(QuestionsReference, WorldSizeAtOneGlobalBatch) {
+  if (torches().empty()) GTEST_SKIP() << "no python here imports torch";
+  for (const std::string& py : torches()) {
+    SCOPED_TRACE(py);
+    const std::string out = run_script("world_size_batch.py", py);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("train the same model up to rounding: \\d+ of 129 floats end in "
+                                                     "other bits, by up to ([0-9.e+-]+) \\(parameters up to 0.41\\)")))
+        << out;
+    EXPECT_LT(std::stod(m[1].str()), 1e-6) << out;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("so world_size 2 and 4 end up to ([0-9.e+-]+) apart"))) << out;
+    EXPECT_GT(std::stod(m[1].str()), 1e-3) << out;
+  }
+}
+
+// Question 33: GradScaler under DDP (torch 2.x on the CPU; torch 1.13's is CUDA's only).
+TEST(QuestionsReference, GradScaler) {
+  if (torches().empty()) GTEST_SKIP() << "no python here imports torch";
+  for (const std::string& py : torches()) {
+    SCOPED_TRACE(py);
+    const std::string out = run_script("grad_scaler.py", py);
+    if (py == "/usr/bin/python3") {
+      expect_lines(out, {"answer: torch 1.13.0a0 has no GradScaler for the CPU: torch.cuda.amp.GradScaler() here is "
+                         "enabled=False (torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.)"});
+      continue;
+    }
+    expect_lines(out, {"answer: one rank's inf at step 2 reaches every rank's .grad through DDP's all-reduce, so every "
+                       "rank's scaler finds it, skips step(s) [2] and halves its scale alike (65536 -> 32768): every "
+                       "rank the same decisions (True), the replicas bitwise equal after 5 steps (True)",
+                       "bit for bit at every finite step on every rank (True); a power of two scales exactly, so the "
+                       "scaled run ends bitwise equal to the plain run that skips the same step (True)"});
+  }
+}
+
 // Question 11: reentrant activation checkpointing under DDP, torch's error and the fixes.
 TEST(QuestionsReference, ReentrantCheckpointing) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
