@@ -36,7 +36,8 @@ RUNS = [  # name, world_size, DDP keyword arguments (and the zero_grad's, after 
     ('default_keep', 3, {'_zero': KEEP}), ('bucket_view_keep', 3, {'gradient_as_bucket_view': True, '_zero': KEEP}),
     ('default_keep_ws2', 2, {'_zero': KEEP}),
     ('bucket_view_keep_ws2', 2, {'gradient_as_bucket_view': True, '_zero': KEEP}),
-    ('find_unused', 3, {'find_unused_parameters': True}), ('default_ws2', 2, {}), ('cap1_ws2', 2, {'bucket_cap_mb': 1})]
+    ('find_unused', 3, {'find_unused_parameters': True}), ('default_ws2', 2, {}), ('cap1_ws2', 2, {'bucket_cap_mb': 1}),
+    ('static_graph_ws2', 2, {'static_graph': True}), ('find_unused_ws2', 2, {'find_unused_parameters': True})]
 
 
 class NotingPG(ForwardingPG):
@@ -159,10 +160,11 @@ def main():
     print(f"answer: bucket_cap_mb=25 given (the default's value): from iteration 1 {layout('cap25', 1)} (not given: "
           f"{layout('default', 1)}): torch {torch.__version__.split('+')[0]} closes the first rebuilt bucket at "
           f"{first}", flush=True)
+    d2, total2 = differing(res['default_ws2'], res['static_graph_ws2'])
     d, total = differing(res['default'], res['static_graph'])
     print(f"answer: static_graph=True: iteration 1 runs {layout('static_graph', 1)} (default: {layout('default', 1)}), "
           f"the rebuilt layout from iteration 2 ({layout('static_graph', 2)}; iteration 0: {layout('static_graph', 0)}); at world_size 3 {d} of {total} floats "
-          f"end in other bits than the default run's", flush=True)
+          f"end in other bits than the default run's, at world_size 2 {d2} of {total2}", flush=True)
     d, total = differing(res['default'], res['bucket_view'])
     dk, totalk = differing(res['default_keep'], res['bucket_view_keep'])
     d2, total2 = differing(res['default_keep_ws2'], res['bucket_view_keep_ws2'])
@@ -177,12 +179,13 @@ def main():
           f"same zero_grad, at world_size 2 {d2} of {total2}: the .grad kept from the last step is its bucket "
           f"slot, so DDP averages it in place, a division by world_size, instead of multiplying a copy by "
           f"float(1/world_size), and x / 3 is not always x * float(1/3) (x / 2 always is x * 0.5)", flush=True)
+    d2, total2 = differing(res['default_ws2'], res['find_unused_ws2'])
     d, total = differing(res['default'], res['find_unused'])
     print(f"answer: find_unused_parameters=True on a model that uses every parameter: iteration 1 runs "
           f"{layout('find_unused', 1)} (default: {layout('default', 1)}): buckets cut by size from iteration 0 and never "
           f"rebuilt, and every iteration the used-flags all-reduce (torch also warns of an extra traversal of the "
           f"autograd graph every iteration); at world_size 3 "
-          f"{d} of {total} floats end in other bits than the default run's", flush=True)
+          f"{d} of {total} floats end in other bits than the default run's, at world_size 2 {d2} of {total2}", flush=True)
 
 
 if __name__ == '__main__':

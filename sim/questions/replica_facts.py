@@ -85,7 +85,14 @@ def init_sync(rank):
     try:
         ddp = DDP(model, init_sync=False)
     except TypeError as e:
-        return {'error': str(e).splitlines()[0]}
+        out = {'error': str(e).splitlines()[0]}
+        torch.manual_seed(rank)
+        synced = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+        synced[1].running_mean.normal_()
+        out['buffers_before'] = spread(synced[1].running_mean)
+        DDP(synced)
+        out['default'], out['buffers'] = spread(synced[0].weight), spread(synced[1].running_mean)
+        return out
     start = spread(model.weight)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(10 + rank)
@@ -94,9 +101,12 @@ def init_sync(rank):
         nn.functional.mse_loss(ddp(torch.randn(8, 4, generator=g)), torch.randn(8, 4, generator=g)).backward()
         opt.step()
     torch.manual_seed(rank)
-    synced = nn.Linear(4, 4)
+    synced = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    synced[1].running_mean.normal_()  # each rank its own buffer too
+    buffers_before = spread(synced[1].running_mean)
     DDP(synced)
-    return {'start': start, 'after': spread(model.weight), 'default': spread(synced.weight)}
+    return {'start': start, 'after': spread(model.weight), 'default': spread(synced[0].weight),
+            'buffers_before': buffers_before, 'buffers': spread(synced[1].running_mean)}
 
 
 def buffers(rank):
@@ -153,22 +163,28 @@ def main():
           f"dist.all_reduce(logged); logged /= world_size gives {L['fixed']:.6g} on every rank (the mean of the "
           f"ranks' losses: {L['mean']:.6g}) and leaves loss alone")
     s = r['init_sync']
+    print(f"answer: DDP(model) broadcasts rank 0's parameters and buffers at construction: ranks seeded apart end "
+          f"it with weights {s['default']:.3g} apart and a BatchNorm running_mean {s['buffers']:.3g} apart (it was "
+          f"{s['buffers_before']:.3g})")
     if 'error' in s:
         print(f"answer: DDP(model, init_sync=False) on torch {version}: TypeError: {s['error']}: DDP's constructor "
-              f"always broadcasts rank 0's parameters and buffers here")
+              f"always broadcasts here")
     else:
         print(f"answer: DDP(model, init_sync=False) on torch {version} skips the constructor's broadcast: ranks seeded "
               f"apart start with weights up to {s['start']:.3g} apart and are still {s['after']:.3g} apart after 3 "
-              f"steps (every rank adds the same averaged gradient to its own weights); DDP(model) leaves them "
-              f"{s['default']:.3g} apart")
+              f"steps (every rank adds the same averaged gradient to its own weights)")
     b = r['buffers']
     print(f"answer: broadcast_buffers=True (the default) copies rank 0's buffers to every rank at the start of each "
           f"forward through DDP, so after the last training step each rank's BatchNorm running_mean is its own "
           f"(up to {b['after_step']:.3g} apart here, the parameters {b['params']:.3g}); the next forward through "
           f"DDP (eval mode here) makes them {b['after_forward']:.3g} apart: save rank 0's")
     default = inspect.signature(torch.optim.Optimizer.zero_grad).parameters['set_to_none'].default
-    print(f"answer: optimizer.zero_grad() on torch {version} means set_to_none={default}"
-          f"{': .grad becomes None' if default else ': .grad is kept and filled with zeros'}")
+    p = nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([p], lr=0.1)
+    p.sum().backward()
+    opt.zero_grad()
+    seen = 'None' if p.grad is None else f'zeros ({p.grad.tolist()})'
+    print(f"answer: optimizer.zero_grad() on torch {version} means set_to_none={default}: .grad after it is {seen}")
     return 0
 
 
