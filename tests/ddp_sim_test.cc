@@ -484,6 +484,14 @@ TEST(DdpSim, LiveUnusedBranchIsTorchs) {
   EXPECT_NE(w.err.find("This flag results in an extra traversal of the autograd graph every iteration"),
             std::string::npos)
       << w.err;
+  if (testing::run_command({torch2, "-c", "import torch"}).status == 0) {  // torch 2.x warns alike
+    const CommandResult w2 = testing::run_command(
+        {torch2, "sim/ddp_reference.py", "--world-size", "2", "--find-unused-parameters", "true", "--epochs", "1"});
+    EXPECT_EQ(w2.status, 0) << w2.err;
+    EXPECT_NE(w2.err.find("This flag results in an extra traversal of the autograd graph every iteration"),
+              std::string::npos)
+        << w2.err;
+  }
 }
 
 // docs/questions.md's "one device": the same script at world size 1. Both sides of ddp_questions batch-size's
