@@ -169,22 +169,25 @@ TEST(QuestionsReference, Checkpoints) {
     SCOPED_TRACE(py);
     const std::string out = run_script("checkpoint_keys.py", py);
     expect_lines(
-        out, {"fact: ddp.state_dict() keys: module.0.weight", "Unexpected key(s) in state_dict: \"module.0.weight\"",
-              "fact: consume_prefix_in_state_dict_if_present(sd, \"module.\") then strict load: <All keys matched "
-              "successfully>, equal=True",
-              "fact: map_location='cpu': devices=['cpu'] equal=True",
-              "answer: torch.load puts every tensor back on the device its file names (cuda:0 for a GPU run's "
-              "checkpoint",
-              "fact: world_size 2: resume with optimizer state == uninterrupted (torch.equal, all params and "
-              "buffers, every rank): True (0 values differ)",
-              "fact: world_size 2: resume without optimizer state == uninterrupted (torch.equal, all params and "
-              "buffers, every rank): False",
-              "fact: world_size 3: resume without optimizer state == uninterrupted (torch.equal, all params and "
-              "buffers, every rank): False",
-              "fact: world_size 3: resume with optimizer state == uninterrupted with DDP(model) built again at "
-              "epoch 1 (torch.equal, all params and buffers, every rank): True (0 values differ)",
-              "answer: a run resumed from model, optimizer state and sampler epoch equals the uninterrupted run bit "
-              "for bit at world_size 2 (True); at world_size 3 "});
+        out,
+        {"fact: ddp.state_dict() keys: module.0.weight", "Unexpected key(s) in state_dict: \"module.0.weight\"",
+         "fact: consume_prefix_in_state_dict_if_present(sd, \"module.\") then strict load: <All keys matched "
+         "successfully>, equal=True",
+         "fact: torch.load(gpu checkpoint) without map_location: Attempting to deserialize object on a CUDA device "
+         "but torch.cuda.is_available() is False.",
+         "fact: map_location='cpu': devices=['cpu'] equal=True",
+         "answer: torch.load puts every tensor back on the device its file names (cuda:0 for a GPU run's "
+         "checkpoint",
+         "fact: world_size 2: resume with optimizer state == uninterrupted (torch.equal, all params and "
+         "buffers, every rank): True (0 values differ)",
+         "fact: world_size 2: resume without optimizer state == uninterrupted (torch.equal, all params and "
+         "buffers, every rank): False",
+         "fact: world_size 3: resume without optimizer state == uninterrupted (torch.equal, all params and "
+         "buffers, every rank): False",
+         "fact: world_size 3: resume with optimizer state == uninterrupted with DDP(model) built again at "
+         "epoch 1 (torch.equal, all params and buffers, every rank): True (0 values differ)",
+         "answer: a run resumed from model, optimizer state and sampler epoch equals the uninterrupted run bit "
+         "for bit at world_size 2 (True); at world_size 3 "});
     // At 3 ranks the resumed run's first iteration adds in another order: some values move (48 on torch 1.13 here).
     EXPECT_GT(captured(out,
                        "world_size 3: resume with optimizer state == uninterrupted \\(torch.equal, all params "
