@@ -77,6 +77,10 @@ TEST(QuestionsReference, DdpOptions) {
     // At 3 ranks the layout decides each element's ring chunk: some floats move (how many depends on the kernels).
     EXPECT_GT(captured(out, "against 25: .* at world_size 3 (\\d+) of 1691166"), 0) << out;
     EXPECT_GT(captured(out, "static_graph=True: .* at world_size 3 (\\d+) of 1691166"), 0) << out;
+    // What the cap trades: how much of the all-reduce is issued while the backward still computes gradients.
+    expect_lines(out, {"answer: what bucket_cap_mb trades (iteration 3, world_size 3, rank 0): 1: 3 all-reduce(s), "
+                       "530442 of 563722 floats issued while the backward still computed gradients; 25: 2 "
+                       "all-reduce(s), 267786 of 563722 floats issued while the backward still computed gradients"});
     // At 2 ranks a + b = b + a: neither option moves a bit.
     EXPECT_EQ(captured(out, "static_graph=True: .* at world_size 2 (\\d+) of 1127444"), 0) << out;
     EXPECT_EQ(captured(out, "find_unused_parameters=True on .* at world_size 2 (\\d+) of 1127444"), 0) << out;
