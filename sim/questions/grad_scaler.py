@@ -13,19 +13,15 @@ stepped; each rank's scale after update(); the ranks' parameters against each ot
 
     OPENBLAS_NUM_THREADS=1 /opt/ddplab-torch2/bin/python sim/questions/grad_scaler.py
 """
-import datetime
-import json
 import os
-import shutil
-import tempfile
-import time
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import forked
 
 WORLD, STEPS, BAD_STEP, BAD_RANK = 3, 5, 2, 1
 
@@ -75,8 +71,7 @@ def bits_equal(a, b):
 
 def worker(rank, work):
     torch.set_num_threads(1)
-    dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=5))
+    forked.init(rank, work, WORLD)
     scaled, p_scaled = run(rank, True)
     plain, p_plain = run(rank, False)
     flat = torch.cat([p.reshape(-1) for p in p_scaled])
@@ -88,8 +83,7 @@ def worker(rank, work):
                            for s, q in zip(scaled, plain) if all(bool(g.isfinite().all()) for g in s['grads'])],
            'plain_equal': bits_equal(p_scaled, p_plain),
            'ranks_equal': all(torch.equal(gathered[0], g) for g in gathered)}
-    with open(f'{work}/out{rank}.json', 'w') as f:
-        json.dump(out, f)
+    forked.report(work, rank, out)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -105,18 +99,10 @@ def main():
         print(f"answer: torch {version} has no GradScaler for the CPU: torch.cuda.amp.GradScaler() here is "
               f"enabled={enabled} ({said}); the run needs torch 2.x (torch.amp.GradScaler('cpu')) or a GPU")
         return 0
-    work, deadline = tempfile.mkdtemp(prefix='grad_scaler.'), time.monotonic() + 60
-    try:
-        ctx = mp.start_processes(worker, args=(work,), nprocs=WORLD, join=False, start_method='fork')
-        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    p.kill()
-                print('fact: FAILED (60 s deadline)')
-                return 1
-        r = [json.load(open(f'{work}/out{k}.json')) for k in range(WORLD)]
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    reports = forked.run(worker, WORLD)
+    if reports is None:
+        return 1
+    r = [reports[k] for k in range(WORLD)]
     print(f"fact: torch {version}, world_size {WORLD}, one inf in rank {BAD_RANK}'s batch at step {BAD_STEP}")
     for k in range(WORLD):
         print(f"fact: rank {k}: .grad finite per step {r[k]['finite']}; stepped {r[k]['stepped']}; "

@@ -13,20 +13,16 @@ timeout per collective, 60 s for the script), each rank on its own batches:
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/replica_facts.py
 """
-import datetime
 import inspect
-import json
 import os
-import shutil
-import tempfile
-import time
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import forked
 
 WORLD = 3
 
@@ -129,29 +125,19 @@ def buffers(rank):
 
 def worker(rank, work):
     torch.set_num_threads(1)
-    dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=5))
+    forked.init(rank, work, WORLD)
     out = {'loss': loss_idiom(rank), 'init_sync': init_sync(rank), 'buffers': buffers(rank)}
     if rank == 0:
-        with open(f'{work}/out.json', 'w') as f:
-            json.dump(out, f)
+        forked.report(work, rank, out)
     dist.barrier()
     dist.destroy_process_group()
 
 
 def main():
-    work, deadline = tempfile.mkdtemp(prefix='replica_facts.'), time.monotonic() + 60
-    try:
-        ctx = mp.start_processes(worker, args=(work,), nprocs=WORLD, join=False, start_method='fork')
-        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    p.kill()
-                print('fact: FAILED (60 s deadline)')
-                return 1
-        r = json.load(open(f'{work}/out.json'))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    reports = forked.run(worker, WORLD)
+    if reports is None:
+        return 1
+    r = reports[0]
     version = torch.__version__.split('+')[0]
     L = r['loss']
     print(f"fact: torch {version}, world_size {WORLD}, rank 0")

@@ -13,19 +13,15 @@ Also at equal batch sizes (the control): DDP's average is the mean over all samp
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/uneven_batches.py
 """
-import datetime
-import json
 import os
-import shutil
-import tempfile
-import time
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import forked
 
 WORLD = 3
 
@@ -85,8 +81,7 @@ def rel(a, b):
 
 def worker(rank, work):
     torch.set_num_threads(1)
-    dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=5))
+    forked.init(rank, work, WORLD)
     out = {}
     for name, batches in (('uneven', [2, 4, 26]), ('even', [8, 8, 8])):
         one = one_device(batches)
@@ -94,25 +89,16 @@ def worker(rank, work):
         out[name] = {'batches': batches, 'ddp': rel(ddp, one), 'fixed': rel(fixed, one),
                      'ranks': rel(ddp, ranks_mean(rank, batches))}
     if rank == 0:
-        with open(f'{work}/out.json', 'w') as f:
-            json.dump(out, f)
+        forked.report(work, rank, out)
     dist.barrier()
     dist.destroy_process_group()
 
 
 def main():
-    work, deadline = tempfile.mkdtemp(prefix='uneven_batches.'), time.monotonic() + 60
-    try:
-        ctx = mp.start_processes(worker, args=(work,), nprocs=WORLD, join=False, start_method='fork')
-        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    p.kill()
-                print('fact: FAILED (60 s deadline)')
-                return 1
-        r = json.load(open(f'{work}/out.json'))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    reports = forked.run(worker, WORLD)
+    if reports is None:
+        return 1
+    r = reports[0]
     u, e = r['uneven'], r['even']
     n = sum(u['batches'])
     print(f"fact: torch {torch.__version__.split('+')[0]}, world_size {WORLD}, batches {u['batches']} ({n} samples)")

@@ -12,20 +12,16 @@ difference.
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/world_size_batch.py
 """
-import datetime
-import json
 import os
-import shutil
-import tempfile
-import time
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import forked
 
 GLOBAL, STEPS = 16, 4
 
@@ -58,8 +54,7 @@ def train(kind, ws, rank, pg):
 
 def worker(rank, work):
     torch.set_num_threads(1)
-    dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=4,
-                            timeout=datetime.timedelta(seconds=5))
+    forked.init(rank, work, 4)
     pair = dist.new_group([0, 1])
     out = {}
     for kind in ('mlp', 'bn'):
@@ -72,25 +67,16 @@ def worker(rank, work):
                          'max': float((two - four).abs().max()), 'two_one': float((two - one).abs().max()),
                          'four_one': float((four - one).abs().max()), 'scale': float(one.abs().max())}
     if rank == 0:
-        with open(f'{work}/out.json', 'w') as f:
-            json.dump(out, f)
+        forked.report(work, rank, out)
     dist.barrier()
     dist.destroy_process_group()
 
 
 def main():
-    work, deadline = tempfile.mkdtemp(prefix='world_size_batch.'), time.monotonic() + 60
-    try:
-        ctx = mp.start_processes(worker, args=(work,), nprocs=4, join=False, start_method='fork')
-        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    p.kill()
-                print('fact: FAILED (60 s deadline)')
-                return 1
-        r = json.load(open(f'{work}/out.json'))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    reports = forked.run(worker, 4)
+    if reports is None:
+        return 1
+    r = reports[0]
     m, b = r['mlp'], r['bn']
     print(f"fact: torch {torch.__version__.split('+')[0]}, global batch {GLOBAL} (world_size 2 x 8, 4 x 4, one "
           f"device x 16), {STEPS} SGD steps")

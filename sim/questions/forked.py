@@ -1,0 +1,41 @@
+"""The questions' torch runs: ranks forked by torch.multiprocessing.start_processes on one machine, Gloo over a fresh
+file:// rendezvous with a timeout per collective, the whole run under a deadline, and what each rank reports
+handed back as JSON."""
+import datetime
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def init(rank, work, world_size, seconds=5):
+    """This rank's default group: Gloo, `seconds` per collective (a rank that skips one fails, never hangs)."""
+    dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=seconds))
+
+
+def report(work, rank, what):
+    """What rank `rank` hands back to the parent."""
+    with open(f'{work}/out{rank}.json', 'w') as f:
+        json.dump(what, f)
+
+
+def run(worker, nprocs, seconds=60):
+    """worker(rank, work) on nprocs forked ranks; {rank: what it reported}, or None past the deadline (the ranks
+    killed, one line printed). Fork: the parent has run no torch op, so nothing of its state needs a spawn."""
+    work, deadline = tempfile.mkdtemp(prefix='ddplab_question.'), time.monotonic() + seconds
+    try:
+        ctx = mp.start_processes(worker, args=(work,), nprocs=nprocs, join=False, start_method='fork')
+        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    p.kill()
+                print(f'fact: FAILED ({seconds} s deadline)')
+                return None
+        return {r: json.load(open(f'{work}/out{r}.json')) for r in range(nprocs) if os.path.exists(f'{work}/out{r}.json')}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
