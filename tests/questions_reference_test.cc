@@ -214,7 +214,7 @@ TEST(QuestionsReference, ReplicaFacts) {
                   "type(s) for /: 'NoneType' and 'int': all_reduce returns None; by then rank 0's loss reads "
                   "4.80167 instead of its own 1.45586, the sum of the 3 ranks' losses (4.80167)",
                   "dist.all_reduce(logged); logged /= world_size gives 1.60056 on every rank (the mean of the "
-                  "ranks' losses: 1.60056) and leaves loss alone",
+                  "ranks' losses: 1.60056) and leaves loss alone (True)",
                   "so after the last training step each rank's BatchNorm running_mean is its own (up to 0.039 "
                   "apart here, the parameters 0); the next forward through DDP (eval mode here) makes them 0 apart",
                   v113 ? "answer: DDP(model, init_sync=False) on torch 1.13.0a0: TypeError: "

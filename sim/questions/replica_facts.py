@@ -36,12 +36,17 @@ def spread(t):
     return float((hi - lo).max())
 
 
-def loss_idiom(rank):
+def rank_loss(rank):
+    """This rank's loss through a DDP model: the same on every call."""
     torch.manual_seed(0)
     ddp = DDP(nn.Linear(4, 1))
     g = torch.Generator().manual_seed(10 + rank)
     x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
-    loss = nn.functional.mse_loss(ddp(x), y)
+    return nn.functional.mse_loss(ddp(x), y)
+
+
+def loss_idiom(rank):
+    loss = rank_loss(rank)
     own = float(loss.detach())
     losses = [torch.zeros(()) for _ in range(WORLD)]
     dist.all_gather(losses, loss.detach().clone())
@@ -57,22 +62,18 @@ def loss_idiom(rank):
     except Exception as e:  # noqa: BLE001
         backward = f'loss.backward() raises {type(e).__name__}'
     total = float(sum(losses))
-    mean = loss_fixed(rank)
+    mean, kept = loss_fixed(rank)
     return {'raised': raised, 'own': own, 'overwritten': overwritten, 'sum': total, 'backward': backward,
-            'fixed': mean, 'mean': total / WORLD}
+            'fixed': mean, 'mean': total / WORLD, 'kept': kept == own}
 
 
 def loss_fixed(rank):
-    """The idiom that works: all-reduce a copy, then divide; the loss itself is left alone."""
-    torch.manual_seed(0)
-    ddp = DDP(nn.Linear(4, 1))
-    g = torch.Generator().manual_seed(10 + rank)
-    x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
-    loss = nn.functional.mse_loss(ddp(x), y)
+    """The idiom that works: all-reduce a copy, then divide. (the mean, the loss after it)"""
+    loss = rank_loss(rank)
     logged = loss.detach().clone()
     dist.all_reduce(logged)
     logged /= WORLD
-    return float(logged)
+    return float(logged), float(loss.detach())
 
 
 def init_sync(rank):
@@ -147,7 +148,7 @@ def main():
           f"in place ({L['backward']})")
     print(f"answer: to log the mean loss, all-reduce a copy and divide it: logged = loss.detach().clone(); "
           f"dist.all_reduce(logged); logged /= world_size gives {L['fixed']:.6g} on every rank (the mean of the "
-          f"ranks' losses: {L['mean']:.6g}) and leaves loss alone")
+          f"ranks' losses: {L['mean']:.6g}) and leaves loss alone ({L['kept']})")
     s = r['init_sync']
     print(f"answer: DDP(model) broadcasts rank 0's parameters and buffers at construction: ranks seeded apart end "
           f"it with weights {s['default']:.3g} apart and a BatchNorm running_mean {s['buffers']:.3g} apart (it was "
