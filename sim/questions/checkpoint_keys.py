@@ -35,6 +35,8 @@ from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+import forked
+
 EPOCHS = 3
 
 
@@ -133,8 +135,7 @@ def worker(rank, work, phase, ws):
     else:  # fresh processes: resume from the checkpoint, with and without the optimizer state
         torch.save(train(rank, work_ws, 1, EPOCHS, True, True), f'{work_ws}/resumed.{rank}.pt')
         torch.save(train(rank, work_ws, 1, EPOCHS, True, False), f'{work_ws}/noopt.{rank}.pt')
-    dist.barrier()
-    dist.destroy_process_group()
+    forked.leave(work, rank, ws, tag=f'{phase}{ws}')
 
 
 def main():

@@ -27,6 +27,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import forked
 from forwarding_pg import ForwardingPG
 
 STEPS = 4
@@ -106,8 +107,7 @@ def worker(rank, work):
             out[name] = train(rank, dist.group.WORLD if ws == 3 else pair, kwargs)
         dist.barrier()
     torch.save(out, f'{work}/out{rank}.pt')
-    dist.barrier()
-    dist.destroy_process_group()
+    forked.leave(work, rank, 3)
 
 
 def run_all():

@@ -5,6 +5,7 @@ import datetime
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -22,6 +23,19 @@ def report(work, rank, what):
     """What rank `rank` hands back to the parent."""
     with open(f'{work}/out{rank}.json', 'w') as f:
         json.dump(what, f)
+
+
+def leave(work, rank, world_size, tag='', seconds=60):
+    """End this rank once every rank has reached here: no collective is then in flight, and os._exit skips the
+    process group's teardown, which under torchrun or a fork can abort a rank ("terminate called without an
+    active exception") after its work is done. Each rank marks `{work}/left{tag}.{rank}` and waits for the rest."""
+    open(f'{work}/left{tag}.{rank}', 'w').close()
+    deadline = time.monotonic() + seconds
+    while not all(os.path.exists(f'{work}/left{tag}.{r}') for r in range(world_size)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run(worker, nprocs, seconds=60):

@@ -28,6 +28,8 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import forked
+
 WORLD_SIZE = 3
 LAUNCH_VARS = ['RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',
                'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS', 'TORCHELASTIC_RUN_ID', 'GROUP_RANK']
@@ -46,7 +48,7 @@ def train(rank, world_size, out):
         opt.step()
     torch.save({'params': [p.detach() for p in model.parameters()],
                 'env': {k: os.environ[k] for k in LAUNCH_VARS if k in os.environ}}, f'{out}/rank{rank}.pt')
-    dist.destroy_process_group()
+    forked.leave(out, rank, world_size)
 
 
 def spawned(rank, out):  # mp.spawn passes the process index first

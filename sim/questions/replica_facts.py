@@ -130,8 +130,7 @@ def worker(rank, work):
     out = {'loss': loss_idiom(rank), 'init_sync': init_sync(rank), 'buffers': buffers(rank)}
     if rank == 0:
         forked.report(work, rank, out)
-    dist.barrier()
-    dist.destroy_process_group()
+    forked.leave(work, rank, WORLD)
 
 
 def main():

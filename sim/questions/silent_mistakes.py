@@ -30,6 +30,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import forked
 from forwarding_pg import ForwardingPG
 
 WORLD_SIZE, STEPS = 3, 4
@@ -92,8 +93,7 @@ def worker(rank, work):
     dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=WORLD_SIZE,
                             timeout=datetime.timedelta(seconds=10))
     torch.save({case: train(rank, case) for case in CASES}, f'{work}/out{rank}.pt')
-    dist.barrier()
-    dist.destroy_process_group()
+    forked.leave(work, rank, WORLD_SIZE)
 
 
 def run_all():

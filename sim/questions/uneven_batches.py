@@ -90,8 +90,7 @@ def worker(rank, work):
                      'ranks': rel(ddp, ranks_mean(rank, batches))}
     if rank == 0:
         forked.report(work, rank, out)
-    dist.barrier()
-    dist.destroy_process_group()
+    forked.leave(work, rank, WORLD)
 
 
 def main():
