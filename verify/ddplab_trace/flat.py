@@ -8,6 +8,7 @@ What comes out is what the per-tensor functions give (digests.py, sample.py): th
 bit, the same sample; the weighted sums S and A in float64 in another order (within the bound ddp_check allows
 for float64 rounding, src/check/replay/wsum_check.cc), Q in float64."""
 
+import sys
 import zlib
 
 import numpy as np
@@ -16,11 +17,14 @@ import torch
 from .digests import _FOLD_COLUMNS, WSUM_COLUMNS
 from .sample import SAMPLE_MULTIPLIER, SLOTS
 
+_ROW = 2 * _FOLD_COLUMNS  # floats: a row of 1021 64-bit words
 FLAT_MAX_ELEMENTS = 4 << 20  # larger models: per-tensor (their step dwarfs the per-tensor calls)
 
 
 def _flat_layout_ok(params):
     """Whether these parameters can be laid flat: dense contiguous float32 on the CPU, none empty, not too many."""
+    if sys.byteorder != "little":  # fold64's words are little-endian
+        return False
     total = 0
     for p in params:
         if (p.device.type != "cpu" or p.dtype != torch.float32 or p.layout != torch.strided
@@ -52,38 +56,29 @@ class _FlatBuf:
 
 
 class _Flat:
-    """The layout: parameter i at starts[i] (even: its 64-bit words are its own), sizes[i] elements, padding to
-    the next even offset +0.0 (the fold64 digest's odd last float is a word's low half, its high half zero)."""
+    """The layout: parameter i at starts[i], sizes[i] elements, in rows of 2042 floats (1021 64-bit words) of its
+    own, the rest of its last row +0.0. fold64 (word j into column j mod 1021; an odd last float is a word's low
+    half, its high half zero) is then a column sum over the parameter's rows, and element k's weight in the
+    weighted sums (w_(k mod 1021)) that of its column: each is a few vectorised passes over the buffer, where a
+    gather or a reduceat per element costs twice as much (bench/README.md, "The recorder on a course-sized run")."""
 
     def __init__(self, params):
         self.sizes = [p.numel() for p in params]
         self.shapes = [tuple(p.shape) for p in params]
-        self.starts, acc = [], 0
-        for n in self.sizes:
-            self.starts.append(acc)
-            acc += n + (n & 1)
-        self.length = acc
+        rows = [(n + _ROW - 1) // _ROW for n in self.sizes]
+        first = np.cumsum([0] + rows[:-1]).astype(np.int64)
+        self._spans = [(int(r0), int(r0) + r) for r0, r in zip(first, rows)]
+        self._first = first
+        self._nrows = sum(rows)
+        self.starts = [int(r0) * _ROW for r0 in first]
+        self.length = self._nrows * _ROW
         self.bufs = {}
-        nparams = len(self.sizes)
-        # fold64: word j of parameter i goes to column j mod 1021 of row i. Words sorted by (row, column), summed
-        # by runs (reduceat), each run's sum put at its (row, column).
-        col, row = [], []
-        for i, (s, n) in enumerate(zip(self.starts, self.sizes)):
-            words = (n + 1) // 2
-            col.append(np.arange(words, dtype=np.int64) % _FOLD_COLUMNS)
-            row.append(np.full(words, i, dtype=np.int64))
-        key = np.concatenate(row) * _FOLD_COLUMNS + np.concatenate(col)
-        self._perm = np.argsort(key, kind="stable")
-        sorted_key = key[self._perm]
-        self._runs = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
-        self._run_key = sorted_key[self._runs]
-        self._rows = nparams
-        # Weighted sums: element k of parameter i weighs w_(k mod 1021) (digests.py), padding 0.
+        self._rows = len(self.sizes)
+        self._fold = np.zeros((self._rows, _FOLD_COLUMNS), dtype=np.uint64)
+        self._x = np.empty((self._nrows, _ROW))  # float64 scratch of the weighted sums
         j = np.arange(WSUM_COLUMNS, dtype=np.int64)
         w = ((j * 2654435761) % (1 << 20)).astype(np.float64) / (1 << 20) + 1.0
-        self._weights = np.zeros(self.length)
-        for s, n in zip(self.starts, self.sizes):
-            self._weights[s:s + n] = w[np.arange(n) % WSUM_COLUMNS]
+        self._w2 = np.tile(w, _ROW // WSUM_COLUMNS)  # column c of a row: element k = r * 2042 + c, k mod 1021 = c mod 1021
         self._bounds = np.array(self.starts, dtype=np.int64)
         # The sample: slots over the parameters laid end to end without padding (sample.py).
         self._plain = np.cumsum([0] + self.sizes[:-1]).astype(np.int64)
@@ -99,27 +94,36 @@ class _Flat:
 
     def digests(self, a):
         """fold64 digest of each parameter's elements in `a` (digests.py _digest), as ints."""
-        words = a.view(np.uint64)
-        sums = np.zeros(self._rows * _FOLD_COLUMNS, dtype=np.uint64)
-        sums[self._run_key] = np.add.reduceat(words[self._perm], self._runs)  # wraps modulo 2^64
-        raw = sums.astype("<u8").tobytes()
-        step = 8 * _FOLD_COLUMNS
-        return [zlib.crc32(raw[i * step:(i + 1) * step]) for i in range(self._rows)]
+        words = a.view(np.uint64).reshape(self._nrows, _FOLD_COLUMNS)
+        out = []
+        for i, (r0, r1) in enumerate(self._spans):
+            if r1 - r0 == 1:  # one row: its words are the sums
+                out.append(zlib.crc32(words[r0]))
+            else:
+                np.add.reduce(words[r0:r1], axis=0, out=self._fold[i])  # wraps modulo 2^64
+                out.append(zlib.crc32(self._fold[i]))
+        return out
 
     def wsums(self, a, absolute=True):
         """[parameters, 3] float64: S = sum w_k x_k, A = sum w_k |x_k| (NaN where absolute=False), Q = sum x_k^2."""
-        x = a.astype(np.float64)
+        x = self._x
+        np.copyto(x, a.reshape(self._nrows, _ROW))  # float32 to float64: exact
+        rows = np.empty((3, self._nrows))
+        rows[0] = np.einsum("ij,j->i", x, self._w2)  # numpy's own loops: no BLAS thread is woken
+        rows[2] = np.einsum("ij,ij->i", x, x)
+        if absolute:
+            rows[1] = np.einsum("ij,j->i", np.abs(x, out=x), self._w2)
         out = np.empty((self._rows, 3))
         with np.errstate(all="ignore"):  # an overflow or a NaN is a value to report, not a warning in the training
-            out[:, 0] = np.add.reduceat(x * self._weights, self._bounds)
-            out[:, 1] = np.add.reduceat(np.abs(x) * self._weights, self._bounds) if absolute else np.nan
-            out[:, 2] = np.add.reduceat(x * x, self._bounds)
+            out[:, 0] = np.add.reduceat(rows[0], self._first)
+            out[:, 1] = np.add.reduceat(rows[1], self._first) if absolute else np.nan
+            out[:, 2] = np.add.reduceat(rows[2], self._first)
         return out
 
     def finite(self, a):
-        """Per parameter: whether all its elements are finite (a float64 sum of float32 values cannot overflow)."""
-        with np.errstate(all="ignore"):
-            return np.isfinite(np.add.reduceat(a, self._bounds, dtype=np.float64))
+        """Per parameter: whether all its elements are finite (NaN propagates through max; +-inf is the max of |x|)."""
+        m = np.abs(a.reshape(self._nrows, _ROW)).max(axis=1)
+        return np.isfinite(np.maximum.reduceat(m, self._first))
 
     def bits_zero(self, a):
         """Per parameter: whether every bit of its elements is zero (+0.0 everywhere)."""

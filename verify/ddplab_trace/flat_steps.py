@@ -139,7 +139,12 @@ class _FlatSteps:
         for i, k, v in self._state_tensors():
             if k != "step" and v.dtype == torch.float32:
                 by_key.setdefault(k, []).append((i, v))
-        for k, items in by_key.items():
-            sample.put_tensors("state_after/%s" % k, items)
+        for k, items in by_key.items():  # laid flat where shaped as their parameters (a copy costs less than a gather each)
+            if all(tuple(v.shape) == fl.shapes[i] for i, v in items):
+                b = fl.buf("state_after/%s" % k)
+                b.put_all(items)
+                sample.put("state_after/%s" % k, b)
+            else:
+                sample.put_tensors("state_after/%s" % k, items)
         self._flat_after_step = self._step
         return fl.digests(pa.a)
