@@ -9,6 +9,7 @@ sums against their definition.
 
     python tests/ddp_check/digest.py      (prints the fixed vectors' digests; exit status 1 on a mismatch)
 """
+import json
 import os
 import sys
 import zlib
@@ -174,6 +175,32 @@ def flat_layout():
     return bad
 
 
+def header_cache():
+    """A step file's header: the part kept from step to step (writer.py _HEADERS) gives the bytes json.dumps
+    of the whole header gives, whatever the metadata holds."""
+    def whole(tensors, meta):
+        header, offset = {}, 0
+        for name, t in tensors:
+            n = t.numel() * t.element_size()
+            header[name] = {"dtype": "F64" if t.dtype == torch.float64 else "F32", "shape": list(t.shape),
+                            "data_offsets": [offset, offset + n]}
+            offset += n
+        header["__metadata__"] = {"ddplab": meta}
+        text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        text += b" " * ((8 - len(text) % 8) % 8)
+        return len(text).to_bytes(8, "little") + text
+
+    bad = []
+    kinds = [[("sample/grad", torch.zeros(64)), ("wsum/grad", torch.zeros(6, 3, dtype=torch.float64))],
+             [("grad/w\u00e9", torch.zeros(2, 3)), ("sample/grad", torch.zeros(64))]]
+    for tensors in kinds:
+        for meta in ['{"step":1}', 'a "quote", a \\ and \u00e9\n', '', '{"step":2}']:
+            if T._safetensors_parts(tensors, meta)[0] != whole(tensors, meta):
+                bad.append("header of %s with metadata %r" % ([n for n, _ in tensors], meta))
+    print("headers as json.dumps" if not bad else "headers: %d bad" % len(bad))
+    return bad
+
+
 def main():
     g = torch.Generator().manual_seed(0)
     bad = []
@@ -206,6 +233,7 @@ def main():
     bad += flags_and_sample()
     bad += weighted_sums()
     bad += flat_layout()
+    bad += header_cache()
     for b in bad:
         print("FAIL " + b)
     print("digests as defined" if not bad else "%d mismatches" % len(bad))

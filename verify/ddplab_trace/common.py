@@ -118,13 +118,13 @@ def _cpu_copy(t):
 
 def _tensor_bytes(t):
     """The tensor's elements, row-major, as raw little-endian bytes (a memoryview where numpy allows)."""
-    t = t.contiguous().reshape(-1)
     if _HAVE_NUMPY:
-        try:
-            a = t.numpy()
+        try:  # a contiguous tensor's memory as it is (a small model's step writes a dozen: no reshape)
+            a = (t if t.is_contiguous() else t.contiguous()).numpy().reshape(-1)
             if sys.byteorder != "little":  # pragma: no cover
                 a = a.byteswap()
             return memoryview(a).cast("B")
         except Exception:
             pass
+    t = t.contiguous().reshape(-1)
     return bytes(t.reshape(-1).view(torch.uint8).tolist())  # pragma: no cover - no numpy, or bfloat16

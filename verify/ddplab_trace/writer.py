@@ -193,22 +193,36 @@ def _bits_equal(a, b):
     return torch.equal(_bits(a), _bits(b))
 
 
+_HEADERS = {}  # (name, dtype, shape) of each tensor -> the header's text up to its metadata, and the data size
+
+
 def _safetensors_parts(tensors, metadata_text):
     """(header bytes with its 8-byte length, data size, total size) for [(name, cpu float32 tensor)]
-    (float64 for the weighted sums, "wsum/...")."""
-    header = {}
-    offset = 0
-    for name, t in tensors:
-        f64 = name.startswith("wsum/") and t.dtype == torch.float64  # the weighted sums: float64 by design
-        if (t.dtype != torch.float32 and not f64) or t.layout != torch.strided or t.device.type != "cpu":
-            raise _Unrecordable("tensor '%s' is %s %s on %s, and the trace format holds dense float32 only "
-                                "(an unknown tensor kind)" % (name, str(t.layout).replace("torch.", ""),
-                                                              _dtype_name(t.dtype), t.device.type))
-        n = t.numel() * (8 if f64 else 4)
-        header[name] = {"dtype": "F64" if f64 else "F32", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    header["__metadata__"] = {"ddplab": metadata_text}
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    (float64 for the weighted sums, "wsum/..."). Whole-run steps repeat one list of names and shapes: its part
+    of the header is kept (the same bytes json.dumps gives), and only the metadata is encoded each step."""
+    key = tuple((name, t.dtype, tuple(t.shape), t.layout, t.device.type) for name, t in tensors)
+    known = _HEADERS.get(key)
+    if known is None:
+        header = {}
+        offset = 0
+        for name, t in tensors:
+            f64 = name.startswith("wsum/") and t.dtype == torch.float64  # the weighted sums: float64 by design
+            if (t.dtype != torch.float32 and not f64) or t.layout != torch.strided or t.device.type != "cpu":
+                raise _Unrecordable("tensor '%s' is %s %s on %s, and the trace format holds dense float32 only "
+                                    "(an unknown tensor kind)" % (name, str(t.layout).replace("torch.", ""),
+                                                                  _dtype_name(t.dtype), t.device.type))
+            n = t.numel() * (8 if f64 else 4)
+            header[name] = {"dtype": "F64" if f64 else "F32", "shape": list(t.shape),
+                            "data_offsets": [offset, offset + n]}
+            offset += n
+        header["__metadata__"] = {"ddplab": ""}
+        text = json.dumps(header, separators=(",", ":"))
+        known = (text[:-len('""}}')], offset)
+        if len(_HEADERS) > 64:  # a run whose tensors change from step to step
+            _HEADERS.clear()
+        _HEADERS[key] = known
+    prefix, offset = known
+    text = (prefix + json.dumps(metadata_text) + "}}").encode("utf-8")
     text += b" " * ((8 - len(text) % 8) % 8)  # safetensors pads the header to a multiple of 8 bytes
     head = len(text).to_bytes(8, "little") + text
     return head, offset, len(head) + offset
