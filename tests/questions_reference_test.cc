@@ -26,9 +26,11 @@ std::vector<std::string> torches() {
   return out;
 }
 
-std::string run_script(const std::string& name, const std::string& python = "/usr/bin/python3") {
-  const testing::CommandResult r =
-      testing::run_command({"/usr/bin/env", "OPENBLAS_NUM_THREADS=1", python, "sim/questions/" + name});
+std::string run_script(const std::string& name, const std::string& python = "/usr/bin/python3",
+                       const std::vector<std::string>& args = {}) {
+  std::vector<std::string> cmd = {"/usr/bin/env", "OPENBLAS_NUM_THREADS=1", python, "sim/questions/" + name};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  const testing::CommandResult r = testing::run_command(cmd);
   EXPECT_EQ(r.status, 0) << name << ":\n" << r.out << r.err;
   return r.out;
 }
@@ -98,26 +100,35 @@ TEST(QuestionsReference, DdpOptions) {
   }
 }
 
-// Questions 23-25: a NaN on one rank, model.module(x), a layer unfrozen after DDP(), under both torches.
+// Questions 23-25: a NaN on one rank, model.module(x), a layer unfrozen after DDP(), under both torches at world
+// sizes 2 and 3.
 TEST(QuestionsReference, SilentMistakes) {
   if (torches().empty()) GTEST_SKIP() << "no python here imports torch";
   for (const std::string& py : torches()) {
-    SCOPED_TRACE(py);
-    const std::string out = run_script("silent_mistakes.py", py);
-    expect_lines(out,
-                 {"answer: a NaN in rank 1's batch at step 1 reaches every rank through the all-reduce: after that "
-                  "backward 418, 418, 418 of the 418 .grad values of ranks 0, 1, 2 are NaN, and after the step 418 "
-                  "of rank 0's 418 parameters; nothing raises",
-                  "skipped at step 1 on 3 of 3 ranks) keeps every parameter finite (0 non-finite after step 3) and "
-                  "the ranks equal (max difference 0)",
-                  "answer: model.module(x) instead of model(x): DDP's forward never runs, so its backward "
-                  "all-reduces 0 floats (model(x): 418); no error",
-                  "never all-reduced (every step all-reduces 306 of 418 floats)",
-                  "and the layers DDP reduces by up to 0; DDP(model) built again after unfreezing all-reduces 418 "
-                  "floats and keeps the ranks equal (max difference 0)"});
-    EXPECT_EQ(out.find("after step 0 the ranks' weights differ by up to 0,"), std::string::npos) << out;
-    EXPECT_EQ(out.find("ranks' layer 0 weights differ by up to 0 "), std::string::npos) << out;
+    for (const int ws : {2, 3}) {  // what the answers claim holds at any world size: 2 and 3 tried
+      SCOPED_TRACE(py + " world size " + std::to_string(ws));
+      const std::string out = run_script("silent_mistakes.py", py, {"--world-size", std::to_string(ws)});
+      const std::string per_rank = ws == 2 ? "418, 418 of the 418 .grad values of ranks 0, 1 are NaN"
+                                           : "418, 418, 418 of the 418 .grad values of ranks 0, 1, 2 are NaN";
+      expect_lines(out,
+                   {"answer: a NaN in rank 1's batch at step 1 reaches every rank through the all-reduce: after that "
+                    "backward " + per_rank + ", and after the step 418 of rank 0's 418 parameters; nothing raises",
+                    "skipped at step 1 on " + std::to_string(ws) + " of " + std::to_string(ws) +
+                        " ranks) keeps every parameter finite (0 non-finite after step 3) and the ranks equal (max "
+                        "difference 0)",
+                    "answer: model.module(x) instead of model(x): DDP's forward never runs, so its backward "
+                    "all-reduces 0 floats (model(x): 418); no error",
+                    "never all-reduced (every step all-reduces 306 of 418 floats)",
+                    "and the layers DDP reduces by up to 0; DDP(model) built again after unfreezing all-reduces 418 "
+                    "floats and keeps the ranks equal (max difference 0)"});
+      EXPECT_EQ(out.find("after step 0 the ranks' weights differ by up to 0,"), std::string::npos) << out;
+      EXPECT_EQ(out.find("ranks' layer 0 weights differ by up to 0 "), std::string::npos) << out;
+    }
   }
+  const testing::CommandResult one = testing::run_command(
+      {"/usr/bin/env", "OPENBLAS_NUM_THREADS=1", "/usr/bin/python3", "sim/questions/silent_mistakes.py", "--world-size", "1"});
+  EXPECT_EQ(one.status, 2) << one.out << one.err;
+  EXPECT_NE(one.err.find("--world-size 1: these mistakes need 2 ranks or more"), std::string::npos) << one.err;
 }
 
 // Questions 26 and 27: mp.spawn against torchrun, and a collective one rank skips, under torch 2.x (Debian's torch
@@ -287,12 +298,22 @@ TEST(QuestionsReference, GradScaler) {
                     "enabled=False (torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.)"});
       continue;
     }
-    expect_lines(out, {"answer: one rank's inf at step 2 reaches every rank's .grad through DDP's all-reduce, so every "
-                       "rank's scaler finds it, skips step(s) [2] and halves its scale alike (65536 -> 32768): every "
-                       "rank the same decisions (True), the replicas bitwise equal after 5 steps (True)",
-                       "bit for bit at every finite step on every rank (True); a power of two scales exactly, so the "
-                       "scaled run ends bitwise equal to the plain run that skips the same step (True)"});
+    for (const int ws : {2, 3}) {  // the answers name no world size: 2 and 3 tried (3 above)
+      SCOPED_TRACE("world size " + std::to_string(ws));
+      const std::string at = ws == 3 ? out : run_script("grad_scaler.py", py, {"--world-size", std::to_string(ws)});
+      expect_lines(at, {"fact: torch 2.", "world_size " + std::to_string(ws) + ", one inf in rank 1's batch",
+                        "answer: one rank's inf at step 2 reaches every rank's .grad through DDP's all-reduce, so "
+                        "every rank's scaler finds it, skips step(s) [2] and halves its scale alike (65536 -> 32768): "
+                        "every rank the same decisions (True), the replicas bitwise equal after 5 steps (True)",
+                        "bit for bit at every finite step on every rank (True); a power of two scales exactly, so the "
+                        "scaled run ends bitwise equal to the plain run that skips the same step (True)"});
+    }
   }
+  const testing::CommandResult one = testing::run_command({"/usr/bin/env", "OPENBLAS_NUM_THREADS=1", "/usr/bin/python3",
+                                                           "sim/questions/grad_scaler.py", "--world-size", "1"});
+  EXPECT_EQ(one.status, 2) << one.out << one.err;
+  EXPECT_NE(one.err.find("--world-size 1: one rank's inf reaching the others needs 2 ranks or more"),
+            std::string::npos) << one.err;
 }
 
 // Question 11: reentrant activation checkpointing under DDP, torch's error and the fixes.

@@ -3,7 +3,7 @@
 
 torch 2.x runs GradScaler on the CPU (torch.amp.GradScaler('cpu')); torch 1.13's GradScaler is CUDA's only and
 disables itself here, which the script reports and stops at.
-Real torch DDP (CPU, gloo, 3 ranks forked by torch.multiprocessing.start_processes, fresh file:// rendezvous, 5 s
+Real torch DDP (CPU, gloo, --world-size ranks (default 3, 2 or more) forked by torch.multiprocessing.start_processes, fresh file:// rendezvous, 5 s
 timeout per collective, 60 s for the script). Model Linear(6,8)-ReLU-Linear(8,1), MSELoss, SGD(lr=0.05), 5 steps,
 each rank on its own batches; at step 2 rank 1's batch holds one inf. Two runs, the same data:
   scaled: scaler.scale(loss).backward(); scaler.step(opt); scaler.update()   (init_scale 2^16, the default)
@@ -11,9 +11,11 @@ each rank on its own batches; at step 2 rank 1's batch holds one inf. Two runs, 
 Per step: .grad after the backward (the all-reduce done) against the step's scale x the plain run's; whether each rank
 stepped; each rank's scale after update(); the ranks' parameters against each other and the plain run's.
 
-    OPENBLAS_NUM_THREADS=1 /opt/ddplab-torch2/bin/python sim/questions/grad_scaler.py
+    OPENBLAS_NUM_THREADS=1 /opt/ddplab-torch2/bin/python sim/questions/grad_scaler.py [--world-size 3]
 """
+import argparse
 import os
+import sys
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 import torch
@@ -88,6 +90,14 @@ def worker(rank, work):
 
 
 def main():
+    global WORLD
+    p = argparse.ArgumentParser()
+    p.add_argument('--world-size', type=int, default=WORLD)
+    WORLD = p.parse_args().world_size
+    if WORLD < 2:
+        print(f'grad_scaler.py: --world-size {WORLD}: one rank\'s inf reaching the others needs 2 ranks or more',
+              file=sys.stderr)
+        return 2
     version = torch.__version__.split('+')[0]
     if not hasattr(torch, 'amp') or not hasattr(torch.amp, 'GradScaler'):
         import warnings

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Three mistakes torch DDP runs without an error, measured in torch 1.13: a NaN in one rank's batch, model.module(x)
+"""Three mistakes torch DDP runs without an error, measured in the torch that runs this script: a NaN in one rank's batch, model.module(x)
 called instead of model(x), and a layer frozen before DDP() and unfrozen later.
 
-Real torch DDP (CPU, gloo, 3 ranks forked by torch.multiprocessing.start_processes, 10 s timeout per collective),
+Real torch DDP (CPU, gloo, --world-size ranks (2 or more, default 3) forked by torch.multiprocessing.start_processes, 10 s timeout per collective),
 the cases one after the other on one process group, each with a fresh model, optimizer and generator. Model: nn.Sequential(Linear(6,16), ReLU, Linear(16,16), ReLU,
 Linear(16,2)); 4 SGD steps (lr 0.1), each rank on its own batch of 8 (MSELoss). DDP is handed a Python
 ProcessGroup that counts the floats each step all-reduces, then forwards them to gloo. After every step: the
@@ -15,11 +15,13 @@ Cases:
                holds every parameter from the start)
   rewrap       as unfreeze, and DDP(model) is built again after unfreezing
 
-    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/silent_mistakes.py
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/silent_mistakes.py [--world-size 3]
 """
+import argparse
 import datetime
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 
@@ -117,6 +119,13 @@ def layer_diffs(res, step):
 
 
 def main():
+    global WORLD_SIZE
+    p = argparse.ArgumentParser()
+    p.add_argument('--world-size', type=int, default=WORLD_SIZE)
+    WORLD_SIZE = p.parse_args().world_size
+    if WORLD_SIZE < 2:
+        print(f'silent_mistakes.py: --world-size {WORLD_SIZE}: these mistakes need 2 ranks or more', file=sys.stderr)
+        sys.exit(2)
     res = run_all()
     for case in CASES:
         for step in range(STEPS):
@@ -130,7 +139,7 @@ def main():
     total = sum(p.numel() for p in nan[0][0]['params'].values()) + 16 + 16 + 2
     print(f"answer: a NaN in rank 1's batch at step 1 reaches every rank through the all-reduce: after that backward "
           f"{', '.join(str(nan[r][1]['grad_nonfinite']) for r in range(WORLD_SIZE))} of the {total} .grad values of "
-          f"ranks 0, 1, 2 are NaN, and after the step {nan[0][1]['param_nonfinite']} of rank 0's {total} parameters; "
+          f"ranks {', '.join(str(r) for r in range(WORLD_SIZE))} are NaN, and after the step {nan[0][1]['param_nonfinite']} of rank 0's {total} parameters; "
           f"nothing raises, and every later step trains on NaN", flush=True)
     guard = res['nan_guard']
     print(f"answer: skipping the step when the all-reduced .grad is not finite (every rank sees the same .grad, so "
