@@ -56,7 +56,8 @@ TEST(QuestionsReference, DdpOptions) {
     const std::string out = run_script("ddp_options.py", py);
     expect_lines(out,
                  {"answer: reproducible: the same training run twice with the same seeds ends in bitwise equal "
-                  "parameters (1691166 of 1691166 floats over 3 ranks equal)",
+                  "parameters (1691166 of 1691166 floats over 3 ranks equal; with zero_grad(set_to_none=False) "
+                  "1691166 of 1691166; at world size 2 1127444 of 1127444)",
                   "answer: bytes: at world_size 3 each rank sends at most 3.01 MB per step for the 563722 "
                   "gradient floats: the ring all-reduce's 2 x (3-1)/3 x 4 bytes per float (3.01 MB)",
                   "with bucket_cap_mb=1 at most 3.01 MB",

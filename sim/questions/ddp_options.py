@@ -38,6 +38,7 @@ RUNS = [  # name, world_size, DDP keyword arguments (and the zero_grad's, after 
     ('default_keep', 3, {'_zero': KEEP}), ('bucket_view_keep', 3, {'gradient_as_bucket_view': True, '_zero': KEEP}),
     ('default_keep_ws2', 2, {'_zero': KEEP}),
     ('bucket_view_keep_ws2', 2, {'gradient_as_bucket_view': True, '_zero': KEEP}),
+    ('again_keep', 3, {'_zero': KEEP}), ('again_ws2', 2, {}),
     ('find_unused', 3, {'find_unused_parameters': True}), ('default_ws2', 2, {}), ('cap1_ws2', 2, {'bucket_cap_mb': 1}),
     ('static_graph_ws2', 2, {'static_graph': True}), ('find_unused_ws2', 2, {'find_unused_parameters': True})]
 
@@ -154,8 +155,11 @@ def main():
         return max(it['bytes'] for r in res[name] for it in r['iters'])
 
     d, total = differing(res['default'], res['again'])
+    dk, totalk = differing(res['default_keep'], res['again_keep'])
+    d2, total2 = differing(res['default_ws2'], res['again_ws2'])
     print(f"answer: reproducible: the same training run twice with the same seeds ends in bitwise equal parameters "
-          f"({total - d} of {total} floats over 3 ranks equal): on CPU with Gloo every addition runs in the same "
+          f"({total - d} of {total} floats over 3 ranks equal; with zero_grad(set_to_none=False) {totalk - dk} of "
+          f"{totalk}; at world size 2 {total2 - d2} of {total2}): on CPU with Gloo every addition runs in the same "
           f"order each time", flush=True)
     ring = 2 * (3 - 1) / 3 * 4 * floats
     print(f"answer: bytes: at world_size 3 each rank sends at most {mb(sent('default'))} per step for the "
