@@ -243,6 +243,18 @@ TEST(QuestionsReference, ReplicaFacts) {
                 std::string::npos)
           << out;
     }
+    // The same claims at world size 2: the loss overwritten with the 2 ranks' sum, the broadcast, the buffers.
+    const std::string two = run_script("replica_facts.py", py, {"--world-size", "2"});
+    expect_lines(two, {"fact: torch", "world_size 2, rank 0",
+                       "raises TypeError: unsupported operand type(s) for /: 'NoneType' and 'int': all_reduce returns "
+                       "None; by then rank 0's loss reads 4.55254 instead of its own 1.45586, the sum of the 2 ranks' "
+                       "losses (4.55254)",
+                       "gives 2.27627 on every rank (the mean of the ranks' losses: 2.27627) and leaves loss alone (True)",
+                       "ranks seeded apart end it with weights 0 apart and a BatchNorm running_mean 0 apart (it was 2.07)",
+                       "running_mean is its own (up to 0.0355 apart here, the parameters 0); the next forward through "
+                       "DDP (eval mode here) makes them 0 apart",
+                       v113 ? "got an unexpected keyword argument 'init_sync'"
+                            : "ranks seeded apart start with weights up to 0.66 apart and are still 0.66 apart"});
   }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """What stays equal across DDP's replicas and what does not, measured on the installed torch (1.13 or 2.x).
 
-Real torch DDP (CPU, gloo, 3 ranks forked by torch.multiprocessing.start_processes, fresh file:// rendezvous, 5 s
+Real torch DDP (CPU, gloo, --world-size ranks (default 3, 2 or more) forked by torch.multiprocessing.start_processes, fresh file:// rendezvous, 5 s
 timeout per collective, 60 s for the script), each rank on its own batches:
   loss:      the logging idiom `dist.all_reduce(loss.detach()) / world_size`: what it raises, and what it has
              done to `loss` by then (detach() shares the loss's storage); the idiom that works.
@@ -11,10 +11,12 @@ timeout per collective, 60 s for the script), each rank on its own batches:
              the last step, and after one more forward through DDP (eval mode, no_grad).
   zero_grad: the default of Optimizer.zero_grad's set_to_none on this torch.
 
-    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/replica_facts.py
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/replica_facts.py [--world-size 3]
 """
+import argparse
 import inspect
 import os
+import sys
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 import torch
@@ -134,6 +136,13 @@ def worker(rank, work):
 
 
 def main():
+    global WORLD
+    p = argparse.ArgumentParser()
+    p.add_argument('--world-size', type=int, default=WORLD)
+    WORLD = p.parse_args().world_size
+    if WORLD < 2:
+        print(f'replica_facts.py: --world-size {WORLD}: replicas need 2 ranks or more', file=sys.stderr)
+        return 2
     reports = forked.run(worker, WORLD)
     if reports is None:
         return 1
