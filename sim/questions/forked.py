@@ -1,6 +1,7 @@
 """The questions' torch runs: ranks forked by torch.multiprocessing.start_processes on one machine, Gloo over a fresh
 file:// rendezvous with a timeout per collective, the whole run under a deadline, and what each rank reports
 handed back as JSON."""
+import argparse
 import datetime
 import json
 import os
@@ -11,6 +12,18 @@ import time
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+
+def world_size_arg(default, need):
+    """--world-size from the command line (`default` if not given); under 2, one line saying that `need` (a
+    phrase ending in its verb) 2 ranks or more, and exit status 2."""
+    p = argparse.ArgumentParser()
+    p.add_argument('--world-size', type=int, default=default)
+    ws = p.parse_args().world_size
+    if ws < 2:
+        print(f'{os.path.basename(sys.argv[0])}: --world-size {ws}: {need} 2 ranks or more', file=sys.stderr)
+        sys.exit(2)
+    return ws
 
 
 def init(rank, work, world_size, seconds=5):

@@ -13,9 +13,7 @@ stepped; each rank's scale after update(); the ranks' parameters against each ot
 
     OPENBLAS_NUM_THREADS=1 /opt/ddplab-torch2/bin/python sim/questions/grad_scaler.py [--world-size 3]
 """
-import argparse
 import os
-import sys
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 import torch
@@ -91,13 +89,7 @@ def worker(rank, work):
 
 def main():
     global WORLD
-    p = argparse.ArgumentParser()
-    p.add_argument('--world-size', type=int, default=WORLD)
-    WORLD = p.parse_args().world_size
-    if WORLD < 2:
-        print(f'grad_scaler.py: --world-size {WORLD}: one rank\'s inf reaching the others needs 2 ranks or more',
-              file=sys.stderr)
-        return 2
+    WORLD = forked.world_size_arg(WORLD, "one rank's inf reaching the others needs")
     version = torch.__version__.split('+')[0]
     if not hasattr(torch, 'amp') or not hasattr(torch.amp, 'GradScaler'):
         import warnings

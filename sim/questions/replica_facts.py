@@ -13,10 +13,8 @@ timeout per collective, 60 s for the script), each rank on its own batches:
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/replica_facts.py [--world-size 3]
 """
-import argparse
 import inspect
 import os
-import sys
 
 os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 import torch
@@ -137,12 +135,7 @@ def worker(rank, work):
 
 def main():
     global WORLD
-    p = argparse.ArgumentParser()
-    p.add_argument('--world-size', type=int, default=WORLD)
-    WORLD = p.parse_args().world_size
-    if WORLD < 2:
-        print(f'replica_facts.py: --world-size {WORLD}: replicas need 2 ranks or more', file=sys.stderr)
-        return 2
+    WORLD = forked.world_size_arg(WORLD, 'replicas need')
     reports = forked.run(worker, WORLD)
     if reports is None:
         return 1

@@ -17,11 +17,9 @@ Cases:
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/silent_mistakes.py [--world-size 3]
 """
-import argparse
 import datetime
 import os
 import shutil
-import sys
 import tempfile
 import warnings
 
@@ -120,12 +118,7 @@ def layer_diffs(res, step):
 
 def main():
     global WORLD_SIZE
-    p = argparse.ArgumentParser()
-    p.add_argument('--world-size', type=int, default=WORLD_SIZE)
-    WORLD_SIZE = p.parse_args().world_size
-    if WORLD_SIZE < 2:
-        print(f'silent_mistakes.py: --world-size {WORLD_SIZE}: these mistakes need 2 ranks or more', file=sys.stderr)
-        sys.exit(2)
+    WORLD_SIZE = forked.world_size_arg(WORLD_SIZE, 'these mistakes need')
     res = run_all()
     for case in CASES:
         for step in range(STEPS):
