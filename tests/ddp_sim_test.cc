@@ -452,17 +452,25 @@ TEST(DdpSim, LiveUnusedBranchIsTorchs) {
   const size_t at = t.err.find(indices);
   ASSERT_NE(at, std::string::npos) << t.err;
   EXPECT_EQ(t.err.substr(at + indices.size() + 1, 5), ": 2 3") << t.err;
-  // The names only under TORCH_DISTRIBUTED_DEBUG=DETAIL (torch 1.13; torch 2.x's DETAIL on Gloo is not run here).
+  // The names under TORCH_DISTRIBUTED_DEBUG=INFO or DETAIL, not without it (torch 1.13 INFO and DETAIL; torch 2.x
+  // INFO: its DETAIL on Gloo is not run here).
   EXPECT_EQ(t.err.find("Parameters which did not receive grad"), std::string::npos) << t.err;
-  std::vector<std::string> detail = {"/usr/bin/env", "TORCH_DISTRIBUTED_DEBUG=DETAIL"};
-  detail.insert(detail.end(), cmd.begin(), cmd.end());
-  const CommandResult d = testing::run_command(detail);
-  const std::string named = "Parameters which did not receive grad for rank ";  // whichever rank reports first
-  const size_t at_named = d.err.find(named);
-  ASSERT_NE(at_named, std::string::npos) << d.err;
-  EXPECT_EQ(d.err.substr(at_named + named.size() + 1, 18), ": 2.bias, 2.weight") << d.err;
   const std::string torch2 = "/opt/ddplab-torch2/bin/python";
-  if (testing::run_command({torch2, "-c", "import torch"}).status == 0) {  // the same indices, no names
+  const bool have2 = testing::run_command({torch2, "-c", "import torch"}).status == 0;
+  std::vector<std::pair<std::string, std::string>> named_runs = {{"/usr/bin/python3", "INFO"},
+                                                                 {"/usr/bin/python3", "DETAIL"}};
+  if (have2) named_runs.push_back({torch2, "INFO"});
+  for (const auto& [py, level] : named_runs) {
+    SCOPED_TRACE(py + " TORCH_DISTRIBUTED_DEBUG=" + level);
+    std::vector<std::string> debug = {"/usr/bin/env", "TORCH_DISTRIBUTED_DEBUG=" + level, py};
+    debug.insert(debug.end(), cmd.begin() + 1, cmd.end());
+    const CommandResult d = testing::run_command(debug);
+    const std::string named = "Parameters which did not receive grad for rank ";  // whichever rank reports first
+    const size_t at_named = d.err.find(named);
+    ASSERT_NE(at_named, std::string::npos) << d.err;
+    EXPECT_EQ(d.err.substr(at_named + named.size() + 1, 18), ": 2.bias, 2.weight") << d.err;
+  }
+  if (have2) {  // the same indices, no names
     std::vector<std::string> cmd2 = cmd;
     cmd2[0] = torch2;
     const CommandResult t2 = testing::run_command(cmd2);
@@ -476,7 +484,7 @@ TEST(DdpSim, LiveUnusedBranchIsTorchs) {
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("Expected to have finished reduction in the prior iteration"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Parameter indices which did not receive grad for rank 0: 2 3. Those are 2.weight, 2.bias "
-                       "(torch prints the indices; their names only under TORCH_DISTRIBUTED_DEBUG=DETAIL)"),
+                       "(torch prints the indices; their names under TORCH_DISTRIBUTED_DEBUG=INFO or DETAIL)"),
             std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("Parameters which did not receive grad"), std::string::npos) << r.err;  // not torch's text
   EXPECT_NE(r.out.find("training stopped on DDP's error"), std::string::npos) << r.out;

@@ -133,7 +133,8 @@ int body(const lab::Group& g, const RunConfig& cfg, const TextData& data, lab::L
   const auto err = lab::train_gpt(g, aux, data);
   if (const auto& e = err->error()) {
     g.say(fmt::format("check: find_unused_parameters=False: RuntimeError at step {} micro-step {}", e->step, e->micro));
-    g.say("torch 1.13 raises, in the DDP forward of that step (TORCH_DISTRIBUTED_DEBUG=DETAIL names the parameter):");
+    g.say("torch 1.13 raises, in the DDP forward of that step (TORCH_DISTRIBUTED_DEBUG=INFO or DETAIL names the "
+          "parameter):");
     const std::string msg = torch_unused_message(*e);
     size_t start = 0;
     for (size_t nl; (nl = msg.find('\n', start)) != std::string::npos; start = nl + 1) {

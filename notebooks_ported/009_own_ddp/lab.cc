@@ -117,9 +117,9 @@ int run(int argc, char** argv) {
   }
   lab::print_line(
       "\nEvery fixed version averages exactly what it means to: its all-reduces are Gloo's, its division is\n"
-      "replayed bit for bit. Against torch's DDP only part of the values are the same bits at 3 ranks or more:\n"
-      "DDP multiplies each gradient by float(1/world_size) before the sum, in its own buckets, and three\n"
-      "additions round by their order; at 2 ranks (notebook 000's) all are. Two of the mistakes keep the\n"
+      "replayed bit for bit. Against torch's DDP only part of the values are the same bits at 3 ranks or more\n"
+      "(3 and 4 tested): DDP multiplies each gradient by float(1/world_size) before the sum (not exact at 3),\n"
+      "in its own buckets, and three or more additions round by their order; at 2 ranks (notebook 000's) all are. Two of the mistakes keep the\n"
       "replicas equal (never divided, a hard-coded 2): a test that only compares the ranks passes them.");
   return 0;
 }

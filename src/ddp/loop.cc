@@ -23,7 +23,7 @@ std::string unfinished_reduction_message(const UnfinishedReduction& e) {
       "step {} micro-step {}: Expected to have finished reduction in the prior iteration before starting a new "
       "one. This error indicates that your module has parameters that were not used in producing loss. "
       "(torch 1.13 raises it here, in DDP's forward.) Parameter indices which did not receive grad for rank 0: {}. "
-      "Those are {} (torch prints the indices; their names only under TORCH_DISTRIBUTED_DEBUG=DETAIL). Why: with "
+      "Those are {} (torch prints the indices; their names under TORCH_DISTRIBUTED_DEBUG=INFO or DETAIL). Why: with "
       "find_unused_parameters=False every "
       "bucket waits for every parameter's grad, so the previous step's reduction never finished; "
       "--find-unused-parameters true marks them ready at the start of the backward.",

@@ -28,7 +28,7 @@ struct UnfinishedReduction {
   std::vector<std::string> params;  // the parameters that got no grad
   std::vector<size_t> indices;      // their indices in parameters()
 };
-// The message torch 1.13 raises (with TORCH_DISTRIBUTED_DEBUG=DETAIL's parameter names), and why.
+// The message torch 1.13 raises (with the parameter names TORCH_DISTRIBUTED_DEBUG=INFO or DETAIL adds), and why.
 std::string unfinished_reduction_message(const UnfinishedReduction& e);
 
 // How the ranks this process runs meet the others'. Every member but allreduce may be empty when the run

@@ -77,8 +77,8 @@ void fsdp_run(const ddp::Config& cfg) {
   fmt::print("answer: each rank holds about 1/{} of the parameters, gradients and optimizer state under FSDP "
              "(rank 0: {} of {} floats of each), and gathers each layer's parameters to use them\n",
              ws, shard_numel(params, ws, 0), total);
-  fmt::print("answer: FSDP trains the same model as DDP {}: DDP multiplies each gradient by 1/{} and sums the ranks' "
-             "buckets; FSDP sums the ranks' padded shards and divides by {} afterwards, in another order{}\n",
+  fmt::print("answer: FSDP trains the same model as DDP {}: on Gloo, DDP multiplies each gradient by 1/{} and sums "
+             "the ranks' buckets; FSDP sums the ranks' padded shards and divides by {} afterwards, in another order{}\n",
              c.all_exact() ? "bit for bit here" : c.all_close() ? "up to rounding (allclose here, not bit for bit)"
                                                                 : "only roughly here (not allclose)",
              ws, ws, ws == 2 ? " (with 2 ranks both are one addition of halves: the same bits)" : "");
