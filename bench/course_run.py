@@ -22,10 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ddplab_trace import DDPTrace  # noqa: E402
 
 
-def worker(rank, args, port, out):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=args.world_size)
+def build():
+    """This rank's run, after init_process_group: (sampler, loader, DDP model, optimizer)."""
     torch.manual_seed(0)
     x = torch.randn(4096, 32)
     y = (x[:, :10].argmax(1) + (x[:, 10] > 1).long()) % 10
@@ -35,15 +33,16 @@ def worker(rank, args, port, out):
     model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
                                 torch.nn.ReLU(), torch.nn.Linear(128, 10))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
-    trace = DDPTrace(ddp, opt, args.out) if args.trace else None
-    dist.barrier()
-    c0, t0 = time.process_time(), time.perf_counter()
+    return sampler, loader, ddp, torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+
+
+def train(sampler, loader, ddp, opt, steps):
+    """`steps` optimizer steps, epoch after epoch: two micro-batches a step, the first under no_sync(), a clip."""
     step, epoch = 0, 0
-    while step < args.steps:
+    while step < steps:
         sampler.set_epoch(epoch)
         it = iter(loader)
-        while step < args.steps:
+        while step < steps:
             try:
                 micro = [next(it), next(it)]
             except StopIteration:
@@ -58,6 +57,17 @@ def worker(rank, args, port, out):
             opt.step()
             step += 1
         epoch += 1
+
+
+def worker(rank, args, port, out):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=args.world_size)
+    sampler, loader, ddp, opt = build()
+    trace = DDPTrace(ddp, opt, args.out) if args.trace else None
+    dist.barrier()
+    c0, t0 = time.process_time(), time.perf_counter()
+    train(sampler, loader, ddp, opt, args.steps)
     if trace:
         trace.close()
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0

@@ -20,8 +20,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "verify"))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset  # noqa: E402
+
+import course_run  # noqa: E402  (this folder's: the same step, data and model)
 
 import ddplab_trace.flat as FL  # noqa: E402
 import ddplab_trace.flat_steps as FS  # noqa: E402
@@ -58,34 +58,11 @@ PARTS = [  # (owner, attribute, label)
 
 
 def run(trace_dir, steps):
-    torch.manual_seed(0)
-    x = torch.randn(4096, 32)
-    y = (x[:, :10].argmax(1) + (x[:, 10] > 1).long()) % 10
-    data = TensorDataset(x, y)
-    sampler = DistributedSampler(data, shuffle=True, seed=0)
-    loader = DataLoader(data, batch_size=32, sampler=sampler, drop_last=True)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
-                                torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    """course_run's training for `steps` steps, traced into trace_dir unless it is None: CPU us a step."""
+    sampler, loader, ddp, opt = course_run.build()
     trace = DDPTrace(ddp, opt, trace_dir) if trace_dir else None
-    c0, step, epoch = time.process_time(), 0, 0
-    while step < steps:
-        sampler.set_epoch(epoch)
-        it = iter(loader)
-        while step < steps:
-            try:
-                micro = [next(it), next(it)]
-            except StopIteration:
-                break
-            opt.zero_grad(set_to_none=True)
-            with ddp.no_sync():
-                (F.cross_entropy(ddp(micro[0][0]), micro[0][1]) / 2).backward()
-            (F.cross_entropy(ddp(micro[1][0]), micro[1][1]) / 2).backward()
-            torch.nn.utils.clip_grad_norm_(ddp.parameters(), 0.5)
-            opt.step()
-            step += 1
-        epoch += 1
+    c0 = time.process_time()
+    course_run.train(sampler, loader, ddp, opt, steps)
     if trace:
         trace.close()
     return (time.process_time() - c0) / steps * 1e6
