@@ -23,6 +23,7 @@ import torch.distributed as dist  # noqa: E402
 
 import course_run  # noqa: E402  (this folder's: the same step, data and model)
 
+import ddplab_trace.fast as FA  # noqa: E402
 import ddplab_trace.flat as FL  # noqa: E402
 import ddplab_trace.flat_steps as FS  # noqa: E402
 import ddplab_trace.record as RC  # noqa: E402
@@ -50,10 +51,12 @@ PARTS = [  # (owner, attribute, label)
     (RC._Record, "_forward_pre_hook", "forward pre-hook"),
     (RC, "_fingerprints", "  batch fingerprints"),
     (RC, "_input_nonfinite", "  batch NaN/inf check"),
-    (FL._Flat, "wsums", "(every) weighted sums"),
-    (FL._Flat, "digests", "(every) fold64 digests"),
-    (FL._FlatBuf, "put", "(every) copy into a flat buffer"),
-    (FL._FlatSample, "put", "(every) sample gather"),
+    (FA._FastBuf, "put_all", "(every) _fast.c pass over a kind"),
+    (FA._FastBuf, "put", "(every) _fast.c pass over a local gradient"),
+    (FL._Flat, "wsums", "(every) weighted sums (numpy)"),
+    (FL._Flat, "digests", "(every) fold64 digests (numpy)"),
+    (FL._FlatBuf, "put", "(every) copy into a flat buffer (numpy)"),
+    (FL._FlatSample, "put", "(every) sample kept"),
 ]
 
 

@@ -175,6 +175,81 @@ def flat_layout():
     return bad
 
 
+def fast_passes():
+    """_fast.c's passes (fast.py, compiled here by the system's C compiler) against the per-tensor functions and
+    the definition: digests bit for bit, weighted sums to float64's rounding, flags, the sample at steps whose
+    slot arithmetic passes 2^64, a parameter absent, a tensor at an odd offset (a bucket view) or not contiguous,
+    one tensor at a time (a hook's); then each batch's fingerprints and NaN/inf flag."""
+    lib = T._library()
+    if lib is None:
+        print("fast passes: _fast.c was not compiled (no C compiler, or DDPLAB_TRACE_FAST=0)")
+        return ["_fast.c not compiled"]
+    bad = []
+    g = torch.Generator().manual_seed(4)
+    shapes = [(128, 32), (1,), (3, 5, 7), (2041,), (2042,), (2043,), (4099,), (10, 128), (10,), (1021 * 2 * 3 + 1,)]
+    params = [torch.randn(*s, generator=g) * 1e3 for s in shapes]
+    params[1].fill_(float("nan"))
+    params[5][7] = float("-inf")
+    params[8].zero_()
+    layout = T._fast_layout(params)
+    every = T.DIGEST | T.WSUM | T.ABSOLUTE | T.FLAGS
+    base = torch.randn(4100, generator=g)
+    odd = base[1:4100]  # 4099 floats at an odd offset, as parameter 6
+    clmul = lib.ddplab_fast_clmul(1)  # whether this processor's CRC is by carry-less multiplication: also without
+    for step in (0, 1, 17, 98765, 10 ** 15 + 3):
+        lib.ddplab_fast_clmul(step % 2)
+        here = [(i, p) for i, p in enumerate(params) if i != 2]  # parameter 2 without this tensor
+        if step == 17:
+            here[5] = (6, odd)
+        if step == 98765:
+            here[0] = (0, params[0].t().contiguous().t())  # not contiguous: read through a copy
+        ref = T._Sample(step, params)
+        ref.take_all("x", here)
+        sample = T._FlatSample(layout, step)
+        buf = layout.buf("x")
+        buf.put_all(here, every)
+        sample.put("x", buf)
+        d, ws = buf.digests(), buf.wsums()
+        for i, p in here:  # (an infinite sum's difference is NaN: its flag is checked below)
+            if d[i] != by_definition(p):
+                bad.append("fast digest of parameter %d at step %d" % (i, step))
+            want = T._wsums(p).numpy()
+            with np.errstate(invalid="ignore"):
+                off = (abs(ws[i, 0] - want[0]) > 1e-12 * want[1] or abs(ws[i, 1] - want[1]) > 1e-12 * want[1]
+                       or abs(ws[i, 2] - want[2]) > 1e-4 * want[2])
+            if not (np.isnan(want[0]) and np.isnan(ws[i, 0])) and off:
+                bad.append("fast weighted sums of parameter %d: %r against %r" % (i, ws[i].tolist(), want.tolist()))
+        if buf.present.tolist() != [i != 2 for i in range(len(params))]:
+            bad.append("fast: which parameters are present")
+        if [bool(f) for i, f in enumerate(buf.finite()) if i != 2] != [i not in (1, 5) for i in range(len(params)) if i != 2]:
+            bad.append("fast NaN/inf flags")
+        if [bool(z) for i, z in enumerate(buf.bits_zero()) if i != 2] != [i == 8 for i in range(len(params)) if i != 2]:
+            bad.append("fast all-zero test")
+        (rk, ra), (fk, fa) = ref.kinds(), sample.kinds()
+        if not (ra == fa and len(rk) == len(fk) == 1 and torch.equal(rk[0][1].nan_to_num(7.0), fk[0][1].nan_to_num(7.0))):
+            bad.append("fast sample at step %d" % step)
+        one = layout.buf("one")
+        one.present[:] = False
+        for i, p in here:  # a hook's: one tensor a pass, the sample filled as they come
+            one.put(i, p, T.WSUM | T.ABSOLUTE)
+        sample.put("one", one)
+        if not np.array_equal(one.wsums(), ws, equal_nan=True) or not torch.equal(sample.kinds()[0][1][1].nan_to_num(7.0),
+                                                                 fk[0][1].nan_to_num(7.0)):
+            bad.append("fast: one tensor a pass differs from all at once at step %d" % step)
+    lib.ddplab_fast_clmul(1)
+    print("fast passes: CRC-32 by %s and by tables" % ("PCLMULQDQ" if clmul else "tables (no PCLMULQDQ here)"))
+    for x in (torch.randn(5, 3, 2, generator=g), torch.arange(12).view(4, 3), torch.randn(7, 33, generator=g),
+              torch.randn(3, 2, generator=g).bfloat16(), torch.randn(2, 1000, generator=g), torch.zeros(1, 0),
+              torch.tensor([[1.0, float("inf")], [0.0, 2.0]]), torch.tensor([[float("nan")]])):
+        got = T._batch(x)
+        want = [T._fingerprint(x[j]) for j in range(x.shape[0])]
+        if got is None or got[0] != want or got[1] != (bool(torch.isfinite(x).all()) if x.dtype == torch.float32
+                                                        else None):
+            bad.append("fast fingerprints or flag of a %s %s batch" % (x.dtype, list(x.shape)))
+    print("fast passes as per tensor" if not bad else "fast passes: %d bad" % len(bad))
+    return bad
+
+
 def header_cache():
     """A step file's header: the part kept from step to step (writer.py _HEADERS) gives the bytes json.dumps
     of the whole header gives, whatever the metadata holds."""
@@ -233,6 +308,7 @@ def main():
     bad += flags_and_sample()
     bad += weighted_sums()
     bad += flat_layout()
+    bad += fast_passes()
     bad += header_cache()
     for b in bad:
         print("FAIL " + b)

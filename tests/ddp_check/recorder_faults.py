@@ -215,19 +215,25 @@ def failing_sample():
 
 def failing_wsums():
     """The whole-run mode from step 2 on, and its weighted sums failing there (per tensor, a local gradient's in
-    the parameter hook; laid flat, at the step's write or after DDP)."""
+    the parameter hook; laid flat, at the step's write or after DDP; read in place by _fast.c, in its pass)."""
     def inject():
-        full, wsums, flat = T.FULL_STEPS, T._wsums, T._Flat.__dict__["wsums"]
+        full, wsums, flat, fast = T.FULL_STEPS, T._wsums, T._Flat.__dict__["wsums"], T._FastBuf.__dict__["_pass"]
         T.FULL_STEPS = 1
 
         def bad(*args, **kwargs):
             raise RuntimeError("injected fault")
 
+        def bad_pass(self, mode):
+            if mode & T.WSUM:
+                raise RuntimeError("injected fault")
+            return fast(self, mode)
+
         T._wsums = T._Flat.wsums = bad  # per tensor, and laid flat
+        T._FastBuf._pass = bad_pass
 
         def undo():
             T.FULL_STEPS = full
-            T._wsums, T._Flat.wsums = wsums, flat
+            T._wsums, T._Flat.wsums, T._FastBuf._pass = wsums, flat, fast
         return undo
     return inject
 

@@ -8,7 +8,9 @@
 The format it writes is docs/trace_format.md: RUN_DIR/rank{r}/step{S:06d}.safetensors per optimizer step
 recorded whole (the first ones), the later whole-run steps appended to RUN_DIR/rank{r}/steps.log, and
 RUN_DIR/rank{r}/manifest.json and data.json (rewritten after the first steps, then at most once a second, final
-at close()). Needs only torch (1.13 or 2.x), CPU/Gloo or CUDA/NCCL, mp.spawn or torchrun.
+at close()). Needs only torch (1.13 or 2.x), CPU/Gloo or CUDA/NCCL, mp.spawn or torchrun. A C compiler (`cc`)
+makes a small CPU model's whole-run steps cheaper: _fast.c, compiled once per machine at its first use (fast.py),
+reads each kind of tensor where it is in one pass; without one, numpy gives the same values (flat.py).
 
 It never breaks the run. Only DDPTrace()'s argument checks raise. Anything that goes wrong inside the
 recorder later (an unknown tensor kind, a full or read-only disk, a torch it does not know, a bug of its own)

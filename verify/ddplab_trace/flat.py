@@ -19,6 +19,8 @@ from .sample import SAMPLE_MULTIPLIER, SLOTS
 
 _ROW = 2 * _FOLD_COLUMNS  # floats: a row of 1021 64-bit words
 FLAT_MAX_ELEMENTS = 4 << 20  # larger models: per-tensor (their step dwarfs the per-tensor calls)
+# What a kind's pass takes (fast.py takes only these; here each is computed when asked for).
+DIGEST, WSUM, ABSOLUTE, FLAGS = 1, 2, 4, 8
 
 
 def _flat_layout_ok(params):
@@ -44,15 +46,37 @@ class _FlatBuf:
         self.views = [t[s:s + n].view(shape) for s, n, shape in zip(layout.starts, layout.sizes, layout.shapes)]
         self.present = np.zeros(len(layout.sizes), dtype=bool)
 
-    def put(self, i, tensor):
+        self.layout = layout
+
+    def put(self, i, tensor, mode=0):
         self.views[i].copy_(tensor.detach())
         self.present[i] = True
 
-    def put_all(self, tensors):
+    def put_all(self, tensors, mode=0):
         """[(i, tensor)]: those parameters' tensors (the others not present)."""
         self.present[:] = False
         for i, t in tensors:
             self.put(i, t)
+
+    def digests(self):
+        return self.layout.digests(self.a)
+
+    def wsums(self, absolute=True):
+        return self.layout.wsums(self.a, absolute)
+
+    def finite(self):
+        return self.layout.finite(self.a)
+
+    def bits_zero(self):
+        return self.layout.bits_zero(self.a)
+
+    def same_as(self, other):
+        """Every bit the same as `other`'s tensors."""
+        return bool(np.array_equal(self.present, other.present)
+                    and np.array_equal(self.a.view(np.uint32), other.a.view(np.uint32)))
+
+    def sample_values(self, sample):
+        return self.a[sample.index]
 
 
 class _Flat:
@@ -89,8 +113,14 @@ class _Flat:
         """The buffer kept for `kind`, reused from step to step."""
         b = self.bufs.get(kind)
         if b is None:
-            b = self.bufs[kind] = _FlatBuf(self)
+            b = self.bufs[kind] = self.new_buf()
         return b
+
+    def new_buf(self):
+        return _FlatBuf(self)
+
+    def set_slots(self, owner, index):
+        """The step's sample slots (fast.py reads them at each pass; here the sample gathers from the copies)."""
 
     def digests(self, a):
         """fold64 digest of each parameter's elements in `a` (digests.py _digest), as ints."""
@@ -144,6 +174,7 @@ class _FlatSample:
     def __init__(self, layout, step):
         self.layout = layout
         self.owner, self.index = layout.slots(step)
+        layout.set_slots(self.owner, self.index)
         self.values = {}  # kind -> (values [SLOTS] float32, absent slots)
         self._by_param = None
 
@@ -168,10 +199,12 @@ class _FlatSample:
         self.values[kind] = (vals, np.flatnonzero(missing).tolist())
 
     def put(self, kind, buf):
-        vals = buf.a[self.index]
+        vals = buf.sample_values(self)
+        if buf.present.all():
+            self.values[kind] = (vals, [])
+            return
         missing = ~buf.present[self.owner]
-        if missing.any():
-            vals[missing] = 0.0
+        vals[missing] = 0.0
         self.values[kind] = (vals, np.flatnonzero(missing).tolist())
 
     def kinds(self):

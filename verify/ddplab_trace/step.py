@@ -37,8 +37,10 @@ class _Step:
         state, steps, skipped, flat_state = [], {}, [], []
         versions = self._state_versions() if whole else None
         saved_step, saved = getattr(self, "_saved_versions", (None, None))
-        changed = ([k for k in versions if saved.get(k) != versions[k]] + [k for k in saved if k not in versions]
-                   if whole and saved_step == self._step - 1 else [])
+        changed = []
+        if whole and saved_step == self._step - 1 and versions != saved:
+            changed = ["%s/%s" % (self._names[i], k) for i, k in
+                       [ik for ik in versions if saved.get(ik) != versions[ik]] + [ik for ik in saved if ik not in versions]]
         for i, p in enumerate(self._params):
             st = opt.state.get(p) if hasattr(opt.state, "get") else None
             if not st:
@@ -135,9 +137,9 @@ class _Step:
                     yield i, k, v
 
     def _state_versions(self):
-        """{"<name>/<key>": (id, version)} of the optimizer's state tensors: an edit in place bumps a tensor's
-        version counter, a load replaces the tensor. Costs nothing per element."""
-        return {"%s/%s" % (self._names[i], k): (id(v), v._version) for i, k, v in self._state_tensors()}
+        """{(parameter index, key): (id, version)} of the optimizer's state tensors: an edit in place bumps a
+        tensor's version counter, a load replaces the tensor. Costs nothing per element."""
+        return {(i, k): (id(v), v._version) for i, k, v in self._state_tensors()}
 
     def _snapshot_before_safe(self):
         if self._stopped:

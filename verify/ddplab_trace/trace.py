@@ -179,7 +179,7 @@ class DDPTrace(_Record, _FlatSteps, _Step, _Manifest, _DataSpy, _HandSync):
         self._last_epoch = None      # the data.json epoch record that yielded the latest batch
         self._data_count = 0
         self._data_truncated = False
-        self._data_written = (-1, 0)  # (epoch records, indices) at the last data.json write
+        self._data_written = -1  # the indices at the last data.json write
         self._manifest_at = 0.0       # time.monotonic() at the last manifest write
         self._nonfinite_first = None  # the first NaN/inf seen, any step: {"step", "kind", "name"}
         self._outside = []           # (name, parameter): the module's float32 parameters DDP does not reduce
