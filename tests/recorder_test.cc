@@ -169,6 +169,7 @@ TEST(PipInstall, TheInstalledPackageTracesARun) {
                                             "/usr/bin/python3", "tests/ddp_check/pip_installed.py", run});
   ASSERT_EQ(traced.status, 0) << traced.err;
   EXPECT_NE(traced.out.find("ddplab_trace from " + site), std::string::npos) << traced.out;
+  EXPECT_NE(traced.out.find("_fast.c compiled: True"), std::string::npos) << traced.out;
   const auto check = testing::run_command({"verify/ddp_check", run, "--quiet"});
   EXPECT_EQ(check.status, 0) << check.out << check.err;
 }

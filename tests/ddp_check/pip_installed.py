@@ -36,6 +36,8 @@ def train(rank, run_dir, init):
 if __name__ == "__main__":
     import ddplab_trace
     print("ddplab_trace from", os.path.dirname(os.path.dirname(os.path.abspath(ddplab_trace.__file__))))
+    from ddplab_trace import fast  # _fast.c installed beside it (package data), compiled at its first use
+    print("_fast.c compiled:", fast._library() is not None)
     sys.stdout.flush()
     init = os.path.join(tempfile.mkdtemp(), "init")
     mp.start_processes(train, args=(sys.argv[1], init), nprocs=2, start_method="fork")

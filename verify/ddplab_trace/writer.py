@@ -200,7 +200,7 @@ def _safetensors_parts(tensors, metadata_text):
     """(header bytes with its 8-byte length, data size, total size) for [(name, cpu float32 tensor)]
     (float64 for the weighted sums, "wsum/..."). Whole-run steps repeat one list of names and shapes: its part
     of the header is kept (the same bytes json.dumps gives), and only the metadata is encoded each step."""
-    key = tuple((name, t.dtype, tuple(t.shape), t.layout, t.device.type) for name, t in tensors)
+    key = tuple((name, t.dtype, t.shape, t.layout, t.is_cpu) for name, t in tensors)  # (is_cpu: device.type's cost /8)
     known = _HEADERS.get(key)
     if known is None:
         header = {}
