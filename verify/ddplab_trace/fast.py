@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .digests import _FOLD_COLUMNS as _COLUMNS
-from .flat import _Flat
+from .flat import DIGEST, _Flat
 from .sample import SAMPLE_MULTIPLIER, SLOTS
 
 _F32 = torch.float32
@@ -124,7 +124,12 @@ class _FastBuf:
         lay = self.layout
         owner, off, nslots = lay.cur_slots
         lay.lib.ddplab_fast_pass(lay.n, self._ptrs_c, lay.sizes_c, mode, *self._out, nslots, owner, off, self._vals_c)
-        self._have_d = False
+        if mode & DIGEST:
+            self._have_d = False
+
+    def more(self, mode):
+        """What `mode` adds, from the tensors of the last put_all (still as they were: the same callback)."""
+        self._pass(mode)
 
     def _ptr(self, i, t, held):
         """Where _fast.c reads t: contiguous float32 of parameter i's size on the CPU (a copy, kept in `held`

@@ -23,7 +23,10 @@ FLAT_MAX_ELEMENTS = 4 << 20  # larger models: per-tensor (their step dwarfs the 
 DIGEST, WSUM, ABSOLUTE, FLAGS = 1, 2, 4, 8
 
 
-def _flat_layout_ok(params):
+FAST_MAX_ELEMENTS, FAST_MAX_PARAMS = 1 << 28, 1024  # fast.py reads the tensors in place: no copy bounds its size
+
+
+def _flat_layout_ok(params, max_elements=FLAT_MAX_ELEMENTS, max_params=None):
     """Whether these parameters can be laid flat: dense contiguous float32 on the CPU, none empty, not too many."""
     if sys.byteorder != "little":  # fold64's words are little-endian
         return False
@@ -33,7 +36,7 @@ def _flat_layout_ok(params):
                 or not p.is_contiguous() or p.numel() == 0):
             return False
         total += p.numel()
-    return total <= FLAT_MAX_ELEMENTS
+    return total <= max_elements and (max_params is None or len(params) <= max_params)
 
 
 class _FlatBuf:
@@ -57,6 +60,9 @@ class _FlatBuf:
         self.present[:] = False
         for i, t in tensors:
             self.put(i, t)
+
+    def more(self, mode):
+        """(Each value is computed when asked for.)"""
 
     def digests(self):
         return self.layout.digests(self.a)
@@ -99,7 +105,7 @@ class _Flat:
         self.bufs = {}
         self._rows = len(self.sizes)
         self._fold = np.zeros((self._rows, _FOLD_COLUMNS), dtype=np.uint64)
-        self._x = np.empty((self._nrows, _ROW))  # float64 scratch of the weighted sums
+        self._x = None  # float64 scratch of the weighted sums (made at their first use: fast.py needs none)
         j = np.arange(WSUM_COLUMNS, dtype=np.int64)
         w = ((j * 2654435761) % (1 << 20)).astype(np.float64) / (1 << 20) + 1.0
         self._w2 = np.tile(w, _ROW // WSUM_COLUMNS)  # column c of a row: element k = r * 2042 + c, k mod 1021 = c mod 1021
@@ -136,6 +142,8 @@ class _Flat:
 
     def wsums(self, a, absolute=True):
         """[parameters, 3] float64: S = sum w_k x_k, A = sum w_k |x_k| (NaN where absolute=False), Q = sum x_k^2."""
+        if self._x is None:
+            self._x = np.empty((self._nrows, _ROW))
         x = self._x
         np.copyto(x, a.reshape(self._nrows, _ROW))  # float32 to float64: exact
         rows = np.empty((3, self._nrows))

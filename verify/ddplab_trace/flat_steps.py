@@ -19,10 +19,12 @@ class _FlatSteps:
         if fl is None:
             fl = False
             if _HAVE_NUMPY:
-                from .flat import _Flat, _flat_layout_ok
-                if _flat_layout_ok(self._params):
+                from .flat import FAST_MAX_ELEMENTS, FAST_MAX_PARAMS, _Flat, _flat_layout_ok
+                if _flat_layout_ok(self._params, FAST_MAX_ELEMENTS, FAST_MAX_PARAMS):
                     from .fast import _fast_layout
-                    fl = _fast_layout(self._params) or _Flat(self._params)
+                    fl = _fast_layout(self._params)
+                if not fl and _flat_layout_ok(self._params):
+                    fl = _Flat(self._params)
             self._flat = fl
         return fl or None
 
@@ -92,7 +94,7 @@ class _FlatSteps:
         from .flat import ABSOLUTE, DIGEST, FLAGS, WSUM
         sample = self._sampling()
         pb = fl.buf("param_before")
-        pb.put_all(enumerate(self._params), DIGEST | FLAGS)
+        pb.put_all(enumerate(self._params), DIGEST)
         sample.put("param_before", pb)
         pa = fl.bufs.get("param_after")
         if follows and pa is not None and getattr(self, "_flat_after_step", None) == self._step - 1:
@@ -102,17 +104,18 @@ class _FlatSteps:
         if same:
             params = "previous"
         else:  # changed outside the step: its digests, and whether it is finite
+            pb.more(FLAGS)
             self._note_nonfinite("param_before", self._flat_names(~pb.finite()))
             params = dict(enumerate(pb.digests()))
         gs = fl.buf("grad_step")
-        gs.put_all(((i, p.grad) for i, p in enumerate(self._params) if p.grad is not None),
-                   DIGEST | WSUM | ABSOLUTE)
+        gs.put_all(((i, p.grad) for i, p in enumerate(self._params) if p.grad is not None), DIGEST)
         sample.put("grad_step", gs)
         gb = fl.bufs.get("grad")
         same = (self._grad_crc is not None and getattr(self, "_flat_grad_step", None) == self._step
                 and gs.present.any() and gs.same_as(gb))
         if same:
             return params, "grad"
+        gs.more(WSUM | ABSOLUTE)
         ws = gs.wsums()  # against .grad after DDP's: one factor (a clip) or another change (wsum_check.h)
         self._wsum["grad_step"] = (ws, gs.present.copy())
         self._note_nonfinite("grad_step", self._flat_names(gs.present & ~np.isfinite(ws[:, 0])))
