@@ -228,6 +228,13 @@ def fast_passes():
         (rk, ra), (fk, fa) = ref.kinds(), sample.kinds()
         if not (ra == fa and len(rk) == len(fk) == 1 and torch.equal(rk[0][1].nan_to_num(7.0), fk[0][1].nan_to_num(7.0))):
             bad.append("fast sample at step %d" % step)
+        later = layout.buf("later")  # a pass, then what more() adds: the same (a copy's pointer still alive)
+        later.put_all(here, T.DIGEST)
+        torch.empty(1 << 16).fill_(1.0)  # (memory a freed copy would have been reused for)
+        later.more(T.WSUM | T.ABSOLUTE | T.FLAGS)
+        if (later.digests() != d or not np.array_equal(later.wsums(), ws, equal_nan=True)
+                or not np.array_equal(later.finite(), buf.finite())):
+            bad.append("fast: more() after a pass differs from one pass at step %d" % step)
         one = layout.buf("one")
         one.present[:] = False
         for i, p in here:  # a hook's: one tensor a pass, the sample filled as they come

@@ -43,10 +43,13 @@ def _compile(src, code):
     cc = os.environ.get("CC") or "cc"
     for d in _cache_dirs():
         so = os.path.join(d, "ddplab_fast_%s.so" % tag)
-        if os.path.exists(so):
-            return so
         try:
-            os.makedirs(d, exist_ok=True)
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            st = os.stat(d)
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:  # a folder another user could write: not loaded from
+                continue
+            if os.path.exists(so):
+                return so
             fd, tmp = tempfile.mkstemp(prefix=".ddplab_fast_", suffix=".so", dir=d)
             os.close(fd)
         except OSError:
@@ -119,6 +122,7 @@ class _FastBuf:
         self.vals = np.zeros(SLOTS, dtype=np.float32)
         self._out = (self._sums.ctypes.data, self._ws.ctypes.data, self._flags.ctypes.data)
         self._ptrs_c, self._vals_c, self._present_c = self._ptrs.ctypes.data, self.vals.ctypes.data, self.present.ctypes.data
+        self._held = []  # copies the pointers point into (a tensor not contiguous float32 on the CPU)
 
     def _pass(self, mode):
         lay = self.layout
@@ -143,20 +147,21 @@ class _FastBuf:
 
     def put(self, i, tensor, mode):
         """Parameter i's tensor alone (a local gradient, as its hook sees it): its values now."""
-        held = []
+        self._held = []
         ptrs = self._ptrs
         ptrs[:] = 0
-        ptrs[i] = self._ptr(i, tensor, held)
+        ptrs[i] = self._ptr(i, tensor, self._held)
         self._pass(mode)
         self.present[i] = True
 
     def put_all(self, tensors, mode):
-        """[(i, tensor)]: those parameters' tensors (the others not present)."""
-        ptrs, present, held = self._ptrs, self.present, []
+        """[(i, tensor)]: those parameters' tensors (the others not present). Copies made for _fast.c are kept
+        until the next put, for more()."""
+        ptrs, present, self._held = self._ptrs, self.present, []
         ptrs[:] = 0
         present[:] = False
         for i, t in tensors:
-            ptrs[i] = self._ptr(i, t, held)
+            ptrs[i] = self._ptr(i, t, self._held)
             present[i] = True
         self._pass(mode)
 
