@@ -212,21 +212,25 @@ TEST(DdpSim, LiveNoSyncLossBothWaysAreTorchs) {
 }
 
 // --loss-divisor D: loss / D before the backward, alone and under --no-sync K's (loss / K), bitwise torch's at
-// world size 3 (1/3 inexact: the chain's order of the two divisions shows).
+// world sizes 2, 3 and 4 with D = 2, 3 and 5 (1/3 and 1/5 inexact: the chain's order of the two divisions shows;
+// 1/2 exact).
 TEST(DdpSim, LiveLossDivisorIsTorchs) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
-  for (const std::vector<std::string>& extra :
-       {std::vector<std::string>{"--loss", "mse"},
-        std::vector<std::string>{"--loss", "ce", "--no-sync", "3", "--no-sync-loss", "divide"}}) {
-    std::vector<std::string> args = {"--world-size", "3",     "--samples",    "40",   "--batch-size",   "2",
-                                     "--layers",     "5,8,4", "--activation", "relu", "--loss-divisor", "3",
-                                     "--momentum",   "0.9",   "--lr",         "0.05"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const json torch = torch_dump(args), sim = sim_dump(args);
-    EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"])) << extra[1];
-    for (size_t k = 0; k < 3; ++k) {
-      for (const auto& [name, want] : torch["replicas"][k].items()) {
-        EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << extra[1] << " rank " << k << " " << name;
+  for (const auto& [ws, divisor] : {std::pair<int, int>{3, 3}, {2, 2}, {4, 5}}) {
+    for (const std::vector<std::string>& extra :
+         {std::vector<std::string>{"--loss", "mse"},
+          std::vector<std::string>{"--loss", "ce", "--no-sync", "3", "--no-sync-loss", "divide"}}) {
+      std::vector<std::string> args = {"--world-size", std::to_string(ws), "--samples", "40", "--batch-size", "2",
+                                       "--layers", "5,8,4", "--activation", "relu",
+                                       "--loss-divisor", std::to_string(divisor), "--momentum", "0.9", "--lr", "0.05"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      const std::string what = fmt::format("{} at ws {}, D {}", extra[1], ws, divisor);
+      const json torch = torch_dump(args), sim = sim_dump(args);
+      EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"])) << what;
+      for (size_t k = 0; k < static_cast<size_t>(ws); ++k) {
+        for (const auto& [name, want] : torch["replicas"][k].items()) {
+          EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << what << " rank " << k << " " << name;
+        }
       }
     }
   }
