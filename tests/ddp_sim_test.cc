@@ -188,25 +188,30 @@ TEST(DdpSim, LiveMseRunIsBitwiseTorchDdp) {
 }
 
 // --no-sync-loss: the two ways scripts combine a step's micro-batch losses, each bitwise torch's for every loss:
-// loss.backward() on each micro-batch (sum) and (loss / K).backward() (divide; K = 3, whose 1/3 is inexact).
+// loss.backward() on each micro-batch (sum) and (loss / K).backward() (divide; K = 3 and 5, whose 1/K is inexact,
+// and 2), at world size 3 (every loss), 2 and 4 (MSE and cross-entropy).
 TEST(DdpSim, LiveNoSyncLossBothWaysAreTorchs) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
-  for (const char* loss : {"mse", "ce", "ce-probs"}) {
-    for (const char* how : {"sum", "divide"}) {
-      const std::vector<std::string> args = {"--world-size", "3",     "--samples",      "40",  "--batch-size", "2",
-                                             "--layers",     "5,8,4", "--activation",   "relu", "--loss",      loss,
-                                             "--momentum",   "0.9",   "--lr",           "0.05", "--no-sync",   "3",
-                                             "--no-sync-loss", how};
-      const json torch = torch_dump(args), sim = sim_dump(args);
-      bool same = testing::floats(sim["losses"]) == testing::floats(torch["losses"]);
-      for (size_t k = 0; k < 3; ++k) {
-        for (const auto& [name, want] : torch["replicas"][k].items()) {
-          same = same && testing::floats(sim["replicas"][k][name]) == testing::floats(want);
+  struct Case { int ws, k, samples; std::vector<const char*> losses; };
+  for (const Case& c : {Case{3, 3, 40, {"mse", "ce", "ce-probs"}}, Case{2, 2, 40, {"mse", "ce"}},
+                        Case{4, 5, 80, {"mse", "ce"}}}) {
+    for (const char* loss : c.losses) {
+      for (const char* how : {"sum", "divide"}) {
+        const std::vector<std::string> args = {
+            "--world-size", std::to_string(c.ws), "--samples", std::to_string(c.samples), "--batch-size", "2",
+            "--layers", "5,8,4", "--activation", "relu", "--loss", loss, "--momentum", "0.9", "--lr", "0.05",
+            "--no-sync", std::to_string(c.k), "--no-sync-loss", how};
+        const json torch = torch_dump(args), sim = sim_dump(args);
+        bool same = testing::floats(sim["losses"]) == testing::floats(torch["losses"]);
+        for (size_t k = 0; k < static_cast<size_t>(c.ws); ++k) {
+          for (const auto& [name, want] : torch["replicas"][k].items()) {
+            same = same && testing::floats(sim["replicas"][k][name]) == testing::floats(want);
+          }
         }
+        std::printf("--world-size %d --loss %-8s --no-sync %d --no-sync-loss %-6s every parameter and loss bitwise "
+                    "torch's: %s\n", c.ws, loss, c.k, how, same ? "yes" : "NO");
+        EXPECT_TRUE(same) << "ws " << c.ws << " " << loss << " " << how;
       }
-      std::printf("--loss %-8s --no-sync 3 --no-sync-loss %-6s every parameter and loss bitwise torch's: %s\n", loss,
-                  how, same ? "yes" : "NO");
-      EXPECT_TRUE(same) << loss << " " << how;
     }
   }
 }
