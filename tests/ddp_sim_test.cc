@@ -346,22 +346,31 @@ TEST(DdpSim, LiveFindUnusedParametersBucketsAreTorchs) {
 
 // static_graph=True rebuilds DDP's buckets one iteration later than the default: iteration 1 still all-reduces in
 // iteration 0's single bucket. At world size 3 the layout decides which ring chunk, so which addition order, each
-// element gets: torch 1.13's static run and ddp_sim's are bit for bit equal, and differ from the default run.
+// element gets: torch 1.13's static run and ddp_sim's are bit for bit equal, and differ from the default run. At
+// world size 2 (a + b = b + a in any chunk) the static run is the default's bit for bit; at 4, as at 3, it is not.
 TEST(DdpSim, LiveStaticGraphRebuildsAnIterationLater) {
   if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: live DDP check skipped";
-  const std::vector<std::string> base = {"--world-size", "3", "--samples", "36", "--batch-size", "4", "--layers",
-                                         "64,512,512,512,10", "--epochs", "1"};
-  std::vector<std::string> args = base;
-  args.insert(args.end(), {"--static-graph", "true"});
-  const json torch = torch_dump(args), sim = sim_dump(args), sim_default = sim_dump(base);
-  EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"]));
-  size_t differ_from_default = 0;
-  for (size_t k = 0; k < 3; ++k)
-    for (const auto& [name, want] : torch["replicas"][k].items()) {
-      EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << "rank " << k << " " << name;
-      differ_from_default += testing::floats(sim_default["replicas"][k][name]) != testing::floats(want);
+  for (const int ws : {3, 2, 4}) {
+    const std::vector<std::string> base = {"--world-size", std::to_string(ws), "--samples", "48", "--batch-size", "4",
+                                           "--layers", "64,512,512,512,10", "--epochs", "1"};
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--static-graph", "true"});
+    const json torch = torch_dump(args), sim = sim_dump(args), sim_default = sim_dump(base);
+    EXPECT_EQ(testing::floats(sim["losses"]), testing::floats(torch["losses"])) << "ws " << ws;
+    size_t differ_from_default = 0;
+    for (size_t k = 0; k < static_cast<size_t>(ws); ++k)
+      for (const auto& [name, want] : torch["replicas"][k].items()) {
+        EXPECT_EQ(testing::floats(sim["replicas"][k][name]), testing::floats(want)) << "ws " << ws << " rank " << k << " " << name;
+        differ_from_default += testing::floats(sim_default["replicas"][k][name]) != testing::floats(want);
+      }
+    std::printf("static_graph at world size %d: %zu parameter tensors differ from the default run's\n", ws,
+                differ_from_default);
+    if (ws == 2) {
+      EXPECT_EQ(differ_from_default, 0u) << "at 2 ranks the bucket layout cannot move a bit";
+    } else {
+      EXPECT_GT(differ_from_default, 0u) << "the layout of iteration 1 changed no bit: the test would not see the delay";
     }
-  EXPECT_GT(differ_from_default, 0u) << "the layout of iteration 1 changed no bit: the test would not see the delay";
+  }
 }
 
 // A dump whose NaN (Python's json writes them, as ddp_sim does) is read as null.
