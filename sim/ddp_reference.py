@@ -99,6 +99,8 @@ def parser():
     ap.add_argument('--broadcast-buffers', type=bool_flag, default=True)
     ap.add_argument('--find-unused-parameters', type=bool_flag, default=False)
     ap.add_argument('--static-graph', type=bool_flag, default=False)
+    ap.add_argument('--gradient-as-bucket-view', type=bool_flag, default=False)
+    ap.add_argument('--zero-grad', choices=['none', 'zeros'], default='none')  # zero_grad(set_to_none=True|False)
     ap.add_argument('--seed-per-rank', type=bool_flag, default=False)
     ap.add_argument('--sync-batchnorm', type=bool_flag, default=False)  # cpu_sync_batchnorm.py's SyncBatchNorm
     ap.add_argument('--samples', type=int, default=64)
@@ -322,7 +324,7 @@ def run_epoch(a, rank, epoch, batches, ddp, opt, loss_fn, losses):
                 backward(loss)
         if step:
             opt.step()
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad(set_to_none=a.zero_grad == 'none')
             a.steps_done += 1
         losses.append(f32(loss.item()))
         # One write per line so that the ranks' lines do not interleave mid-line.
@@ -349,7 +351,8 @@ def worker(rank, a, init_file, result_dir):
             ddp = hand_sync_reference.HandSynced(model, a)
         else:
             ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, broadcast_buffers=a.broadcast_buffers,
-                      find_unused_parameters=a.find_unused_parameters, static_graph=a.static_graph)
+                      find_unused_parameters=a.find_unused_parameters, static_graph=a.static_graph,
+                      gradient_as_bucket_view=a.gradient_as_bucket_view)
             register_comm_hook(ddp, a)
         if a.seed_per_rank:  # the training script's own seed per rank, after DDP(model)
             torch.manual_seed(a.seed + rank)
