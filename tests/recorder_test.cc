@@ -154,6 +154,23 @@ INSTANTIATE_TEST_SUITE_P(Scripts, UncheckedParams,
                            return torch_name(std::get<0>(info.param)) + "_" + std::get<1>(info.param).script;
                          });
 
+// A small CPU model's whole-run steps taken by _fast.c and by numpy (a machine without a C compiler: fast.py falls
+// back to flat.py) give the same records (metadata, sample bit for bit, weighted sums to float64's rounding), and
+// ddp_check finds either run as predicted.
+TEST(WholeRun, FastAndNumpyRecordsAgree) {
+  if (!testing::torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  const std::string dir = testing::temp_dir();
+  const auto r = testing::run_command({"/usr/bin/timeout", "600", "/usr/bin/python3", "tests/ddp_check/whole_run_paths.py", dir});
+  std::printf("%s", r.out.c_str());
+  ASSERT_EQ(r.status, 0) << r.out << tail(r.err);
+  EXPECT_NE(r.out.find("whole-run records of _fast.c and numpy agree: 45 records"), std::string::npos) << r.out;
+  for (const char* way : {"/fast", "/numpy"}) {
+    const auto check = testing::run_command({"verify/ddp_check", dir + way});
+    EXPECT_EQ(check.status, 0) << way << "\n" << check.out << check.err;
+    EXPECT_NE(check.out.find("verdict: as-predicted"), std::string::npos) << way << "\n" << check.out;
+  }
+}
+
 // The recorder as a learner installs it: `pip install ./verify` (a copy of verify/'s package and pyproject.toml,
 // offline: --no-build-isolation) into a directory of its own; a script with the documented lines and no sys.path
 // line imports it from there, and ddp_check finds the run as predicted.
