@@ -519,14 +519,17 @@ TEST_P(Recorder, TracedRunEqualsUntracedRun) {
   const std::string torch = GetParam();
   SKIP_UNLESS_AVAILABLE(torch);
   setenv("DDPLAB_START_METHOD", "fork", 1);
-  const auto r = testing::run_command({"/usr/bin/timeout", "600", python_for(torch), "tests/ddp_check/traced_equals_untraced.py",
-                                       "nosync", "find_unused", "join_uneven", "mingpt_split", "health_module_call",
-                                       "health_unfreeze", "health_nan_input", "cnn_channels_last", "long_run"});
+  // Under torch 2.x five of them (no_sync, Join, a hook on the wrapped module, channels_last, the whole-run mode);
+  // the other four under torch 1.13 only: the recorder's code is the same, and a script run twice is 15-20 s of CI.
+  std::vector<std::string> names = {"nosync", "join_uneven", "health_module_call", "cnn_channels_last", "long_run"};
+  if (torch != "torch2")
+    for (const char* name : {"find_unused", "mingpt_split", "health_unfreeze", "health_nan_input"}) names.push_back(name);
+  std::vector<std::string> argv = {"/usr/bin/timeout", "600", python_for(torch), "tests/ddp_check/traced_equals_untraced.py"};
+  argv.insert(argv.end(), names.begin(), names.end());
+  const auto r = testing::run_command(argv);
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
   EXPECT_EQ(r.status, 0);
-  for (const char* name : {"nosync", "find_unused", "join_uneven", "mingpt_split", "health_module_call", "health_unfreeze",
-                           "health_nan_input", "cnn_channels_last", "long_run"})
-    EXPECT_NE(r.out.find(std::string("ok   ") + name), std::string::npos) << name;
+  for (const std::string& name : names) EXPECT_NE(r.out.find("ok   " + name), std::string::npos) << name;
 }
 
 // The same for two DDP models in one loop (a GAN), a model that is not DDP at all, and on torch 2.x FSDP2's
