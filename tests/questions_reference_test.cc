@@ -281,6 +281,50 @@ TEST(QuestionsReference, UnevenBatches) {
   }
 }
 
+// Questions 2 and 9 under both torches at world sizes 2, 3 and 4: DDP averages (the claims ddp_sim_test's Live
+// cases check bit for bit against torch 1.13 only), (loss / W) makes every gradient W times smaller, no_sync()
+// with (loss / K) is one device's big batch and with loss K times it, and synchronising any micro-batch but the
+// last leaves the replicas apart.
+TEST(QuestionsReference, AveragingAndAccumulation) {
+  if (torches().empty()) GTEST_SKIP() << "no python here imports torch";
+  for (const std::string& py : torches()) {
+    SCOPED_TRACE(py);
+    const std::string out = run_script("averaging.py", py);
+    for (int ws : {2, 3, 4}) {
+      SCOPED_TRACE("world_size " + std::to_string(ws));
+      const std::string w = "world_size " + std::to_string(ws) + ": ";
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(out, m, std::regex(w + "DDP averages: .grad is \\(1/" + std::to_string(ws) +
+                                                       "\\) x the sum of the ranks' own gradients \\(relative "
+                                                       "difference ([0-9.e+-]+)\\) and one device's over all [0-9]+ "
+                                                       "samples \\(([0-9.e+-]+)\\); with \\(loss / [0-9]\\)."
+                                                       "backward\\(\\) every gradient is [0-9] times smaller \\(ratio "
+                                                       "([0-9.e+-]+) to ([0-9.e+-]+)\\)")))
+          << out;
+      EXPECT_LT(std::stod(m[1].str()), 1e-6);
+      EXPECT_LT(std::stod(m[2].str()), 1e-6);
+      EXPECT_NEAR(std::stod(m[3].str()), ws, ws * 1e-4);
+      EXPECT_NEAR(std::stod(m[4].str()), ws, ws * 1e-4);
+      ASSERT_TRUE(std::regex_search(out, m, std::regex(w + "no_sync\\(\\) over 4 micro-batches with \\(loss / 4\\)."
+                                                       "backward\\(\\) is one device at batch [0-9]+ \\(relative "
+                                                       "difference ([0-9.e+-]+)\\); with loss.backward\\(\\) the "
+                                                       "gradient is 4 times one device's \\(ratio ([0-9.e+-]+) to "
+                                                       "([0-9.e+-]+)\\)")))
+          << out;
+      EXPECT_LT(std::stod(m[1].str()), 1e-6);
+      EXPECT_NEAR(std::stod(m[2].str()), 4, 4e-4);
+      EXPECT_NEAR(std::stod(m[3].str()), 4, 4e-4);
+      const std::string n = std::to_string(ws - 1);
+      expect_lines(out, {"answer: " + w + "after 3 SGD steps, ranks whose replica differs from rank 0's: 0 of " + n +
+                         " synchronising the last micro-batch, " + n + " the first, " + n + " none"});
+    }
+  }
+  const testing::CommandResult bad = testing::run_command({"/usr/bin/python3", "sim/questions/averaging.py",
+                                                           "--world-size", "1"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--world-size 1: world sizes of 2 ranks or more"), std::string::npos) << bad.err;
+}
+
 // Question 34: world size 2 against 4 at one global batch, under both torches: rounding without BatchNorm, a
 // different model with it.
 TEST(QuestionsReference, WorldSizeAtOneGlobalBatch) {
