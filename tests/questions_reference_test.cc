@@ -148,35 +148,43 @@ TEST(QuestionsReference, LaunchersAndTimeouts) {
                 "(for NCCL groups 10 minutes"});
 }
 
-// Question 8: rank-0-only evaluation through the DDP wrapper, a lone barrier, and the two fixes, each case's answer
-// a sentence built from what the ranks issued and how they ended.
-TEST(QuestionsReference, RankZeroOnlyWork) {
+// Question 8: rank-0-only evaluation through the DDP wrapper, a lone barrier, the two fixes and
+// broadcast_buffers=False, each case's answer a sentence built from what the ranks issued and how they ended; at
+// world sizes 2 and 3 (a test each: the shards stay even), under both torches.
+void expect_rank_zero_only_work(int world_size) {
   if (torches().empty()) GTEST_SKIP() << "no python here imports torch";
+  const bool two = world_size == 2;
+  const std::string complete = two ? "both ranks complete" : "every rank completes";
   for (const std::string& py : torches()) {
     SCOPED_TRACE(py);
-    const std::string out = run_script("rank0_eval.py", py);
+    const std::string out = run_script("rank0_eval.py", py, {"--world-size", std::to_string(world_size)});
     expect_lines(
         out, {"trace: A3 rank0 issued T1[buf ar] T2[rb buf ar] E[buf] T3[ar] E[buf] -> timed out after 5s",
-              "answer: rank 0 alone evaluates through the DDP wrapper after step 2 only (BatchNorm): both ranks "
-              "complete, parameters equal: rank 0's evaluation issued a collective (buf) that its next training step "
-              "then did not, so the ranks' collectives still pair one for one",
+              "answer: rank 0 alone evaluates through the DDP wrapper after step 2 only (BatchNorm): " + complete +
+                  ", parameters equal: rank 0's evaluation issued a collective (buf) that its next training step "
+                  "then did not, so the ranks' collectives still pair one for one",
               "answer: rank 0 alone evaluates through the DDP wrapper after steps 2 and 3, the last (BatchNorm): rank "
-              "0 timed out after 5s; rank 1 completed",
-              "answer: rank 0 alone evaluates through the DDP wrapper after every step, a model without buffers: both "
-              "ranks complete, parameters equal: rank 0's evaluation issues no collective",
+              "0 timed out after 5s; rank 1 completed" + std::string(two ? "" : "; rank 2 completed"),
+              "answer: rank 0 alone evaluates through the DDP wrapper after every step, a model without buffers: " +
+                  complete + ", parameters equal: rank 0's evaluation issues no collective",
               // rank 1 then times out too, or loses the connection first when rank 0's timeout closes it
               "answer: rank 0 alone calls dist.barrier() after step 2: rank 0 timed out after 5s; rank 1 ",
-              "answer: rank 0 alone evaluates through ddp.module after every step (BatchNorm): both ranks complete, "
-              "parameters equal: rank 0's evaluation issues no collective",
-              "answer: every rank evaluates through the DDP wrapper after every step (BatchNorm): both ranks "
-              "complete, parameters equal",
+              "answer: rank 0 alone evaluates through ddp.module after every step (BatchNorm): " + complete +
+                  ", parameters equal: rank 0's evaluation issues no collective",
+              "answer: every rank evaluates through the DDP wrapper after every step (BatchNorm): " + complete +
+                  ", parameters equal",
+              "answer: rank 0 alone evaluates through the DDP wrapper after every step, broadcast_buffers=False "
+              "(BatchNorm): " + complete + ", parameters equal: rank 0's evaluation issues no collective",
               "Detected mismatch between collectives on ranks"});
-    // After step 1 the extra broadcast meets the other rank's bucket-rebuild broadcast of another size: it fails.
+    // After step 1 the extra broadcast meets the other ranks' bucket-rebuild broadcast of another size: it fails.
     const size_t at = out.find("answer: rank 0 alone evaluates through the DDP wrapper after step 1 (BatchNorm, ");
     ASSERT_NE(at, std::string::npos) << out;
     EXPECT_EQ(out.substr(at, out.find('\n', at) - at).find("complete"), std::string::npos) << out;
   }
 }
+
+TEST(QuestionsReference, RankZeroOnlyWork) { expect_rank_zero_only_work(2); }
+TEST(QuestionsReference, RankZeroOnlyWorkAtThreeRanks) { expect_rank_zero_only_work(3); }
 
 // Question 17: state_dict keys, the load error and its fix, map_location, and an exact resume.
 TEST(QuestionsReference, Checkpoints) {

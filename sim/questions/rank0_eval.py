@@ -1,19 +1,20 @@
 #!/usr/bin/python3
 """Rank-0-only work inside a DDP training loop: which collectives does each rank issue, and does it hang?
 
-Real torch DDP (CPU, gloo, 2 ranks forked by torch.multiprocessing.start_processes, fresh file:// rendezvous
-per case, 5 s gloo timeout per collective). Each rank trains 3 SGD steps on its own batch. DDP is handed a
+Real torch DDP (CPU, gloo, 2 ranks, or --world-size N, forked by torch.multiprocessing.start_processes, fresh
+file:// rendezvous per case, 5 s gloo timeout per collective). Each rank trains 3 SGD steps on its own batch. DDP is handed a
 Python ProcessGroup that logs every collective (the C++ reducer's too) and forwards it to gloo. A rank that
-finishes waits for its peer on a file, so a peer's unmatched collective blocks until gloo's timeout.
+finishes waits for its peers on files, so a peer's unmatched collective blocks until gloo's timeout.
 Cases (eval = `ddp.eval(); with torch.no_grad(): ddp(x); ddp.train()` unless said otherwise):
   A  Linear+BatchNorm1d, broadcast_buffers=True; rank 0 evals after step 1   Ad  A, TORCH_DISTRIBUTED_DEBUG=DETAIL
   A2 as A, rank 0 evals after step 2 only      A3  as A, rank 0 evals after steps 2 and 3 (i.e. after the last)
   B  MLP, no buffers; rank 0 evals after every step    C  MLP; rank 0 alone calls dist.barrier() after step 2
   D  fix: A's model, rank 0 evals through ddp.module   E  fix: A's model, every rank evals through ddp
+  F  A's model with broadcast_buffers=False; rank 0 evals through ddp after every step
 Trace: T<n>[..] training step n, E[..] eval, BAR[..] barrier; buf = buffer broadcast (2 gloo broadcasts),
 rb = DDP's one-time bucket-rebuild broadcast at step 2 (2 gloo broadcasts), ar = gradient all-reduce.
 
-    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/rank0_eval.py
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/rank0_eval.py [--world-size 2]
 """
 import datetime
 import json
@@ -30,13 +31,16 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import forked
 from forwarding_pg import ForwardingPG
 
 TIMEOUT_S = 5
 CASES = [  # name, BatchNorm model, who evaluates, how ('ddp' / 'module' / 'barrier'), after which steps
     ('A', True, 'r0', 'ddp', (1,)), ('Ad', True, 'r0', 'ddp', (1,)), ('A2', True, 'r0', 'ddp', (2,)),
     ('A3', True, 'r0', 'ddp', (2, 3)), ('B', False, 'r0', 'ddp', (1, 2, 3)),
-    ('C', False, 'r0', 'barrier', (2,)), ('D', True, 'r0', 'module', (1, 2, 3)), ('E', True, 'all', 'ddp', (1, 2, 3))]
+    ('C', False, 'r0', 'barrier', (2,)), ('D', True, 'r0', 'module', (1, 2, 3)), ('E', True, 'all', 'ddp', (1, 2, 3)),
+    ('F', True, 'r0', 'ddp', (1, 2, 3))]
+WORLD = [2]  # --world-size: the forked ranks inherit it
 
 
 class TracedPG(ForwardingPG):
@@ -72,13 +76,13 @@ def worker(rank, work, case):
     os.dup2(os.open(f'{work}/stderr{rank}', os.O_WRONLY | os.O_CREAT), 2)  # gloo's C++ abort message
     os.environ['TORCH_DISTRIBUTED_DEBUG'] = 'DETAIL' if name == 'Ad' else 'OFF'
     dist.set_debug_level_from_env()
-    dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=2,
+    dist.init_process_group('gloo', init_method=f'file://{work}/init', rank=rank, world_size=WORLD[0],
                             timeout=datetime.timedelta(seconds=TIMEOUT_S))
     log, out = f'{work}/log{rank}', {'steps': 0}
     pg = TracedPG(dist.group.WORLD, log)
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(4, 8)] + ([nn.BatchNorm1d(8)] if bn else []) + [nn.ReLU(), nn.Linear(8, 1)])
-    ddp = DDP(model, process_group=pg, broadcast_buffers=True)
+    ddp = DDP(model, process_group=pg, broadcast_buffers=name != 'F')
     pg.names = {('bc', sum(b.numel() for b in model.buffers() if b.is_floating_point())): 'buf',
                 ('bc', len(list(model.parameters())) + 1): 'rb', ('ar', sum(p.numel() for p in model.parameters())): 'ar'}
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
@@ -110,10 +114,10 @@ def worker(rank, work, case):
         json.dump(out, f)
     # Keep the group alive until the peer is done too: a rank that left early would turn its peer's timeout into
     # a lost connection, so the wait is long (a loaded machine can take many seconds to reach the timeout);
-    # it ends as soon as the peer's outcome is written, or the parent saw the peer's process end (gone<peer>).
+    # it ends as soon as every peer's outcome is written, or the parent saw that peer's process end (gone<peer>).
     deadline = time.monotonic() + 12 * TIMEOUT_S
-    while (not os.path.exists(f'{work}/out{1 - rank}.json') and not os.path.exists(f'{work}/gone{1 - rank}')
-           and time.monotonic() < deadline):
+    while (not all(os.path.exists(f'{work}/out{r}.json') or os.path.exists(f'{work}/gone{r}')
+                   for r in range(WORLD[0]) if r != rank) and time.monotonic() < deadline):
         time.sleep(0.05)
     os._exit(0)  # no destroy_process_group: it could block on a peer stuck in a collective
 
@@ -131,7 +135,7 @@ def trace(path):
 def run(case):
     work = tempfile.mkdtemp(prefix='rank0_eval.')
     try:  # fork, not spawn: the parent runs no torch op, and a forked rank need not re-import torch
-        ctx = mp.start_processes(worker, args=(work, case), nprocs=2, join=False, start_method='fork')
+        ctx = mp.start_processes(worker, args=(work, case), nprocs=WORLD[0], join=False, start_method='fork')
         deadline = time.monotonic() + 16 * TIMEOUT_S
         while any(p.exitcode is None for p in ctx.processes) and time.monotonic() < deadline:
             for r, p in enumerate(ctx.processes):
@@ -163,7 +167,8 @@ WHAT = {'A': 'rank 0 alone evaluates through the DDP wrapper after step 1 (Batch
         'B': 'rank 0 alone evaluates through the DDP wrapper after every step, a model without buffers',
         'C': 'rank 0 alone calls dist.barrier() after step 2',
         'D': 'rank 0 alone evaluates through ddp.module after every step (BatchNorm)',
-        'E': 'every rank evaluates through the DDP wrapper after every step (BatchNorm)'}
+        'E': 'every rank evaluates through the DDP wrapper after every step (BatchNorm)',
+        'F': 'rank 0 alone evaluates through the DDP wrapper after every step, broadcast_buffers=False (BatchNorm)'}
 
 
 def collectives(trace_text):  # the collectives in the order issued, without the step and evaluation marks
@@ -171,26 +176,28 @@ def collectives(trace_text):  # the collectives in the order issued, without the
 
 
 def summary(res):
-    done = [r for r in (0, 1) if res[r]['outcome'] == 'completed']
-    if len(done) < 2:
+    ranks = range(len(res))
+    done = 'both ranks complete' if len(res) == 2 else 'every rank completes'
+    if any(res[r]['outcome'] != 'completed' for r in ranks):
         return '; '.join(f"rank {r} {o if o.startswith('process died') else o.split(' (')[0]}"
-                         for r, o in ((r, res[r]['outcome']) for r in (0, 1)))
-    eq = 'equal' if res[0]['params'] == res[1]['params'] else 'differ'
-    if res[0]['trace'] == res[1]['trace']:
-        return f'both ranks complete, parameters {eq}'
-    if collectives(res[0]['trace']) != collectives(res[1]['trace']):
-        return f'both ranks complete although they issued different collectives, parameters {eq}'
+                         for r, o in ((r, res[r]['outcome']) for r in ranks))
+    eq = 'equal' if all(res[r]['params'] == res[0]['params'] for r in ranks) else 'differ'
+    if all(res[r]['trace'] == res[0]['trace'] for r in ranks):
+        return f'{done}, parameters {eq}'
+    if any(collectives(res[r]['trace']) != collectives(res[0]['trace']) for r in ranks):
+        return f'{done} although they issued different collectives, parameters {eq}'
     evals = re.findall(r'E\[([^\]]*)\]', res[0]['trace'])
     if not any(evals):
-        return f"both ranks complete, parameters {eq}: rank 0's evaluation issues no collective"
-    return (f"both ranks complete, parameters {eq}: rank 0's evaluation issued a collective ({' '.join(e for e in evals if e)}) "
+        return f"{done}, parameters {eq}: rank 0's evaluation issues no collective"
+    return (f"{done}, parameters {eq}: rank 0's evaluation issued a collective ({' '.join(e for e in evals if e)}) "
             f"that its next training step then did not, so the ranks' collectives still pair one for one")
 
 
 def main():
+    WORLD[0] = forked.world_size_arg(2, 'rank-0-only work needs')
     for case in CASES:
         res = run(case)
-        for r in (0, 1):
+        for r in range(WORLD[0]):
             print(f"trace: {case[0]} rank{r} issued {res[r]['trace']} -> {res[r]['outcome']}", flush=True)
         print(f"answer: {WHAT[case[0]]}: {summary(res)}", flush=True)
 
