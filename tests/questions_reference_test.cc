@@ -121,7 +121,14 @@ TEST(QuestionsReference, SilentMistakes) {
                     "all-reduces 0 floats (model(x): 418); no error",
                     "never all-reduced (every step all-reduces 306 of 418 floats)",
                     "and the layers DDP reduces by up to 0; DDP(model) built again after unfreezing all-reduces 418 "
-                    "floats and keeps the ranks equal (max difference 0)"});
+                    "floats and keeps the ranks equal (max difference 0)",
+                    // find_unused_parameters=True, which the answers leave open
+                    "answer: find_unused_parameters=True changes neither: model.module(x) all-reduces 0 floats",
+                    "the layer unfrozen after DDP(model) is still never all-reduced (every step all-reduces 306 of 418 "
+                    "floats; its weights differ by up to ",
+                    "the other layers' by up to 0): DDP all-reduces only the parameters that required gradients"});
+      EXPECT_EQ(out.find("floats (the ranks' weights differ by up to 0 after"), std::string::npos) << out;
+      EXPECT_EQ(out.find("floats; its weights differ by up to 0,"), std::string::npos) << out;
       EXPECT_EQ(out.find("after step 0 the ranks' weights differ by up to 0,"), std::string::npos) << out;
       EXPECT_EQ(out.find("ranks' layer 0 weights differ by up to 0 "), std::string::npos) << out;
     }

@@ -14,6 +14,7 @@ Cases:
   unfreeze     layer 0 has requires_grad=False when DDP(model) is built and True from step 1 (the optimizer
                holds every parameter from the start)
   rewrap       as unfreeze, and DDP(model) is built again after unfreezing
+  module_call_fu, unfreeze_fu   module_call and unfreeze with DDP(model, find_unused_parameters=True)
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 sim/questions/silent_mistakes.py [--world-size 3]
 """
@@ -34,7 +35,7 @@ import forked
 from forwarding_pg import ForwardingPG
 
 WORLD_SIZE, STEPS = 3, 4
-CASES = ['nan', 'nan_guard', 'module_call', 'unfreeze', 'rewrap']
+CASES = ['nan', 'nan_guard', 'module_call', 'unfreeze', 'rewrap', 'module_call_fu', 'unfreeze_fu']
 LAYERS = ['0', '2', '4']  # the Linear layers' names in the Sequential
 
 
@@ -57,14 +58,15 @@ def train(rank, case):
     pg = CountingPG(dist.group.WORLD)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 2))
-    if case in ('unfreeze', 'rewrap'):
+    unfreeze = case in ('unfreeze', 'rewrap', 'unfreeze_fu')
+    if unfreeze:
         model[0].requires_grad_(False)
-    ddp = DDP(model, process_group=pg)
+    ddp = DDP(model, process_group=pg, find_unused_parameters=case.endswith('_fu'))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(100 + rank)
     steps = []
     for step in range(STEPS):
-        if step == 1 and case in ('unfreeze', 'rewrap'):
+        if step == 1 and unfreeze:
             model[0].requires_grad_(True)
             if case == 'rewrap':
                 ddp = DDP(model, process_group=pg)
@@ -73,7 +75,7 @@ def train(rank, case):
             x[3, 2] = float('nan')
         pg.floats = 0
         opt.zero_grad(set_to_none=True)
-        out = (ddp.module if case == 'module_call' else ddp)(x)
+        out = (ddp.module if case.startswith('module_call') else ddp)(x)
         nn.functional.mse_loss(out, y).backward()
         grads = [p.grad for p in model.parameters()]
         skipped = case == 'nan_guard' and nonfinite(grads) > 0  # .grad is all-reduced: every rank decides alike
@@ -154,6 +156,14 @@ def main():
           f"weights differ by up to {d['0']:.3g} and the layers DDP reduces by up to {max(d['2'], d['4']):.3g}; "
           f"DDP(model) built again after unfreezing all-reduces {rw[0][STEPS - 1]['floats']} floats and keeps the "
           f"ranks equal (max difference {max(layer_diffs(rw, STEPS - 1).values()):g})", flush=True)
+    mf, uff = res['module_call_fu'], res['unfreeze_fu']
+    print(f"answer: find_unused_parameters=True changes neither: model.module(x) all-reduces {mf[0][0]['floats']} floats "
+          f"(the ranks' weights differ by up to {max(layer_diffs(mf, STEPS - 1).values()):.3g} after step {STEPS - 1}), and "
+          f"the layer unfrozen after DDP(model) is still never all-reduced (every step all-reduces "
+          f"{uff[0][STEPS - 1]['floats']} of {model_floats} floats; its weights differ by up to "
+          f"{layer_diffs(uff, STEPS - 1)['0']:.3g}, the other layers' by up to "
+          f"{max(layer_diffs(uff, STEPS - 1)[n] for n in LAYERS[1:]):.3g}): DDP all-reduces only the parameters that "
+          f"required gradients when DDP(model) was built, and only after a forward through DDP", flush=True)
 
 
 if __name__ == '__main__':
