@@ -152,6 +152,24 @@ TEST(ModelDdp, Lab005ShowsBuffersMasksAndAccuracy) {
       << "SyncBatchNorm ran on CPU: lab 005 says it does not";
 }
 
+// What the lab says of masks, buffers and SyncBatchNorm at a world size and a torch its own run does not use:
+// torch 2.x at 3 ranks (every rank against rank 0).
+TEST(ModelDdp, Lab005ClaimsHoldAtThreeRanksOnTorch2) {
+  DDPLAB_SKIP_UNLESS_TORCH("torch2");
+  const auto torch = testing::run_command(
+      {testing::torch2_python(), "-W", "ignore", "notebooks_ported/005_cnn_digits/reference.py", "--world-size", "3"});
+  ASSERT_EQ(torch.status, 0) << torch.err;
+  std::printf("reference.py (torch 2.x DDP, 3 gloo processes):\n%s", torch.out.c_str());
+  EXPECT_NE(torch.out.find("broadcast_buffers=True: parameters exact: True | buffers exact: True"), std::string::npos);
+  EXPECT_NE(torch.out.find("broadcast_buffers=False: parameters exact: True | buffers exact: False"),
+            std::string::npos);
+  EXPECT_NE(line_with(torch.out, "masks seed_per_rank=False").find(": 0 of "), std::string::npos) << torch.out;
+  EXPECT_EQ(line_with(torch.out, "masks seed_per_rank=True").find(": 0 of "), std::string::npos) << torch.out;
+  EXPECT_NE(line_with(torch.out, "masks seed_per_rank=True").find("parameters exact: True"), std::string::npos);
+  EXPECT_NE(torch.out.find("syncbn: ValueError"), std::string::npos)
+      << "SyncBatchNorm trained on CPU under torch 2.x: lab 005 says it does not";
+}
+
 TEST(ModelDdp, BadModelSpecGetsOneLineAndExit2) {
   const auto nccl = testing::run_command(
       {"verify/ddp_verify", "--backend", "nccl", "--compute", "device", "--nproc", "2", "--dataset", "digits", "--model",

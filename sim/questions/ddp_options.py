@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""What DDP's constructor options change, measured in torch 1.13: bucket_cap_mb, static_graph,
+"""What DDP's constructor options change, measured in the torch that runs this script (1.13 or 2.x): bucket_cap_mb, static_graph,
 gradient_as_bucket_view and find_unused_parameters against the defaults, and the same run twice.
 
 Real torch DDP (CPU, gloo, 3 ranks forked by torch.multiprocessing.start_processes, 10 s timeout per collective),
